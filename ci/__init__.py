@@ -1,0 +1,1 @@
+"""onebit-ci: build-and-test orchestration for the pinned ROCmFPX fork of llama.cpp."""

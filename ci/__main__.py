@@ -1,0 +1,5 @@
+import sys
+
+from ci.cli import main
+
+sys.exit(main())

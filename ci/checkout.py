@@ -1,0 +1,141 @@
+"""The submodule's working tree: is it there, where is it, what differs from a commit, and moving it.
+
+A checkout may leave out paths a build never needs (``checkout.omit`` in pins.yaml: the fork's ``models/`` and
+``docs/``). libgit2 has no sparse checkout, so the index keeps the whole tree and the omitted paths, absent on
+disk, are not counted as changes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pygit2
+from pygit2.enums import CheckoutStrategy, FileStatus
+
+from ci.errors import GitError, Refused
+from ci.fork import ForkStore
+
+
+@dataclass(frozen=True)
+class Change:
+    path: str
+    status: str  # "modified", "added", "deleted", "untracked", "staged"
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.path}"
+
+
+def _describe(flags: FileStatus) -> str:
+    if flags & (FileStatus.INDEX_NEW | FileStatus.INDEX_MODIFIED | FileStatus.INDEX_DELETED | FileStatus.INDEX_RENAMED):
+        return "staged"
+    if flags & FileStatus.WT_NEW:
+        return "untracked"
+    if flags & FileStatus.WT_DELETED:
+        return "deleted"
+    return "modified"
+
+
+class Checkout:
+    def __init__(self, path: Path, repo: pygit2.Repository, omit: tuple[str, ...]) -> None:
+        self.path = path
+        self.repo = repo
+        self.omit = omit
+
+    @classmethod
+    def find(cls, path: Path, omit: tuple[str, ...]) -> Checkout | None:
+        """The checkout at ``path``, or None when the submodule is not checked out there."""
+        if not (path / ".git").exists():
+            return None
+        try:
+            repo = pygit2.Repository(str(path))
+        except pygit2.GitError as exc:
+            raise GitError(f"{path}: has a .git but is not a usable repository ({exc})") from None
+        if repo.head_is_unborn:
+            return None
+        return cls(path, repo, omit)
+
+    def head(self) -> str:
+        return str(self.repo.head.target)
+
+    def omitted(self, path: str) -> bool:
+        return any(path.startswith(p) for p in self.omit)
+
+    def changes(self) -> list[Change]:
+        """Every difference between the working tree, the index and HEAD, except omitted paths left out."""
+        out = []
+        for p, flags in sorted(self.repo.status(untracked_files="all").items()):
+            if flags == FileStatus.IGNORED:
+                continue
+            if flags == FileStatus.WT_DELETED and self.omitted(p):
+                continue
+            out.append(Change(p, _describe(FileStatus(flags))))
+        return out
+
+    def require_clean(self, what: str) -> None:
+        changes = self.changes()
+        if changes:
+            listing = ", ".join(str(c) for c in changes[:5]) + (f" and {len(changes) - 5} more" if len(changes) > 5 else "")
+            raise Refused(f"{self.path.name}: {what}: the checkout has local changes ({listing}); commit, stash or remove them first")
+
+    def move_to(self, sha: str) -> None:
+        """Detach HEAD at ``sha`` with index and working tree at its tree (omitted paths left out)."""
+        commit = self.repo[sha]
+        assert isinstance(commit, pygit2.Commit)
+        checkout_commit(self.repo, commit, self.omit)
+
+
+def checkout_commit(repo: pygit2.Repository, commit: pygit2.Commit, omit: tuple[str, ...]) -> None:
+    paths = included_paths(commit.tree, omit)
+    strategy = CheckoutStrategy.FORCE | CheckoutStrategy.REMOVE_UNTRACKED | CheckoutStrategy.DISABLE_PATHSPEC_MATCH
+    strategy |= CheckoutStrategy.DONT_UPDATE_INDEX
+    try:
+        repo.checkout_tree(commit, strategy=strategy, paths=paths)
+    except pygit2.GitError as exc:
+        raise GitError(f"checkout of {str(commit.id)[:12]} failed: {exc}") from None
+    repo.set_head(commit.id)
+    repo.index.read_tree(commit.tree)
+    repo.index.write()
+
+
+def included_paths(tree: pygit2.Tree, omit: tuple[str, ...], prefix: str = "") -> list[str]:
+    """Paths that cover ``tree`` except the omitted ones, as few as possible (whole directories)."""
+    wanted = [o for o in omit if o.startswith(prefix)]
+    if not wanted:
+        return [prefix.rstrip("/")] if prefix else [e.name for e in tree]
+    out: list[str] = []
+    for entry in tree:
+        full = f"{prefix}{entry.name}"
+        if any(o == f"{full}/" or o == full for o in wanted):
+            continue
+        if isinstance(entry, pygit2.Tree) and any(o.startswith(f"{full}/") for o in wanted):
+            out.extend(included_paths(entry, omit, f"{full}/"))
+        else:
+            out.append(full)
+    return out
+
+
+def materialize(store: ForkStore, workdir: Path, sha: str, omit: tuple[str, ...]) -> Checkout:
+    """Check ``sha`` out at ``workdir``, attaching the store (the submodule's git dir) as its repository.
+
+    The layout is the one ``git submodule update`` makes: ``workdir/.git`` is a file naming the git dir, whose
+    ``core.worktree`` points back, both relative, so git and pygit2 see the same submodule.
+    """
+    gitdir = Path(store.repo.path).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    leftovers = [p.name for p in workdir.iterdir() if p.name != ".git"]
+    if leftovers:
+        raise Refused(f"{workdir}: not empty ({', '.join(sorted(leftovers)[:5])}); move those files away first")
+    config = store.repo.config
+    config["core.bare"] = False
+    config["core.worktree"] = os.path.relpath(workdir.resolve(), gitdir)
+    (workdir / ".git").write_text(f"gitdir: {os.path.relpath(gitdir, workdir.resolve())}\n")
+    repo = pygit2.Repository(str(workdir))
+    commit = repo[sha]
+    assert isinstance(commit, pygit2.Commit)
+    checkout_commit(repo, commit, omit)
+    found = Checkout.find(workdir, omit)
+    if found is None:
+        raise GitError(f"{workdir}: checkout of {sha[:12]} left no repository")
+    return found

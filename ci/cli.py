@@ -1,0 +1,126 @@
+"""Entry points: parse arguments, call one stage, print one line per error.
+
+``python -m ci <command>``; the nox sessions call these, so every flag documented in docs/ works with
+``nox -s <session> -- <flags>`` too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ci.errors import OnebitError
+
+log = logging.getLogger("onebit-ci")
+PROG = "onebit-ci"
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _project(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from ci.project import find_project
+
+    return find_project(Path(args.root) if args.root else None)
+
+
+# -- verify_pin -----------------------------------------------------------------------------------------------
+
+
+def cmd_verify_pin(args: argparse.Namespace) -> int:
+    from ci.verify import verify
+
+    verdict = verify(_project(args))
+    if verdict.ok:
+        assert verdict.pins is not None
+        f = verdict.pins.fork
+        print(f"verify_pin: OK: pins.yaml, .gitmodules and the gitlink agree on {f.short} ({f.reference}, {f.branch})")
+        return 0
+    for p in verdict.problems:
+        print(f"{PROG}: error: {p}", file=sys.stderr)
+    print(f"verify_pin: {len(verdict.problems)} problem(s)", file=sys.stderr)
+    return 2
+
+
+# -- bump_pin -------------------------------------------------------------------------------------------------
+
+
+def cmd_bump_pin(args: argparse.Namespace) -> int:
+    from ci import bump
+    from ci.checkout import Checkout
+    from ci.fork import ForkStore
+    from ci.verify import verify
+
+    project = _project(args)
+    verdict = verify(project)
+    if not verdict.ok:
+        raise OnebitError("the current pin does not verify; fix it first: " + "; ".join(verdict.problems))
+    pins = project.load_pins()
+    store = ForkStore.open(project.module_gitdir(pins.submodule))
+    remote = args.remote or pins.fork.url
+    log.info("fetching %s", remote)
+    log.info("fetched %s", store.sync(remote))
+    request = bump.BumpRequest(target=args.commit, branch=args.branch, allow_rollback=args.allow_rollback, reference=args.reference)
+    the_plan = bump.plan(project, store, request)
+    print(f"bump_pin: {the_plan.headline()}")
+    for line in the_plan.subject_lines():
+        print(f"  {line}")
+    if the_plan.unchanged:
+        return 0
+    checkout = Checkout.find(project.root / pins.submodule, pins.omit)
+    bump.execute(project, the_plan, checkout)
+    report = Path(args.report) if args.report else project.root / "build" / "bump-report.md"
+    bump.write_report(report, the_plan)
+    print(f"bump_pin: wrote pins.yaml and the gitlink (staged); report: {_rel(report, project.root)}")
+    print(f"bump_pin: next: nox -s build gpu_tests, then git commit -F {_rel(report, project.root)}")
+    return 0
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+# -- the parser -----------------------------------------------------------------------------------------------
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog=PROG, description="Build-and-test orchestration for the pinned ROCmFPX fork.")
+    top.add_argument("--root", help="the onebit-ci checkout (default: the nearest directory with pins.yaml)")
+    top.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = top.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("verify-pin", help="check pins.yaml, .gitmodules, the gitlink and the checkout agree")
+    p.set_defaults(func=cmd_verify_pin)
+
+    p = sub.add_parser("bump-pin", help="move the pin to another commit of the pinned branch")
+    p.add_argument("commit", help="the new commit: full or abbreviated (4+ hex digits)")
+    p.add_argument("--remote", help="fetch from this URL or local mirror instead of pins.yaml's fork.url")
+    p.add_argument("--branch", help="the branch the new pin must be on (default: pins.yaml's fork.branch)")
+    p.add_argument("--allow-rollback", action="store_true", help="allow a commit behind or beside the current pin")
+    p.add_argument("--reference", help='a human name for the new pin, e.g. "ROCmFPX#4"')
+    p.add_argument("--report", help="where to write the markdown report (default: build/bump-report.md)")
+    p.set_defaults(func=cmd_bump_pin)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        handler: Handler = args.func
+        return handler(args)
+    except OnebitError as exc:
+        if args.debug:
+            traceback.print_exc()
+        for line in exc.message.splitlines() or [""]:
+            print(f"{PROG}: error: {line}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130

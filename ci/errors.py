@@ -1,0 +1,81 @@
+"""The one error family of onebit-ci.
+
+Only the entry points catch these; each prints one line and exits with its class's code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class OnebitError(Exception):
+    """Something the user can act on; the message names the file, key, commit or command."""
+
+    exit_code = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ConfigError(OnebitError):
+    """A file or an argument is malformed (pins.yaml, .gitmodules, a patch header, a CLI flag)."""
+
+    exit_code = 2
+
+
+class GitError(OnebitError):
+    """A repository could not be read, fetched or resolved."""
+
+    exit_code = 3
+
+
+class Refused(OnebitError):
+    """The request is understood but unsafe: a rollback, a conflicting patch, a stale build."""
+
+    exit_code = 4
+
+
+class ToolchainError(OnebitError):
+    """A compiler, ROCm, CMake or Ninja is missing or too old."""
+
+    exit_code = 5
+
+
+class CommandFailed(OnebitError):
+    """An external program exited non-zero; carries its argv, exit code and the tail of its output."""
+
+    exit_code = 6
+
+    def __init__(self, argv: Sequence[str], returncode: int, tail: str, what: str | None = None) -> None:
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.tail = tail
+        name = what or self.argv[0]
+        super().__init__(f"{name} exited with {describe_returncode(returncode)}")
+
+
+class GateFailed(OnebitError):
+    """A gate ran and did not pass."""
+
+    exit_code = 7
+
+
+def describe_returncode(returncode: int) -> str:
+    """Exit status in words: a negative code is the signal that killed the process."""
+    if returncode < 0:
+        import signal
+
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"{name} (killed by signal {-returncode})"
+    if returncode > 128:
+        import signal
+
+        try:
+            return f"status {returncode} ({signal.Signals(returncode - 128).name}?)"
+        except ValueError:
+            pass
+    return f"status {returncode}"

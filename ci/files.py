@@ -1,0 +1,74 @@
+"""Atomic writes, and snapshots that put a set of files back exactly as they were."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def write_atomic(path: Path, data: bytes | str, *, mode: int | None = None) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same directory and a rename."""
+    payload = data.encode() if isinstance(data, str) else data
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if mode is None:
+        try:
+            mode = path.stat().st_mode & 0o777
+        except FileNotFoundError:
+            mode = 0o644
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: Path, value: Any) -> None:
+    write_atomic(path, json.dumps(value, indent=2, sort_keys=False) + "\n")
+
+
+class Snapshot:
+    """The bytes of some files (or their absence), to restore after a failed multi-file change."""
+
+    def __init__(self, paths: Sequence[Path]) -> None:
+        self._saved: dict[Path, bytes | None] = {}
+        for p in paths:
+            try:
+                self._saved[p] = p.read_bytes()
+            except FileNotFoundError:
+                self._saved[p] = None
+
+    def restore(self) -> None:
+        for p, data in self._saved.items():
+            if data is None:
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
+            else:
+                try:
+                    if p.read_bytes() == data:
+                        continue
+                except FileNotFoundError:
+                    pass
+                write_atomic(p, data)
+
+
+@contextlib.contextmanager
+def all_or_nothing(paths: Sequence[Path]) -> Iterator[Snapshot]:
+    """Restore ``paths`` byte for byte if the block raises (Ctrl-C included)."""
+    snap = Snapshot(paths)
+    try:
+        yield snap
+    except BaseException:
+        snap.restore()
+        raise

@@ -1,0 +1,173 @@
+"""pins.yaml: the one record of what is pinned, loaded strictly into frozen dataclasses.
+
+Edits go through :func:`edit_fork`, which replaces scalar values in place so that comments, quoting style of
+untouched keys and key order stay exactly as a person wrote them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+import yaml
+
+from ci.errors import ConfigError
+from ci.schema import Section
+
+PINS_FILE = "pins.yaml"
+SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+PLAIN_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./@+-]*$")
+OP_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+
+
+def _full_sha(value: str) -> str | None:
+    return None if SHA_RE.match(value) else "is not a full 40-hex sha"
+
+
+def _https(value: str) -> str | None:
+    return None if value.startswith("https://") else "is not an https:// URL"
+
+
+def _branch(value: str) -> str | None:
+    if value.startswith(("refs/", "-")) or ".." in value or " " in value or value.endswith("/"):
+        return "is not a branch name (give it without refs/heads/)"
+    return None
+
+
+def _relpath(value: str) -> str | None:
+    p = PurePosixPath(value)
+    if p.is_absolute() or ".." in p.parts or value.endswith("/"):
+        return "is not a relative path inside the repository"
+    return None
+
+
+def _iso_date(value: str) -> str | None:
+    try:
+        dt.date.fromisoformat(value)
+    except ValueError:
+        return "is not a date (YYYY-MM-DD)"
+    return None
+
+
+@dataclass(frozen=True)
+class Fork:
+    url: str
+    branch: str
+    commit: str
+    reference: str
+    date: str
+
+    @property
+    def short(self) -> str:
+        return self.commit[:7]
+
+
+@dataclass(frozen=True)
+class Pins:
+    """What is pinned, and what the gates must see at that pin."""
+
+    path: Path
+    text: str
+    fork: Fork
+    submodule: str
+    omit: tuple[str, ...] = ()
+    backend_ops: tuple[tuple[str, int], ...] = field(default=())
+
+    def expected_cases(self) -> dict[str, int]:
+        return dict(self.backend_ops)
+
+
+def load(path: Path) -> Pins:
+    """Read and validate ``path``; every problem is a :class:`ConfigError` naming the file and dotted key."""
+    name = path.name
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: not found; run from the repository root or pass --pins") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc})") from None
+    return parse(text, path, name)
+
+
+def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{name}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    top = Section(name, "", data if data is not None else {})
+    fork_s = top.section("fork")
+    assert fork_s is not None
+    fork = Fork(
+        url=fork_s.string("url", check=_https),
+        branch=fork_s.string("branch", check=_branch),
+        commit=fork_s.string("commit", check=_full_sha),
+        reference=fork_s.string("reference"),
+        date=fork_s.string("date", check=_iso_date),
+    )
+    fork_s.done()
+    submodule = top.string("submodule", check=_relpath)
+    omit: tuple[str, ...] = ()
+    checkout = top.section("checkout", required=False)
+    if checkout is not None:
+        omit = checkout.strings("omit", required=False)
+        for i, p in enumerate(omit):
+            stripped = p.rstrip("/")
+            if not stripped or _relpath(stripped):
+                raise checkout.error(f'"{p}" is not a relative path inside the checkout', f"omit[{i}]")
+        omit = tuple(p.rstrip("/") + "/" for p in omit)
+        checkout.done()
+    cases: list[tuple[str, int]] = []
+    expect = top.section("expect", required=False)
+    if expect is not None:
+        ops = expect.section("backend_ops", required=False)
+        if ops is not None:
+            for op, _ in ops.items():
+                if not OP_RE.match(op):
+                    raise ops.error("is not a ggml op name (upper case, as test-backend-ops -o takes it)", op)
+                cases.append((op, ops.integer(op, minimum=1)))
+            ops.done()
+        expect.done()
+    top.done()
+    return Pins(path=path, text=text, fork=fork, submodule=submodule, omit=omit, backend_ops=tuple(cases))
+
+
+def edit_fork(text: str, changes: dict[str, str], name: str = PINS_FILE) -> str:
+    """``text`` with the given ``fork.*`` scalars replaced in place; everything else byte for byte."""
+    root = yaml.compose(text)
+    fork_node = _child(root, "fork", name)
+    spans: list[tuple[int, int, str]] = []
+    for key, value in changes.items():
+        node = _child(fork_node, key, name, parent="fork")
+        if not isinstance(node, yaml.ScalarNode):
+            raise ConfigError(f"{name}: fork.{key}: expected a scalar")
+        spans.append((node.start_mark.index, node.end_mark.index, _scalar(key, value, node.style)))
+    out = text
+    for start, end, new in sorted(spans, reverse=True):
+        out = out[:start] + new + out[end:]
+    parse(out, Path(name), name)  # an edit that breaks the file is a bug here, never written
+    return out
+
+
+def _child(node: yaml.Node | None, key: str, name: str, parent: str = "") -> yaml.Node:
+    where = f"{parent}.{key}" if parent else key
+    if not isinstance(node, yaml.MappingNode):
+        raise ConfigError(f"{name}: {parent or 'top level'}: expected a mapping")
+    for k, v in node.value:
+        if isinstance(k, yaml.ScalarNode) and k.value == key:
+            return v
+    raise ConfigError(f"{name}: {where}: is required")
+
+
+def _scalar(key: str, value: str, style: str | None) -> str:
+    if key == "date" or (SHA_RE.match(value) and not value.isdigit()):
+        return value  # a sha of decimal digits alone would load as an integer
+    if style == "'" and "'" not in value:
+        return f"'{value}'"
+    if style is None and PLAIN_RE.match(value) and yaml.safe_load(value) == value:
+        return value
+    return json.dumps(value)

@@ -1,0 +1,130 @@
+"""Reading a parsed YAML/JSON mapping strictly: dotted key paths in every message, did-you-mean for unknown keys.
+
+After cibuildwheel's OptionsReader: the loader walks the document once and returns frozen dataclasses; nothing
+past the loader sees a raw dict.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from ci.errors import ConfigError
+
+T = TypeVar("T")
+_MISSING = object()
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f' (did you mean "{close[0]}"?)' if close else ""
+
+
+def describe(value: object) -> str:
+    if isinstance(value, str):
+        return f'"{value}"'
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return str(value)
+
+
+class Section:
+    """One mapping of a config file, read key by key; :meth:`done` rejects the keys nobody asked for."""
+
+    def __init__(self, file: str, path: str, data: object) -> None:
+        self.file = file
+        self.path = path
+        if not isinstance(data, Mapping):
+            raise self.error(f"expected a mapping, got {describe(data)}")
+        self.data: Mapping[str, Any] = data
+        self._known: list[str] = []
+
+    def key(self, name: str) -> str:
+        return f"{self.path}.{name}" if self.path else name
+
+    def error(self, message: str, key: str | None = None) -> ConfigError:
+        where = self.key(key) if key is not None else self.path
+        return ConfigError(f"{self.file}: {where}: {message}" if where else f"{self.file}: {message}")
+
+    def _get(self, name: str, required: bool) -> Any:
+        self._known.append(name)
+        if name not in self.data:
+            if required:
+                for other in self.data:  # a misspelt required key: name the typo, not the absence
+                    if difflib.get_close_matches(str(other), [name], n=1, cutoff=0.6):
+                        raise self.error(f'unknown key (did you mean "{name}"?)', str(other))
+                raise self.error("is required", name)
+            return _MISSING
+        return self.data[name]
+
+    def has(self, name: str) -> bool:
+        return name in self.data
+
+    def string(self, name: str, *, required: bool = True, default: str = "", check: Callable[[str], str | None] | None = None) -> str:
+        value = self._get(name, required)
+        if value is _MISSING:
+            return default
+        if isinstance(value, dt.date):
+            value = value.isoformat()
+        if not isinstance(value, str) or not value.strip():
+            raise self.error(f"{describe(value)} is not a non-empty string", name)
+        if check is not None:
+            problem = check(value)
+            if problem:
+                raise self.error(f"{describe(value)} {problem}", name)
+        return value
+
+    def integer(self, name: str, *, required: bool = True, default: int = 0, minimum: int | None = None) -> int:
+        value = self._get(name, required)
+        if value is _MISSING:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(f"{describe(value)} is not an integer", name)
+        if minimum is not None and value < minimum:
+            raise self.error(f"{value} is below the minimum {minimum}", name)
+        return value
+
+    def number(self, name: str, *, required: bool = True, default: float = 0.0, minimum: float | None = None) -> float:
+        value = self._get(name, required)
+        if value is _MISSING:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.error(f"{describe(value)} is not a number", name)
+        if minimum is not None and value < minimum:
+            raise self.error(f"{value} is below the minimum {minimum}", name)
+        return float(value)
+
+    def strings(self, name: str, *, required: bool = True, default: tuple[str, ...] = ()) -> tuple[str, ...]:
+        value = self._get(name, required)
+        if value is _MISSING:
+            return default
+        if not isinstance(value, list):
+            raise self.error(f"{describe(value)} is not a list of strings", name)
+        for i, item in enumerate(value):
+            if not isinstance(item, str) or not item:
+                raise self.error(f"{describe(item)} is not a non-empty string", f"{name}[{i}]")
+        return tuple(value)
+
+    def section(self, name: str, *, required: bool = True) -> Section | None:
+        value = self._get(name, required)
+        if value is _MISSING:
+            return None
+        return Section(self.file, self.key(name), value)
+
+    def items(self) -> Iterable[tuple[str, Any]]:
+        """Every key of a mapping whose keys are data (op names, profile names); all count as known."""
+        self._known.extend(str(k) for k in self.data)
+        return ((str(k), v) for k, v in self.data.items())
+
+    def done(self) -> None:
+        for name in self.data:
+            if name not in self._known:
+                raise self.error(f"unknown key{did_you_mean(str(name), self._known)}", str(name))

@@ -1,0 +1,64 @@
+"""onebit-ci sessions: a table of contents. Each session installs the project once and calls ``python -m ci``.
+
+``nox -l`` lists them; ``nox -s NAME -- --help`` shows a session's flags.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.reuse_venv = "yes"
+nox.options.sessions = ["verify_pin"]
+
+ROOT = Path(__file__).parent
+# CPU llama.cpp for the slow tier; examples off: 423 s instead of 590 s on 2 cores (../shared facts, measured).
+BINARIES_ENV = {"CMAKE_ARGS": "-DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF"}
+
+
+def _install(session: nox.Session, *extras: str) -> None:
+    """Install the project (editable) only when pyproject.toml or the extras changed since the last install."""
+    venv = Path(str(session.virtualenv.location))
+    spec = f".[{','.join(extras)}]" if extras else "."
+    stamp = venv / ".onebit-installed"
+    want = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + spec.encode()).hexdigest()
+    if stamp.is_file() and stamp.read_text() == want:
+        return
+    session.install("-e", spec, env=BINARIES_ENV if "binaries" in extras else None)
+    stamp.write_text(want)
+
+
+def _ci(session: nox.Session, command: str) -> None:
+    session.run("python", "-m", "ci", command, *session.posargs)
+
+
+@nox.session
+def verify_pin(session: nox.Session) -> None:
+    """Check that pins.yaml, .gitmodules, the gitlink and the checkout agree."""
+    _install(session)
+    _ci(session, "verify-pin")
+
+
+@nox.session(default=False)
+def bump_pin(session: nox.Session) -> None:
+    """Move the pin: nox -s bump_pin -- SHA [--remote URL|PATH] [--branch B] [--allow-rollback]."""
+    _install(session)
+    _ci(session, "bump-pin")
+
+
+@nox.session(default=False)
+def tests(session: nox.Session) -> None:
+    """Run the whole test suite, the slow tier with real CPU llama.cpp binaries included."""
+    _install(session, "binaries")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(default=False)
+def lint(session: nox.Session) -> None:
+    """ruff and mypy --strict over ci/, serve/, tests/ and this file."""
+    _install(session, "lint")
+    session.run("ruff", "check", ".")
+    session.run("mypy")

@@ -1,0 +1,188 @@
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from ci import files
+from tests.project_fixture import Project
+
+
+def bump(project: Project, *args: str):  # type: ignore[no-untyped-def]
+    return project.ci("bump-pin", *args, "--remote", str(project.fork.path))
+
+
+def test_bump_ahead_writes_the_pin_the_gitlink_and_a_report(project: Project) -> None:
+    fork = project.fork
+    before = project.pins.read_text()
+    r = bump(project, fork.c5[:7], "--reference", "ROCmFPX#4")
+    assert r.code == 0, r.err
+    assert f"bump_pin: {fork.c1[:7]} -> {fork.c5[:7]} (ROCmFPX#2 -> ROCmFPX#4), 5 commits ahead, on main" in r.out
+    for sha in (fork.c2, fork.s1, fork.c3, fork.c4, fork.c5):
+        assert f"  {sha[:7]} {fork.subject(sha)}" in r.out
+    after = project.pins.read_text()
+    changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines(), strict=True) if a != b]
+    assert [b for _, b in changed] == [
+        f"  commit: {fork.c5}",
+        '  reference: "ROCmFPX#4"  # a name people use for it',
+        f"  date: {dt.date.today().isoformat()}        # the day it was pinned",
+    ]
+    assert project.gitlink() == fork.c5
+    staged = project.repo.status()
+    assert staged == {"pins.yaml": pygit2.enums.FileStatus.INDEX_MODIFIED, "third_party/llama.cpp-rocmfpx": pygit2.enums.FileStatus.INDEX_MODIFIED}
+    report = (project.root / "build" / "bump-report.md").read_text()
+    assert report.startswith(f"## Bump the ROCmFPX pin: {fork.c1[:7]} -> {fork.c5[:7]}\n")
+    assert f"- `{fork.c4[:7]} {fork.subject(fork.c4)}`" in report
+    assert "test-backend-ops `GATED_DELTA_NET`: 54 cases" in report
+    assert project.ci("verify-pin").code == 0
+
+
+def test_the_same_commit_says_so_and_changes_nothing(project: Project) -> None:
+    before = project.state()
+    r = bump(project, project.fork.c1[:10])
+    assert r.code == 0
+    assert f"pin is already {project.fork.c1[:7]} (ROCmFPX#2) on main: nothing to do" in r.out
+    assert project.state() == before
+    assert not (project.root / "build" / "bump-report.md").exists()
+
+
+def test_an_ambiguous_prefix_lists_the_candidates(project: Project) -> None:
+    a, b = project.fork.ambiguous
+    before = project.state()
+    r = bump(project, a[:4])
+    assert r.code == 2
+    assert f"commit {a[:4]} is ambiguous: 2 commits match: " in r.err
+    assert a[:12] in r.err
+    assert b[:12] in r.err
+    assert project.state() == before
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("zzzzzzz", 'onebit-ci: error: "zzzzzzz" is not a commit id (hex digits, at least 4)'),
+        ("abc", 'onebit-ci: error: "abc" is too short: give at least 4 hex digits of the commit'),
+        ("0000000", "onebit-ci: error: commit 0000000 is not in the fork (no branch or pull request reaches it)"),
+    ],
+)
+def test_bad_commit_ids_get_a_clear_error(project: Project, spec: str, message: str) -> None:
+    before = project.state()
+    r = bump(project, spec)
+    assert r.code != 0
+    assert message in r.err
+    assert project.state() == before
+
+
+def test_a_commit_only_on_a_side_branch_is_refused(project: Project) -> None:
+    before = project.state()
+    r = bump(project, project.fork.w1[:8])
+    assert r.code == 4
+    assert f"commit {project.fork.w1[:12]} is not on the pinned branch main (it is only on wip)" in r.err
+    r = bump(project, project.fork.p1[:8])
+    assert r.code == 4
+    assert "(it is only on pull/7)" in r.err
+    assert project.state() == before
+
+
+def test_a_rollback_is_refused_unless_allowed(project: Project) -> None:
+    before = project.state()
+    r = bump(project, project.fork.c0[:8])
+    assert r.code == 4
+    assert f"bump refused: {project.fork.c0[:12]} is an ancestor of the current pin {project.fork.c1[:12]} (1 commits back)" in r.err
+    assert "--allow-rollback" in r.err
+    assert project.state() == before
+    r = bump(project, project.fork.c0[:8], "--allow-rollback")
+    assert r.code == 0, r.err
+    assert "ROLLBACK: 1 commits behind" in r.out
+    assert project.gitlink() == project.fork.c0
+
+
+def test_a_sideways_move_is_refused(project: Project) -> None:
+    assert bump(project, project.fork.s1[:8]).code == 0  # s1 is on main through the merge c3
+    r = bump(project, project.fork.c2[:8])
+    assert r.code == 4
+    assert "is neither ahead of nor behind the current pin" in r.err
+
+
+def test_a_fetch_error_changes_nothing(project: Project, tmp_path: Path) -> None:
+    before = project.state()
+    r = project.ci("bump-pin", project.fork.c5[:7], "--remote", f"file://{tmp_path}/no-such-fork.git")
+    assert r.code == 3
+    assert f"fetch file://{tmp_path}/no-such-fork.git: " in r.err
+    assert project.state() == before
+
+
+def test_a_url_remote_is_fetched_with_libgit2(project: Project) -> None:
+    r = project.ci("bump-pin", project.fork.c4[:7], "--remote", f"file://{project.fork.path}")
+    assert r.code == 0, r.err
+    assert project.gitlink() == project.fork.c4
+
+
+def test_a_locked_index_leaves_every_file_as_it_was(project: Project) -> None:
+    before = project.state()
+    (project.root / ".git" / "index.lock").write_text("")
+    r = bump(project, project.fork.c5[:7])
+    assert r.code == 3
+    assert "cannot be written" in r.err
+    (project.root / ".git" / "index.lock").unlink()
+    assert project.state() == before
+
+
+def test_a_write_error_half_way_restores_pins_yaml(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = project.state()
+    real = files.write_atomic
+    calls: list[Path] = []
+
+    def failing(path: Path, data: bytes | str, *, mode: int | None = None) -> None:
+        calls.append(path)
+        if path.name == ".gitmodules" and len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        real(path, data, mode=mode)
+
+    monkeypatch.setattr("ci.bump.write_atomic", failing)
+    with pytest.raises(OSError, match="No space left"):
+        bump(project, project.fork.c5[:7], "--branch", "many")
+    assert calls[0].name == "pins.yaml"
+    assert project.state() == before
+
+
+def test_switching_branch_rewrites_gitmodules_too(project: Project) -> None:
+    a, _ = project.fork.ambiguous
+    r = bump(project, a[:10], "--branch", "many")
+    assert r.code == 0, r.err
+    assert "branch = many" in (project.root / ".gitmodules").read_text()
+    assert "branch: many" in project.pins.read_text()
+    assert project.ci("verify-pin").code == 0
+
+
+def test_a_checked_out_submodule_moves_with_the_pin(project: Project) -> None:
+    from ci.checkout import materialize
+    from ci.fork import ForkStore
+
+    assert bump(project, project.fork.c2[:8]).code == 0
+    store = ForkStore.open(project.root / ".git" / "modules" / "third_party" / "llama.cpp-rocmfpx")
+    materialize(store, project.submodule, project.fork.c2, ("models/", "docs/"))
+    assert (project.submodule / "README.md").read_text() == "fork\nserver\n"
+    assert not (project.submodule / "models").exists()
+    r = bump(project, project.fork.c4[:8])
+    assert r.code == 0, r.err
+    assert (project.submodule / "common.c").is_file()
+    assert pygit2.Repository(str(project.submodule)).head.target == pygit2.Oid(hex=project.fork.c4)
+
+
+def test_a_checkout_with_local_changes_is_refused(project: Project) -> None:
+    from ci.checkout import materialize
+    from ci.fork import ForkStore
+
+    assert bump(project, project.fork.c2[:8]).code == 0
+    store = ForkStore.open(project.root / ".git" / "modules" / "third_party" / "llama.cpp-rocmfpx")
+    materialize(store, project.submodule, project.fork.c2, ("models/", "docs/"))
+    (project.submodule / "README.md").write_text("my work\n")
+    before = project.state()
+    r = bump(project, project.fork.c4[:8])
+    assert r.code == 4
+    assert "the checkout has local changes (modified README.md)" in r.err
+    assert project.state() == before
+    assert (project.submodule / "README.md").read_text() == "my work\n"

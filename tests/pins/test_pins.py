@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ci import pins
+from ci.errors import ConfigError
+from tests.project_fixture import FORK_URL, PINS_TEMPLATE
+
+SHA = "8abd563db5a3666adbd6eaa50c6826dfbe9abfef"
+GOOD = PINS_TEMPLATE.format(url=FORK_URL, commit=SHA)
+
+
+def load(text: str) -> pins.Pins:
+    return pins.parse(text, Path("pins.yaml"))
+
+
+def error_of(text: str) -> str:
+    with pytest.raises(ConfigError) as exc:
+        load(text)
+    return exc.value.message
+
+
+def test_loads_the_fork_and_the_expectations() -> None:
+    p = load(GOOD)
+    assert p.fork.commit == SHA
+    assert p.fork.short == "8abd563"
+    assert p.fork.reference == "ROCmFPX#2"
+    assert p.fork.date == "2026-09-28"
+    assert p.submodule == "third_party/llama.cpp-rocmfpx"
+    assert p.omit == ("models/", "docs/")
+    assert p.expected_cases() == {"GATED_DELTA_NET": 54}
+
+
+def test_the_repository_pins_yaml_loads() -> None:
+    p = pins.load(Path(__file__).parents[2] / "pins.yaml")
+    assert p.fork.url == "https://github.com/1bit-MONSTER/ROCmFPX.git"
+    assert p.fork.branch == "1bit/vulkan-rocmi4"
+    assert p.fork.commit == SHA
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (f"commit: {SHA}", "commit: b82c8b8", 'pins.yaml: fork.commit: "b82c8b8" is not a full 40-hex sha'),
+        (f"commit: {SHA}", f"commit: {SHA.upper()}", "fork.commit: "),
+        (f"url: {FORK_URL}", "url: http://example.invalid/x.git", 'pins.yaml: fork.url: "http://example.invalid/x.git" is not an https:// URL'),
+        ("branch: main", "branch: refs/heads/main", "pins.yaml: fork.branch: "),
+        ("date: 2026-09-28", "date: someday", 'pins.yaml: fork.date: "someday" is not a date (YYYY-MM-DD)'),
+        ("  reference:", "  refrence:", 'pins.yaml: fork.refrence: unknown key (did you mean "reference"?)'),
+        ("GATED_DELTA_NET: 54", "GATED_DELTA_NET: many", 'pins.yaml: expect.backend_ops.GATED_DELTA_NET: "many" is not an integer'),
+        ("GATED_DELTA_NET: 54", "GATED_DELTA_NET: 0", "pins.yaml: expect.backend_ops.GATED_DELTA_NET: 0 is below the minimum 1"),
+        ("GATED_DELTA_NET: 54", "gated_delta_net: 54", "pins.yaml: expect.backend_ops.gated_delta_net: is not a ggml op name"),
+        ("backend_ops:", "backend_opz:", 'pins.yaml: expect.backend_opz: unknown key (did you mean "backend_ops"?)'),
+        ("submodule: third_party/llama.cpp-rocmfpx", "submodule: ../elsewhere", 'pins.yaml: submodule: "../elsewhere" is not a relative path'),
+        ("omit: [models/, docs/]", "omit: models/", 'pins.yaml: checkout.omit: "models/" is not a list of strings'),
+        ("omit: [models/, docs/]", "omit: [/abs]", 'pins.yaml: checkout.omit[0]: "/abs" is not a relative path'),
+    ],
+)
+def test_every_error_names_the_file_the_key_and_what_was_expected(old: str, new: str, message: str) -> None:
+    assert old in GOOD
+    assert message in error_of(GOOD.replace(old, new))
+
+
+def test_a_missing_key_and_an_unknown_section() -> None:
+    assert error_of(GOOD.replace("  branch: main\n", "")) == "pins.yaml: fork.branch: is required"
+    assert 'pins.yaml: forks: unknown key (did you mean "fork"?)' in error_of(GOOD + "forks: {}\n")
+
+
+def test_not_yaml_and_not_a_mapping() -> None:
+    assert error_of("fork: [unclosed\n").startswith("pins.yaml: not valid YAML at line")
+    assert error_of("- a list\n") == "pins.yaml: expected a mapping, got a list"
+
+
+def test_a_missing_file_says_where_to_run(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found; run from the repository root"):
+        pins.load(tmp_path / "pins.yaml")
+
+
+def test_edit_changes_only_the_values_comments_and_order_stay() -> None:
+    new_sha = "b82c8b8c300906736573d14e23d416c7c346861f"
+    out = pins.edit_fork(GOOD, {"commit": new_sha, "reference": "ROCmFPX#4", "date": "2026-12-02"})
+    changed = [(a, b) for a, b in zip(GOOD.splitlines(), out.splitlines(), strict=True) if a != b]
+    assert changed == [
+        (f"  commit: {SHA}", f"  commit: {new_sha}"),
+        ('  reference: "ROCmFPX#2"  # a name people use for it', '  reference: "ROCmFPX#4"  # a name people use for it'),
+        ("  date: 2026-09-28        # the day it was pinned", "  date: 2026-12-02        # the day it was pinned"),
+    ]
+    assert load(out).fork.reference == "ROCmFPX#4"
+
+
+def test_edit_quotes_a_sha_of_decimal_digits_alone() -> None:
+    digits = "1" * 40
+    assert load(pins.edit_fork(GOOD, {"commit": digits})).fork.commit == digits
