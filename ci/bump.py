@@ -16,6 +16,19 @@ from ci.checkout import Checkout
 from ci.errors import GitError, Refused
 from ci.files import all_or_nothing, write_atomic
 from ci.fork import ForkStore, Move, Relation
+from ci.patches import (
+    PATCHES_DIR,
+    SERIES_FILE,
+    Series,
+    SeriesPlan,
+    State,
+    apply_to_workdir,
+    check_paths,
+    checkout_state,
+    classify,
+    load_series,
+    series_text,
+)
 from ci.project import GITLINK_MODE, Project, read_gitmodules, set_gitmodules_value
 
 log = logging.getLogger("onebit-ci")
@@ -29,6 +42,7 @@ class BumpRequest:
     branch: str | None = None
     allow_rollback: bool = False
     reference: str | None = None
+    drop_upstreamed: bool = False
     today: dt.date = field(default_factory=dt.date.today)
 
 
@@ -46,6 +60,15 @@ class BumpPlan:
     gitmodules_text: str | None
     reference: str
     date: str
+    series: Series
+    series_plan: SeriesPlan | None  # the series against the new commit
+    dropped: tuple[str, ...] = ()  # patches already upstream, removed from the series by this bump
+    series_text: str | None = None
+    checkout: State | None = None  # the checkout's state before the bump, when there is one
+
+    @property
+    def kept_series(self) -> Series:
+        return self.series.without(self.dropped)
 
     @property
     def unchanged(self) -> bool:
@@ -84,6 +107,12 @@ class BumpPlan:
         if self.subjects:
             lines += [f"### Commits ({len(self.subjects)})", ""]
             lines += [f"- `{s}`" if s.startswith("...") is False else f"- {s}" for s in self.subject_lines()]
+            lines.append("")
+        if self.series_plan is not None:
+            lines += [f"### Patch series ({len(self.series.patches)} patches)", ""]
+            lines += [f"- `{v.patch}`: {v.fate.value}" + (f" ({v.detail})" if v.detail else "") for v in self.series_plan.verdicts]
+            if self.dropped:
+                lines += ["", f"Dropped from the series by this bump: {', '.join(self.dropped)}."]
             lines.append("")
         expected = self.pins.expected_cases()
         if expected:
@@ -124,6 +153,9 @@ def plan(project: Project, store: ForkStore, request: BumpRequest) -> BumpPlan:
             raise Refused(f".gitmodules: no submodule at {pins.submodule}; run nox -s verify_pin")
         gitmodules_text = set_gitmodules_value(project.gitmodules_path.read_text(), sub.name, "branch", branch)
     subjects = tuple(store.subjects_between(old, new)) if move.relation is not Relation.SAME else ()
+    series = load_series(project.root / PATCHES_DIR)
+    series_plan, dropped, series_file = _series_at(project, store, series, old, commit, request)
+    state = _checkout_state(project, pins, store, series) if move.relation is not Relation.SAME else None
     return BumpPlan(
         pins=pins,
         old=old,
@@ -135,18 +167,66 @@ def plan(project: Project, store: ForkStore, request: BumpRequest) -> BumpPlan:
         gitmodules_text=gitmodules_text,
         reference=reference,
         date=date,
+        series=series,
+        series_plan=series_plan,
+        dropped=dropped,
+        series_text=series_file,
+        checkout=state,
     )
 
 
+def _series_at(
+    project: Project, store: ForkStore, series: Series, old: str, commit: pygit2.Commit, request: BumpRequest
+) -> tuple[SeriesPlan | None, tuple[str, ...], str | None]:
+    """Classify the series against the new commit; refuse a conflict, and an upstreamed patch unless dropped."""
+    if not series.patches:
+        return None, (), None
+    new = str(commit.id)
+    check_paths(series, commit.tree, None)
+    sp = classify(store.repo, new, series, since=old)
+    if sp.conflicts:
+        listing = "; ".join(f"patches/{v.patch}: {v.detail}" for v in sp.conflicts)
+        raise Refused(f"bump refused: the series conflicts at {new[:12]}: {listing}; refresh the patch (docs/patches.md) and retry")
+    dropped = tuple(v.patch for v in sp.upstreamed)
+    if dropped and not request.drop_upstreamed:
+        listing = "; ".join(f"patches/{v.patch} ({v.detail})" for v in sp.upstreamed)
+        raise Refused(f"bump refused: already upstream at {new[:12]}: {listing}; pass --drop-upstreamed to drop it in this bump")
+    text = None
+    if dropped:
+        series_path = project.root / PATCHES_DIR / SERIES_FILE
+        text = series_text(series.without(dropped).names, series_path.read_text())
+        sp = classify(store.repo, new, series.without(dropped), since=old)
+    return sp, dropped, text
+
+
+def _checkout_state(project: Project, pins: pins_mod.Pins, store: ForkStore, series: Series) -> State | None:
+    checkout = Checkout.find(project.root / pins.submodule, pins.omit)
+    if checkout is None:
+        return None
+    at_old = classify(store.repo, pins.fork.commit, series)
+    state = checkout_state(checkout.repo, pins.fork.commit, at_old, pins.omit)
+    if state.state is State.OTHER:
+        raise Refused(
+            f"{pins.submodule}: the pin cannot move: the checkout is neither clean at {pins.fork.short} nor pin + series ("
+            + ", ".join(state.differences)
+            + "); commit, stash or remove that work first"
+        )
+    return state.state
+
+
 def execute(project: Project, bump: BumpPlan, checkout: Checkout | None) -> None:
-    """Write pins.yaml, .gitmodules, the gitlink and the checkout; on any failure restore all of them."""
-    if checkout is not None:
-        checkout.require_clean("the pin cannot move")
-    targets = [project.pins_path, project.gitmodules_path, project.index_path()]
+    """Write pins.yaml, .gitmodules, the series, the gitlink and the checkout; on any failure restore them all."""
+    patches_dir = project.root / PATCHES_DIR
+    targets = [project.pins_path, project.gitmodules_path, project.index_path(), patches_dir / SERIES_FILE]
+    targets += [patches_dir / name for name in bump.dropped]
     with all_or_nothing(targets):
         write_atomic(project.pins_path, bump.pins_text)
         if bump.gitmodules_text is not None:
             write_atomic(project.gitmodules_path, bump.gitmodules_text)
+        if bump.series_text is not None:
+            write_atomic(patches_dir / SERIES_FILE, bump.series_text)
+            for name in bump.dropped:
+                (patches_dir / name).unlink()
         repo = project.repo()
         index = repo.index
         index.read()
@@ -155,15 +235,27 @@ def execute(project: Project, bump: BumpPlan, checkout: Checkout | None) -> None
             index.add(pins_mod.PINS_FILE)
             if bump.gitmodules_text is not None:
                 index.add(".gitmodules")
+            if bump.dropped:
+                index.add(f"{PATCHES_DIR}/{SERIES_FILE}")
+                for name in bump.dropped:
+                    if f"{PATCHES_DIR}/{name}" in index:
+                        index.remove(f"{PATCHES_DIR}/{name}")
             index.write()
         except pygit2.GitError as exc:
             raise GitError(f"{project.index_path()}: cannot be written ({exc}); is another git running?") from None
-        if checkout is not None:
-            try:
-                checkout.move_to(bump.new)
-            except BaseException:
-                checkout.move_to(bump.old)
-                raise
+        if checkout is not None and bump.checkout is not None:
+            _move_checkout(checkout, bump)
+
+
+def _move_checkout(checkout: Checkout, bump: BumpPlan) -> None:
+    """A clean checkout follows the pin; a patched one follows it with the (kept) series applied again."""
+    try:
+        checkout.move_to(bump.new)
+        if bump.checkout is State.PATCHED and bump.series_plan is not None:
+            apply_to_workdir(checkout.repo, bump.kept_series, bump.series_plan, bump.new, checkout.omit)
+    except BaseException:
+        checkout.move_to(bump.old)
+        raise
 
 
 def write_report(path: Path, bump: BumpPlan) -> None:

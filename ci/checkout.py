@@ -7,6 +7,7 @@ disk, are not counted as changes.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,10 @@ from pygit2.enums import CheckoutStrategy, FileStatus
 
 from ci.errors import GitError, Refused
 from ci.fork import ForkStore
+from ci.pins import Pins
+from ci.project import Project
+
+log = logging.getLogger("onebit-ci")
 
 
 @dataclass(frozen=True)
@@ -72,12 +77,6 @@ class Checkout:
                 continue
             out.append(Change(p, _describe(FileStatus(flags))))
         return out
-
-    def require_clean(self, what: str) -> None:
-        changes = self.changes()
-        if changes:
-            listing = ", ".join(str(c) for c in changes[:5]) + (f" and {len(changes) - 5} more" if len(changes) > 5 else "")
-            raise Refused(f"{self.path.name}: {what}: the checkout has local changes ({listing}); commit, stash or remove them first")
 
     def move_to(self, sha: str) -> None:
         """Detach HEAD at ``sha`` with index and working tree at its tree (omitted paths left out)."""
@@ -139,3 +138,20 @@ def materialize(store: ForkStore, workdir: Path, sha: str, omit: tuple[str, ...]
     if found is None:
         raise GitError(f"{workdir}: checkout of {sha[:12]} left no repository")
     return found
+
+
+def prepare(project: Project, pins: Pins, remote: str | None) -> tuple[ForkStore, Checkout]:
+    """The fork store holding the pinned commit and the submodule's checkout, made at the pin if absent."""
+    store = ForkStore.open(project.module_gitdir(pins.submodule))
+    if not store.has_commit(pins.fork.commit) or remote:
+        source = remote or pins.fork.url
+        log.info("fetching %s", source)
+        log.info("fetched %s", store.sync(source))
+        if not store.has_commit(pins.fork.commit):
+            raise GitError(f"the pinned commit {pins.fork.commit[:12]} is not in {source}; pass --remote with a mirror that has it")
+    workdir = project.root / pins.submodule
+    checkout = Checkout.find(workdir, pins.omit)
+    if checkout is None:
+        log.info("checking out %s at %s (leaving out %s)", pins.submodule, pins.fork.short, ", ".join(pins.omit) or "nothing")
+        checkout = materialize(store, workdir, pins.fork.commit, pins.omit)
+    return store, checkout

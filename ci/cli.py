@@ -63,11 +63,20 @@ def cmd_bump_pin(args: argparse.Namespace) -> int:
     remote = args.remote or pins.fork.url
     log.info("fetching %s", remote)
     log.info("fetched %s", store.sync(remote))
-    request = bump.BumpRequest(target=args.commit, branch=args.branch, allow_rollback=args.allow_rollback, reference=args.reference)
+    request = bump.BumpRequest(
+        target=args.commit, branch=args.branch, allow_rollback=args.allow_rollback, reference=args.reference,
+        drop_upstreamed=args.drop_upstreamed,
+    )
     the_plan = bump.plan(project, store, request)
     print(f"bump_pin: {the_plan.headline()}")
     for line in the_plan.subject_lines():
         print(f"  {line}")
+    if the_plan.series_plan is not None:
+        print(f"bump_pin: patch series at {the_plan.new[:7]}:")
+        for v in the_plan.series_plan.verdicts:
+            print(f"  {v.line()}")
+        for name in the_plan.dropped:
+            print(f"  {name}: already upstream, dropped from the series")
     if the_plan.unchanged:
         return 0
     checkout = Checkout.find(project.root / pins.submodule, pins.omit)
@@ -84,6 +93,37 @@ def _rel(path: Path, root: Path) -> str:
         return str(path.resolve().relative_to(root))
     except ValueError:
         return str(path)
+
+
+# -- patches ------------------------------------------------------------------------------------------------
+
+
+def cmd_patches(args: argparse.Namespace) -> int:
+    from ci import patches
+
+    project = _project(args)
+    if args.check:
+        pins, series, _repo, plan = patches.plan_at_pin(project, args.remote)
+        print(f"patches: {len(series.patches)} patches ({series.digest[:12]}) against the pin {pins.fork.short}:")
+        for line in patches.check_lines(plan):
+            print(f"  {line}")
+        return 0 if plan.clean else 4
+    print(patches.apply_series(project, args.remote))
+    return 0
+
+
+def cmd_export_patches(args: argparse.Namespace) -> int:
+    from ci import patches
+
+    project = _project(args)
+    plan = patches.plan_export(project, args.branch)
+    patches.write_export(project, plan)
+    print(f"export_patches: wrote {len(plan.files)} patches from {args.branch} into patches/ (series rewritten)")
+    for name, _ in plan.files:
+        print(f"  {name}")
+    for name in plan.stale:
+        print(f"  removed {name}")
+    return 0
 
 
 # -- the parser -----------------------------------------------------------------------------------------------
@@ -105,7 +145,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-rollback", action="store_true", help="allow a commit behind or beside the current pin")
     p.add_argument("--reference", help='a human name for the new pin, e.g. "ROCmFPX#4"')
     p.add_argument("--report", help="where to write the markdown report (default: build/bump-report.md)")
+    p.add_argument("--drop-upstreamed", action="store_true", help="remove patches the new commit already has from the series")
     p.set_defaults(func=cmd_bump_pin)
+
+    p = sub.add_parser("patches", help="apply the patch series to the checkout at the pin (or --check it)")
+    p.add_argument("--check", action="store_true", help="apply nothing; print each patch's fate: applies, already upstream, conflicts")
+    p.add_argument("--remote", help="fetch the pinned commit from this URL or local mirror when the store lacks it")
+    p.set_defaults(func=cmd_patches)
+
+    p = sub.add_parser("export-patches", help="write the series back from the commits of a local branch of the checkout")
+    p.add_argument("--branch", required=True, help="a branch of the checkout that starts at the pin, one commit per patch")
+    p.set_defaults(func=cmd_export_patches)
     return top
 
 

@@ -8,6 +8,7 @@ snapshots) still serves every commit and tree. A URL (``https://``, ``file://``)
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -98,10 +99,8 @@ class ForkStore:
             remote.fetch([f"+refs/heads/*:{HEADS}*"], prune=pygit2.enums.FetchPrune.PRUNE)
         except pygit2.GitError as exc:
             raise GitError(f"fetch {url}: {exc}; check the URL or pass --remote PATH to a local mirror") from None
-        try:
+        with contextlib.suppress(pygit2.GitError):  # not every host serves pull refs; they only improve a message
             remote.fetch([f"+refs/pull/*/head:{PULLS}*"])
-        except pygit2.GitError:
-            pass  # not every host serves pull refs; they only improve the side-branch message
         n = sum(1 for r in self.repo.references if r.startswith(HEADS))
         return f"{url}: {n} branches"
 

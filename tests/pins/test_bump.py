@@ -183,6 +183,6 @@ def test_a_checkout_with_local_changes_is_refused(project: Project) -> None:
     before = project.state()
     r = bump(project, project.fork.c4[:8])
     assert r.code == 4
-    assert "the checkout has local changes (modified README.md)" in r.err
+    assert f"the pin cannot move: the checkout is neither clean at {project.fork.c2[:7]} nor pin + series (differs README.md)" in r.err
     assert project.state() == before
     assert (project.submodule / "README.md").read_text() == "my work\n"
