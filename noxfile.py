@@ -50,6 +50,20 @@ def bump_pin(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def patches(session: nox.Session) -> None:
+    """Apply the patch series to the checkout at the pin; -- --check only says what would apply."""
+    _install(session)
+    _ci(session, "patches")
+
+
+@nox.session(default=False)
+def export_patches(session: nox.Session) -> None:
+    """Write patches/ back from a local branch of the checkout: -- --branch B."""
+    _install(session)
+    _ci(session, "export-patches")
+
+
+@nox.session(default=False)
 def tests(session: nox.Session) -> None:
     """Run the whole test suite, the slow tier with real CPU llama.cpp binaries included."""
     _install(session, "binaries")

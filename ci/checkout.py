@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import pygit2
-from pygit2.enums import CheckoutStrategy, FileStatus
+from pygit2.enums import CheckoutStrategy
 
 from ci.errors import GitError, Refused
 from ci.fork import ForkStore
@@ -21,25 +20,6 @@ from ci.pins import Pins
 from ci.project import Project
 
 log = logging.getLogger("onebit-ci")
-
-
-@dataclass(frozen=True)
-class Change:
-    path: str
-    status: str  # "modified", "added", "deleted", "untracked", "staged"
-
-    def __str__(self) -> str:
-        return f"{self.status} {self.path}"
-
-
-def _describe(flags: FileStatus) -> str:
-    if flags & (FileStatus.INDEX_NEW | FileStatus.INDEX_MODIFIED | FileStatus.INDEX_DELETED | FileStatus.INDEX_RENAMED):
-        return "staged"
-    if flags & FileStatus.WT_NEW:
-        return "untracked"
-    if flags & FileStatus.WT_DELETED:
-        return "deleted"
-    return "modified"
 
 
 class Checkout:
@@ -63,20 +43,6 @@ class Checkout:
 
     def head(self) -> str:
         return str(self.repo.head.target)
-
-    def omitted(self, path: str) -> bool:
-        return any(path.startswith(p) for p in self.omit)
-
-    def changes(self) -> list[Change]:
-        """Every difference between the working tree, the index and HEAD, except omitted paths left out."""
-        out = []
-        for p, flags in sorted(self.repo.status(untracked_files="all").items()):
-            if flags == FileStatus.IGNORED:
-                continue
-            if flags == FileStatus.WT_DELETED and self.omitted(p):
-                continue
-            out.append(Change(p, _describe(FileStatus(flags))))
-        return out
 
     def move_to(self, sha: str) -> None:
         """Detach HEAD at ``sha`` with index and working tree at its tree (omitted paths left out)."""
@@ -140,8 +106,8 @@ def materialize(store: ForkStore, workdir: Path, sha: str, omit: tuple[str, ...]
     return found
 
 
-def prepare(project: Project, pins: Pins, remote: str | None) -> tuple[ForkStore, Checkout]:
-    """The fork store holding the pinned commit and the submodule's checkout, made at the pin if absent."""
+def ensure_store(project: Project, pins: Pins, remote: str | None) -> ForkStore:
+    """The fork store, holding the pinned commit (fetched from ``remote`` or pins.yaml's url when asked or missing)."""
     store = ForkStore.open(project.module_gitdir(pins.submodule))
     if not store.has_commit(pins.fork.commit) or remote:
         source = remote or pins.fork.url
@@ -149,9 +115,14 @@ def prepare(project: Project, pins: Pins, remote: str | None) -> tuple[ForkStore
         log.info("fetched %s", store.sync(source))
         if not store.has_commit(pins.fork.commit):
             raise GitError(f"the pinned commit {pins.fork.commit[:12]} is not in {source}; pass --remote with a mirror that has it")
+    return store
+
+
+def ensure_checkout(project: Project, pins: Pins, store: ForkStore) -> Checkout:
+    """The submodule's checkout, made at the pin when absent."""
     workdir = project.root / pins.submodule
     checkout = Checkout.find(workdir, pins.omit)
     if checkout is None:
         log.info("checking out %s at %s (leaving out %s)", pins.submodule, pins.fork.short, ", ".join(pins.omit) or "nothing")
         checkout = materialize(store, workdir, pins.fork.commit, pins.omit)
-    return store, checkout
+    return checkout

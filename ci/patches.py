@@ -235,12 +235,17 @@ class SeriesPlan:
 
 @contextlib.contextmanager
 def scratch_index(store: pygit2.Repository, commit: pygit2.Commit) -> Iterator[pygit2.Repository]:
-    """A throwaway repository sharing ``store``'s objects, HEAD and index at ``commit``."""
+    """A throwaway repository with HEAD and index at ``commit`` whose object directory is ``store``'s own.
+
+    Sharing the object directory (not borrowing it through alternates) keeps the trees and blobs the series
+    produces in the store, where the checkout finds them afterwards.
+    """
     tmp = tempfile.mkdtemp(prefix="onebit-series-")
     try:
-        repo = pygit2.init_repository(tmp)
-        alternates = Path(repo.path) / "objects" / "info" / "alternates"
-        alternates.write_text(str(Path(store.path).resolve() / "objects") + "\n")
+        gitdir = Path(tmp) / ".git"
+        pygit2.init_repository(tmp)
+        shutil.rmtree(gitdir / "objects")
+        (gitdir / "objects").symlink_to(Path(store.path).resolve() / "objects", target_is_directory=True)
         repo = pygit2.Repository(tmp)
         repo.set_head(commit.id)
         repo.index.read_tree(commit.tree)
@@ -308,7 +313,8 @@ def _conflict_detail(repo: pygit2.Repository, diff: pygit2.Diff) -> str:
         for n, hunk in enumerate(p.hunks, 1):
             pre = [ln.content for ln in hunk.lines if ln.origin in (" ", "-")]
             if not _contains(lines, pre):
-                return f"{path}: hunk {n} {hunk.header.strip()} does not match"
+                m = re.match(r"@@[^@]*@@", hunk.header)
+                return f"{path}: hunk {n} ({m.group(0) if m else hunk.header.strip()}) does not match"
     try:
         repo.applies(diff, ApplyLocation.INDEX, raise_error=True)
     except pygit2.GitError as exc:
@@ -471,14 +477,16 @@ def apply_to_workdir(repo: pygit2.Repository, series: Series, plan: SeriesPlan, 
 
 def plan_at_pin(project: Project, remote: str | None) -> tuple[Pins, Series, pygit2.Repository, SeriesPlan]:
     """Load the series, make sure the checkout exists, refuse escaping patches, classify against the pin."""
-    from ci.checkout import prepare
+    from ci.checkout import ensure_checkout, ensure_store
 
     pins = project.load_pins()
     series = load_series(project.root / PATCHES_DIR)
-    store, checkout = prepare(project, pins, remote)
+    store = ensure_store(project, pins, remote)
     pin_commit = store.repo[pins.fork.commit]
     assert isinstance(pin_commit, pygit2.Commit)
-    check_paths(series, pin_commit.tree, checkout.path, pins.omit)
+    workdir = project.root / pins.submodule
+    check_paths(series, pin_commit.tree, workdir if workdir.is_dir() else None, pins.omit)
+    checkout = ensure_checkout(project, pins, store)
     return pins, series, checkout.repo, classify(store.repo, pins.fork.commit, series)
 
 

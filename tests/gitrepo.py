@@ -14,6 +14,10 @@ def signature(tick: int) -> pygit2.Signature:
     return pygit2.Signature("Fixture Author", "fixture@example.invalid", EPOCH + 60 * tick, 0)
 
 
+class Symlink(bytes):
+    """A file value that is a symbolic link to its content."""
+
+
 Files = Mapping[str, "bytes | str | None"]
 
 
@@ -42,7 +46,7 @@ class RepoBuilder:
             if content is None:
                 base.pop(path, None)
             else:
-                base[path] = content.encode() if isinstance(content, str) else content
+                base[path] = content.encode() if isinstance(content, str) else content  # Symlink stays a Symlink
         tree = self._tree(base)
         self.tick += 1
         sig = signature(self.tick)
@@ -67,7 +71,9 @@ class RepoBuilder:
     def _write(self, node: Mapping[str, object]) -> pygit2.Oid:
         tb = self.repo.TreeBuilder()
         for name, value in sorted(node.items()):
-            if isinstance(value, bytes):
+            if isinstance(value, Symlink):
+                tb.insert(name, self.repo.create_blob(bytes(value)), pygit2.enums.FileMode.LINK)
+            elif isinstance(value, bytes):
                 tb.insert(name, self.repo.create_blob(value), pygit2.enums.FileMode.BLOB)
             else:
                 tb.insert(name, self._write(value), pygit2.enums.FileMode.TREE)  # type: ignore[arg-type]

@@ -10,11 +10,12 @@ from pathlib import Path
 import pygit2
 
 from ci.cli import main
-from tests.gitrepo import RepoBuilder
+from tests.gitrepo import RepoBuilder, Symlink
 
 FORK_URL = "https://example.invalid/1bit-MONSTER/ROCmFPX.git"
 
 DELTA_C = "".join(f"static int delta_{i}(int x) {{ return x + {i}; }}\n" for i in range(12))
+DELTA_AT_C1 = DELTA_C.replace("x + 3;", "x + 33;")  # ggml/src/delta.c from c1 to c4 (c1 is the usual pin)
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class Fork:
     c3: str
     c4: str
     c5: str
+    c6: str  # changes again the line c5 changed
     w1: str  # only on branch wip
     p1: str  # only on refs/pull/7/head
     ambiguous: tuple[str, str]  # two commits of branch many sharing their first 4 hex digits
@@ -48,16 +50,19 @@ def make_fork(path: Path) -> Fork:
             "ggml/src/delta.c": DELTA_C,
             "models/ggml-vocab-tiny.gguf": b"GGUF\x03\x00\x00\x00",
             "docs/build.md": "# build\n",
+            "tools/win.txt": b"first\r\nsecond\r\nthird\r\n",
+            "ggml-link": Symlink(b"ggml"),
         },
     )
-    c1 = b.commit("ggml: chunked delta-net prefill", {"ggml/src/delta.c": DELTA_C.replace("x + 3", "x + 33")})
+    c1 = b.commit("ggml: chunked delta-net prefill", {"ggml/src/delta.c": DELTA_AT_C1})
     b.tag("v1", c1)
     s1 = b.commit("side: add a helper", {"side.txt": "helper\n"}, branch="side", parents=[c1])
     c2 = b.commit("server: fix the slot reset", {"README.md": "fork\nserver\n"}, parents=[c1])
     c3 = b.commit("Merge branch 'side'", {"side.txt": "helper\n"}, parents=[c2, s1])
     c4 = b.commit("common: parse more flags", {"common.c": "int flags;\n"})
     w1 = b.commit("wip: not merged", {"wip.txt": "wip\n"}, branch="wip", parents=[c4])
-    c5 = b.commit("ggml: micro-batch offset of layer inputs", {"ggml/src/delta.c": DELTA_C.replace("x + 7", "x + 77")})
+    c5 = b.commit("ggml: micro-batch offset of layer inputs", {"ggml/src/delta.c": DELTA_AT_C1.replace("x + 7;", "x + 77;")})
+    c6 = b.commit("ggml: retune the offset", {"ggml/src/delta.c": DELTA_AT_C1.replace("x + 7;", "x + 777;")})
     p1 = b.commit("pr: proposed change", {"pr.txt": "pr\n"}, ref="refs/pull/7/head", parents=[c5])
     seen: dict[str, str] = {}
     parent = c5
@@ -69,7 +74,7 @@ def make_fork(path: Path) -> Fork:
             break
         seen[parent[:4]] = parent
     assert ambiguous is not None
-    return Fork(path, c0, c1, c2, s1, c3, c4, c5, w1, p1, ambiguous, b)
+    return Fork(path, c0, c1, c2, s1, c3, c4, c5, c6, w1, p1, ambiguous, b)
 
 
 PINS_TEMPLATE = """\

@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import pygit2
+import pytest
+
+from ci.checkout import Checkout
+from tests.gitrepo import signature
+from tests.patches.conftest import MakePatch
+from tests.project_fixture import DELTA_AT_C1, Project
+
+TRAILERS = "\n\nUpstream: https://github.com/ggml-org/llama.cpp/pull/2\nDrop-when: the pin includes ggml-org/llama.cpp#2\n"
+
+
+def commit_in_checkout(project: Project, branch: str, message: str, files: dict[str, str]) -> str:
+    repo = pygit2.Repository(str(project.submodule))
+    for path, text in files.items():
+        (project.submodule / path).write_text(text)
+        repo.index.add(path)
+    repo.index.write()
+    tree = repo.index.write_tree()
+    ref = f"refs/heads/{branch}"
+    parent = repo.references[ref].target if ref in repo.references else repo.head.target
+    oid = repo.create_commit(ref, signature(1), signature(1), message, tree, [parent])
+    repo.set_head(ref)
+    return str(oid)
+
+
+@pytest.fixture
+def checked_out(project: Project) -> Project:
+    assert project.ci("patches", "--remote", str(project.fork.path)).code == 0
+    return project
+
+
+def test_export_writes_one_patch_per_commit_in_order_and_they_apply(checked_out: Project, add_patch: MakePatch) -> None:
+    project = checked_out
+    add_patch("old-fix.patch", {"README.md": "old\n"})
+    first = DELTA_AT_C1.replace("x + 1;", "x + 100;")
+    second = first.replace("x + 2;", "x + 200;")
+    commit_in_checkout(project, "fixes", "ggml: fix delta one" + TRAILERS, {"ggml/src/delta.c": first})
+    commit_in_checkout(project, "fixes", "ggml: fix delta two" + TRAILERS, {"ggml/src/delta.c": second})
+    r = project.ci("export-patches", "--branch", "fixes")
+    assert r.code == 0, r.err
+    assert "  ggml-fix-delta-one.patch\n  ggml-fix-delta-two.patch\n  removed old-fix.patch\n" in r.out
+    series = (project.root / "patches" / "series").read_text()
+    assert series == "# order of the patches\nggml-fix-delta-one.patch\nggml-fix-delta-two.patch\n"
+    assert not (project.root / "patches" / "old-fix.patch").exists()
+    text = (project.root / "patches" / "ggml-fix-delta-one.patch").read_text()
+    assert text.startswith("From ")
+    assert "Subject: [PATCH] ggml: fix delta one\n" in text
+    assert " ggml/src/delta.c | 2 +-\n" in text
+    checkout = Checkout.find(project.submodule, ("models/", "docs/"))
+    assert checkout is not None
+    checkout.move_to(project.fork.c1)
+    r = project.ci("patches")
+    assert r.code == 0, r.err
+    assert (project.submodule / "ggml/src/delta.c").read_text() == second
+
+
+def test_a_commit_without_the_trailers_is_refused_and_nothing_written(checked_out: Project) -> None:
+    project = checked_out
+    sha = commit_in_checkout(project, "fixes", "ggml: no header", {"README.md": "x\n"})
+    r = project.ci("export-patches", "--branch", "fixes")
+    assert r.code == 2
+    assert f'commit {sha[:12]} (ggml: no header): no "Upstream:" trailer' in r.err
+    assert not (project.root / "patches").exists()
+
+
+def test_a_branch_that_does_not_start_at_the_pin_is_refused(checked_out: Project) -> None:
+    project = checked_out
+    repo = pygit2.Repository(str(project.submodule))
+    repo.references.create("refs/heads/elsewhere", pygit2.Oid(hex=project.fork.c0))
+    r = project.ci("export-patches", "--branch", "elsewhere")
+    assert r.code == 4
+    assert "branch elsewhere does not start from the pin" in r.err
+    r = project.ci("export-patches", "--branch", "nope")
+    assert r.code == 2
+    assert "no local branch nope" in r.err

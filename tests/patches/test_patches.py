@@ -1,0 +1,214 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from ci import patches
+from ci.errors import ConfigError
+from tests.patches.conftest import MakePatch
+from tests.project_fixture import DELTA_AT_C1, DELTA_C, Project
+
+AT_PIN = DELTA_AT_C1
+FIX = {"ggml/src/delta.c": AT_PIN.replace("x + 1;", "x + 100;")}
+FIX_AGAIN = {"ggml/src/delta.c": AT_PIN.replace("x + 1;", "x + 100;").replace("x + 2;", "x + 200;")}
+
+
+def remote(project: Project) -> tuple[str, str]:
+    return ("--remote", str(project.fork.path))
+
+
+def workdir_status(project: Project) -> dict[str, int]:
+    repo = pygit2.Repository(str(project.submodule))
+    return {p: f for p, f in repo.status().items() if not (f == pygit2.enums.FileStatus.WT_DELETED and p.startswith(("models/", "docs/")))}
+
+
+def test_the_series_applies_to_a_fresh_checkout_at_the_pin(project: Project, add_patch: MakePatch) -> None:
+    add_patch("fix-delta.patch", FIX)
+    r = project.ci("patches", *remote(project))
+    assert r.code == 0, r.err
+    assert r.out.startswith("patches: applied 1 patches (")
+    assert (project.submodule / "ggml/src/delta.c").read_text() == FIX["ggml/src/delta.c"]
+    assert not (project.submodule / "models").exists()
+    repo = pygit2.Repository(str(project.submodule))
+    assert str(repo.head.target) == project.fork.c1
+    assert workdir_status(project) == {"ggml/src/delta.c": pygit2.enums.FileStatus.WT_MODIFIED}
+
+
+def test_dependent_patches_apply_in_series_order(project: Project, add_patch: MakePatch, fork_patch_on: MakePatch) -> None:
+    add_patch("one.patch", FIX)
+    fork_patch_on("two.patch", FIX_AGAIN, FIX)
+    r = project.ci("patches", "--check", *remote(project))
+    assert r.code == 0, r.out
+    assert "  one.patch: applies\n  two.patch: applies\n" in r.out
+    assert project.ci("patches").code == 0
+    assert (project.submodule / "ggml/src/delta.c").read_text() == FIX_AGAIN["ggml/src/delta.c"]
+
+
+def test_a_second_run_is_a_no_op(project: Project, add_patch: MakePatch) -> None:
+    add_patch("fix-delta.patch", FIX)
+    assert project.ci("patches", *remote(project)).code == 0
+    r = project.ci("patches")
+    assert r.code == 0
+    assert "is already applied at" in r.out
+    assert "nothing to do" in r.out
+    assert (project.submodule / "ggml/src/delta.c").read_text() == FIX["ggml/src/delta.c"]
+
+
+def test_a_conflicting_patch_names_the_patch_file_and_hunk_and_applies_nothing(project: Project, add_patch: MakePatch) -> None:
+    add_patch("fix-delta.patch", FIX)
+    add_patch("stale.patch", {"ggml/src/delta.c": DELTA_C.replace("x + 5;", "x + 500;")}, base=project.fork.c0)
+    # made on c0 where line 3 was "x + 3": at the pin c1 that line reads "x + 33", so the hunk's context differs
+    r = project.ci("patches", *remote(project))
+    assert r.code == 4
+    assert "patches/stale.patch: conflicts (ggml/src/delta.c: hunk 1 (@@ -3,7 +3,7 @@) does not match)" in r.err
+    assert "nothing was applied" in r.err
+    assert workdir_status(project) == {}
+    r = project.ci("patches", "--check")
+    assert r.code == 4
+    assert "  fix-delta.patch: applies\n  stale.patch: conflicts (ggml/src/delta.c: hunk 1" in r.out
+
+
+def test_a_dirty_checkout_is_refused_and_kept(project: Project, add_patch: MakePatch) -> None:
+    assert project.ci("patches", *remote(project)).code == 0  # empty series: a checkout at the pin
+    (project.submodule / "README.md").write_text("someone's work\n")
+    add_patch("fix-delta.patch", FIX)
+    r = project.ci("patches")
+    assert r.code == 4
+    assert "neither clean at the pin" in r.err
+    assert "differs README.md" in r.err
+    assert (project.submodule / "README.md").read_text() == "someone's work\n"
+    assert (project.submodule / "ggml/src/delta.c").read_text() == AT_PIN
+
+
+def test_a_patch_that_adds_and_deletes_files(project: Project, add_patch: MakePatch) -> None:
+    add_patch("reshape.patch", {"ggml/src/new.c": "int added;\n", "README.md": None})
+    r = project.ci("patches", *remote(project))
+    assert r.code == 0, r.err
+    assert (project.submodule / "ggml/src/new.c").read_text() == "int added;\n"
+    assert not (project.submodule / "README.md").exists()
+    assert project.ci("patches").code == 0  # recognised as pin + series
+
+
+def test_crlf_content_is_patched_byte_for_byte(project: Project, add_patch: MakePatch) -> None:
+    add_patch("win.patch", {"tools/win.txt": b"first\r\nSECOND\r\nthird\r\n"})
+    r = project.ci("patches", *remote(project))
+    assert r.code == 0, r.err
+    assert (project.submodule / "tools/win.txt").read_bytes() == b"first\r\nSECOND\r\nthird\r\n"
+
+
+def test_a_patch_file_rewritten_with_crlf_gets_a_clear_error(project: Project, add_patch: MakePatch) -> None:
+    name = add_patch("fix-delta.patch", FIX)
+    path = project.root / "patches" / name
+    path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+    r = project.ci("patches", *remote(project))
+    assert r.code == 2
+    assert "patches/fix-delta.patch: has CRLF line endings in its headers" in r.err
+
+
+ESCAPES = [
+    ("diff --git a/../outside.c b/../outside.c\n--- a/../outside.c\n+++ b/../outside.c\n", "touches ../outside.c: a path outside the checkout"),
+    ("diff --git a//etc/passwd b//etc/passwd\n--- a//etc/passwd\n+++ b//etc/passwd\n", "touches /etc/passwd: an absolute path"),
+    ("diff --git a/.git/config b/.git/config\n--- a/.git/config\n+++ b/.git/config\n", "touches .git/config: a path inside .git"),
+    ("diff --git a/ggml-link/src/delta.c b/ggml-link/src/delta.c\n--- a/ggml-link/src/delta.c\n+++ b/ggml-link/src/delta.c\n", "a path through the symbolic link ggml-link"),
+    ("diff --git a/models/x b/models/x\n--- a/models/x\n+++ b/models/x\n", "a path the checkout leaves out"),
+]
+
+
+@pytest.mark.parametrize(("header", "message"), ESCAPES)
+def test_a_patch_that_escapes_is_refused_before_anything_is_written(project: Project, header: str, message: str) -> None:
+    directory = project.root / "patches"
+    directory.mkdir()
+    body = "@@ -1 +1 @@\n-a\n+b\n"
+    text = (
+        "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\nFrom: A <a@example.invalid>\n"
+        "Subject: [PATCH] sneaky\n\nUpstream: not-needed: a test\nDrop-when: never\n---\n" + header + body
+    )
+    (directory / "sneaky.patch").write_text(text)
+    (directory / "series").write_text("sneaky.patch\n")
+    r = project.ci("patches", *remote(project))
+    assert r.code == 4
+    assert f"patches/sneaky.patch: {message}" in r.err or message in r.err
+    assert "nothing was applied" in r.err
+    assert not (project.submodule / ".git").exists()  # refused before the checkout was even made
+
+
+def test_a_patch_that_adds_a_symlink_is_refused(project: Project, add_patch: MakePatch) -> None:
+    from tests.gitrepo import Symlink
+
+    add_patch("link.patch", {"escape": Symlink(b"/etc")})
+    r = project.ci("patches", *remote(project))
+    assert r.code == 4
+    assert "patches/link.patch: adds a symbolic link escape" in r.err
+
+
+@pytest.mark.parametrize(
+    ("series", "message"),
+    [
+        ("a.patch\na.patch\n", 'patches/series:2: "a.patch" is listed twice'),
+        ("missing.patch\n", "patches/series:1: missing.patch does not exist in patches/"),
+        ("sub/a.patch\n", 'patches/series:1: "sub/a.patch" is not a patch file name'),
+    ],
+)
+def test_series_file_errors(tmp_path: Path, series: str, message: str) -> None:
+    d = tmp_path / "patches"
+    d.mkdir()
+    (d / "a.patch").write_text("x")
+    (d / "series").write_text(series)
+    with pytest.raises(ConfigError) as exc:
+        patches.load_series(d)
+    assert message in exc.value.message
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"upstream": "somewhere"}, 'patches/p.patch: Upstream: "somewhere" is neither a URL nor "not-needed: <reason>"'),
+        ({"upstream": "not-needed:"}, 'patches/p.patch: Upstream: "not-needed:" is neither a URL'),
+        ({"drop_when": ""}, 'patches/p.patch: no "Drop-when:" trailer'),
+    ],
+)
+def test_patch_header_errors(project: Project, add_patch: MakePatch, kwargs: dict[str, str], message: str) -> None:
+    add_patch("p.patch", FIX, **kwargs)
+    with pytest.raises(ConfigError) as exc:
+        patches.load_series(project.root / "patches")
+    assert message in exc.value.message
+
+
+def test_the_header_is_read(project: Project, add_patch: MakePatch) -> None:
+    add_patch("p.patch", FIX, subject="ggml: a long subject that git folds", upstream="not-needed: the fork already has it in main")
+    (p,) = patches.load_series(project.root / "patches").patches
+    assert p.subject == "ggml: a long subject that git folds"
+    assert p.upstream == "not-needed: the fork already has it in main"
+    assert p.drop_when == "the pin includes ggml-org/llama.cpp#1"
+
+
+def test_the_series_digest_covers_names_bytes_and_order(project: Project, add_patch: MakePatch) -> None:
+    add_patch("a.patch", FIX)
+    add_patch("b.patch", {"README.md": "changed\n"})
+    d = project.root / "patches"
+    first = patches.load_series(d).digest
+    (d / "series").write_text("b.patch\na.patch\n")
+    assert patches.load_series(d).digest != first
+    (d / "series").write_text("a.patch\nb.patch\n")
+    assert patches.load_series(d).digest == first
+    (d / "b.patch").write_bytes((d / "b.patch").read_bytes() + b"\n")
+    assert patches.load_series(d).digest != first
+
+
+def test_reverse_diff_undoes_the_change(project: Project, add_patch: MakePatch) -> None:
+    add_patch("p.patch", {"ggml/src/new.c": "int added;\n", "README.md": None, "ggml/src/delta.c": FIX["ggml/src/delta.c"]})
+    (p,) = patches.load_series(project.root / "patches").patches
+    forward = p.diff()
+    backward = pygit2.Diff.parse_diff(patches.reverse_diff(p.diff_text))
+    assert {(d.delta.new_file.path, d.delta.status) for d in forward} == {
+        ("ggml/src/new.c", pygit2.enums.DeltaStatus.ADDED),
+        ("README.md", pygit2.enums.DeltaStatus.DELETED),
+        ("ggml/src/delta.c", pygit2.enums.DeltaStatus.MODIFIED),
+    }
+    assert {(d.delta.new_file.path, d.delta.status) for d in backward} == {
+        ("ggml/src/new.c", pygit2.enums.DeltaStatus.DELETED),
+        ("README.md", pygit2.enums.DeltaStatus.ADDED),
+        ("ggml/src/delta.c", pygit2.enums.DeltaStatus.MODIFIED),
+    }
