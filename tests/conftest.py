@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -9,7 +8,7 @@ from tests.project_fixture import Fork, Project, make_fork, make_project
 
 
 @pytest.fixture(autouse=True)
-def _isolated_git(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _isolated_git(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """No test sees the developer's git config, HOME or clock-dependent identity (pre-commit's pattern)."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HOME", str(home))
@@ -26,7 +25,6 @@ def _isolated_git(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     }.items():
         monkeypatch.setenv(var, value)
     monkeypatch.delenv("ONEBIT_CI_ROOT", raising=False)
-    yield
 
 
 @pytest.fixture(scope="session")
