@@ -22,6 +22,7 @@ from ci.patches import (
     Series,
     SeriesPlan,
     State,
+    Verdict,
     apply_to_workdir,
     check_paths,
     checkout_state,
@@ -30,6 +31,7 @@ from ci.patches import (
     series_text,
 )
 from ci.project import GITLINK_MODE, Project, read_gitmodules, set_gitmodules_value
+from ci.words import count
 
 log = logging.getLogger("onebit-ci")
 
@@ -62,9 +64,13 @@ class BumpPlan:
     date: str
     series: Series
     series_plan: SeriesPlan | None  # the series against the new commit
-    dropped: tuple[str, ...] = ()  # patches already upstream, removed from the series by this bump
+    dropped_verdicts: tuple[Verdict, ...] = ()  # patches already upstream, removed from the series by this bump
     series_text: str | None = None
     checkout: State | None = None  # the checkout's state before the bump, when there is one
+
+    @property
+    def dropped(self) -> tuple[str, ...]:
+        return tuple(v.patch for v in self.dropped_verdicts)
 
     @property
     def kept_series(self) -> Series:
@@ -79,8 +85,8 @@ class BumpPlan:
         if self.move.relation is Relation.SAME:
             return f"pin is already {new} ({self.pins.fork.reference}) on {self.branch}: nothing to do"
         how = {
-            Relation.AHEAD: f"{self.move.ahead} commits ahead",
-            Relation.ROLLBACK: f"ROLLBACK: {self.move.behind} commits behind",
+            Relation.AHEAD: f"{count(self.move.ahead, 'commit')} ahead",
+            Relation.ROLLBACK: f"ROLLBACK: {count(self.move.behind, 'commit')} behind",
             Relation.SIDEWAYS: f"SIDEWAYS: {self.move.ahead} ahead, {self.move.behind} behind",
             Relation.UNRELATED: "the old pin is not in this fork's history",
         }[self.move.relation]
@@ -109,10 +115,9 @@ class BumpPlan:
             lines += [f"- `{s}`" if s.startswith("...") is False else f"- {s}" for s in self.subject_lines()]
             lines.append("")
         if self.series_plan is not None:
-            lines += [f"### Patch series ({len(self.series.patches)} patches)", ""]
+            lines += [f"### Patch series ({count(len(self.series.patches), 'patch')})", ""]
             lines += [f"- `{v.patch}`: {v.fate.value}" + (f" ({v.detail})" if v.detail else "") for v in self.series_plan.verdicts]
-            if self.dropped:
-                lines += ["", f"Dropped from the series by this bump: {', '.join(self.dropped)}."]
+            lines += [f"- `{v.patch}`: {v.fate.value}, dropped from the series by this bump ({v.detail})" for v in self.dropped_verdicts]
             lines.append("")
         expected = self.pins.expected_cases()
         if expected:
@@ -135,7 +140,7 @@ def plan(project: Project, store: ForkStore, request: BumpRequest) -> BumpPlan:
     move = store.move(old, new)
     if move.relation in (Relation.ROLLBACK, Relation.SIDEWAYS, Relation.UNRELATED) and not request.allow_rollback:
         why = {
-            Relation.ROLLBACK: f"{new[:12]} is an ancestor of the current pin {old[:12]} ({move.behind} commits back)",
+            Relation.ROLLBACK: f"{new[:12]} is an ancestor of the current pin {old[:12]} ({count(move.behind, 'commit')} back)",
             Relation.SIDEWAYS: f"{new[:12]} is neither ahead of nor behind the current pin {old[:12]}",
             Relation.UNRELATED: f"the current pin {old[:12]} is not in this fork, so {new[:12]} cannot be shown to be ahead",
         }[move.relation]
@@ -169,7 +174,7 @@ def plan(project: Project, store: ForkStore, request: BumpRequest) -> BumpPlan:
         date=date,
         series=series,
         series_plan=series_plan,
-        dropped=dropped,
+        dropped_verdicts=dropped,
         series_text=series_file,
         checkout=state,
     )
@@ -177,7 +182,7 @@ def plan(project: Project, store: ForkStore, request: BumpRequest) -> BumpPlan:
 
 def _series_at(
     project: Project, store: ForkStore, series: Series, old: str, commit: pygit2.Commit, request: BumpRequest
-) -> tuple[SeriesPlan | None, tuple[str, ...], str | None]:
+) -> tuple[SeriesPlan | None, tuple[Verdict, ...], str | None]:
     """Classify the series against the new commit; refuse a conflict, and an upstreamed patch unless dropped."""
     if not series.patches:
         return None, (), None
@@ -187,15 +192,16 @@ def _series_at(
     if sp.conflicts:
         listing = "; ".join(f"patches/{v.patch}: {v.detail}" for v in sp.conflicts)
         raise Refused(f"bump refused: the series conflicts at {new[:12]}: {listing}; refresh the patch (docs/patches.md) and retry")
-    dropped = tuple(v.patch for v in sp.upstreamed)
+    dropped = sp.upstreamed
     if dropped and not request.drop_upstreamed:
         listing = "; ".join(f"patches/{v.patch} ({v.detail})" for v in sp.upstreamed)
         raise Refused(f"bump refused: already upstream at {new[:12]}: {listing}; pass --drop-upstreamed to drop it in this bump")
     text = None
     if dropped:
         series_path = project.root / PATCHES_DIR / SERIES_FILE
-        text = series_text(series.without(dropped).names, series_path.read_text())
-        sp = classify(store.repo, new, series.without(dropped), since=old)
+        kept = series.without([v.patch for v in dropped])
+        text = series_text(kept.names, series_path.read_text())
+        sp = classify(store.repo, new, kept, since=old)
     return sp, dropped, text
 
 

@@ -60,8 +60,40 @@ def checkout_commit(repo: pygit2.Repository, commit: pygit2.Commit, omit: tuple[
     except pygit2.GitError as exc:
         raise GitError(f"checkout of {str(commit.id)[:12]} failed: {exc}") from None
     repo.set_head(commit.id)
-    repo.index.read_tree(commit.tree)
-    repo.index.write()
+    index = repo.index
+    index.read_tree(commit.tree)
+    if omit:
+        mark_skip_worktree(index, omit)
+        _sparse_config(repo, omit)
+    index.write()
+
+
+SKIP_WORKTREE = 1 << 14  # GIT_INDEX_ENTRY_SKIP_WORKTREE, an extended index flag (index version 3)
+
+
+def mark_skip_worktree(index: pygit2.Index, omit: tuple[str, ...]) -> None:
+    """Flag omitted entries skip-worktree, as ``git sparse-checkout`` does, so git sees them as present.
+
+    pygit2 has no API for index entry flags, so this goes through its cffi binding. Without the flag
+    ``git status`` lists every omitted file as deleted, ``git commit -a`` deletes them, and llama.cpp's build
+    info calls the tree ``-dirty`` though no patch is applied. libgit2's own status ignores the flag; the
+    checkout's status code filters omitted paths itself.
+    """
+    from pygit2._libgit2 import ffi, lib
+
+    for entry in index:
+        if any(entry.path.startswith(o) for o in omit):
+            ptr = lib.git_index_get_bypath(index._index, entry.path.encode(), 0)
+            if ptr != ffi.NULL:
+                ffi.cast("git_index_entry *", ptr).flags_extended |= SKIP_WORKTREE
+
+
+def _sparse_config(repo: pygit2.Repository, omit: tuple[str, ...]) -> None:
+    """The same omission for git's own commands (a non-cone sparse checkout), so a ``git switch`` keeps it."""
+    repo.config["core.sparseCheckout"] = True
+    info = Path(repo.path) / "info"
+    info.mkdir(exist_ok=True)
+    (info / "sparse-checkout").write_text("/*\n" + "".join(f"!/{o}\n" for o in omit))
 
 
 def included_paths(tree: pygit2.Tree, omit: tuple[str, ...], prefix: str = "") -> list[str]:

@@ -100,11 +100,12 @@ def _rel(path: Path, root: Path) -> str:
 
 def cmd_patches(args: argparse.Namespace) -> int:
     from ci import patches
+    from ci.words import count
 
     project = _project(args)
     if args.check:
         pins, series, _repo, plan = patches.plan_at_pin(project, args.remote)
-        print(f"patches: {len(series.patches)} patches ({series.digest[:12]}) against the pin {pins.fork.short}:")
+        print(f"patches: {count(len(series.patches), 'patch')} ({series.digest[:12]}) against the pin {pins.fork.short}:")
         for line in patches.check_lines(plan):
             print(f"  {line}")
         return 0 if plan.clean else 4

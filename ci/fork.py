@@ -49,8 +49,8 @@ class ForkStore:
     def open(cls, gitdir: Path) -> ForkStore:
         """Open the store at ``gitdir``, creating it bare when absent (a checkout attaches a work tree later)."""
         if (gitdir / "HEAD").is_file():
-            try:
-                return cls(pygit2.Repository(str(gitdir)))
+            try:  # opened bare: the store needs objects and refs only, and a deleted work tree must not stop it
+                return cls(pygit2.Repository(str(gitdir), pygit2.enums.RepositoryOpenFlag.BARE))
             except pygit2.GitError as exc:
                 raise GitError(f"{gitdir}: not a usable git directory ({exc}); move it away and retry") from None
         return cls(pygit2.init_repository(str(gitdir), bare=True, flags=RepositoryInitFlag.MKPATH | RepositoryInitFlag.BARE))

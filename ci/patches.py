@@ -22,11 +22,12 @@ from enum import Enum
 from pathlib import Path, PurePosixPath
 
 import pygit2
-from pygit2.enums import ApplyLocation, DeltaStatus, DiffOption, FileMode
+from pygit2.enums import ApplyLocation, DeltaStatus, FileMode, FileStatus
 
 from ci.errors import ConfigError, GitError, Refused
 from ci.pins import Pins
 from ci.project import Project
+from ci.words import count
 
 PATCHES_DIR = "patches"
 SERIES_FILE = "series"
@@ -422,7 +423,11 @@ class CheckoutState:
 
 
 def checkout_state(repo: pygit2.Repository, pin: str, plan: SeriesPlan, omit: tuple[str, ...]) -> CheckoutState:
-    """Is the checkout clean at the pin, exactly pin + series, or something else (with what differs)?"""
+    """Is the checkout clean at the pin, exactly pin + series, or something else (with what differs)?
+
+    Built on status (work tree against the index, which stays at the pin) and hashes of the files the series
+    changes: a diff of the work tree against a tree would read the blobs of omitted files, which a mirror may lack.
+    """
     head = str(repo.head.target) if not repo.head_is_unborn else ""
     if head != pin:
         return CheckoutState(State.OTHER, (f"HEAD is {head[:12] or 'unborn'}, not the pin {pin[:12]}",))
@@ -430,25 +435,52 @@ def checkout_state(repo: pygit2.Repository, pin: str, plan: SeriesPlan, omit: tu
     staged = [d.delta.new_file.path for d in repo.index.diff_to_tree(pin_tree)]
     if staged:
         return CheckoutState(State.OTHER, tuple(f"staged {p}" for p in staged[:10]))
-    vs_pin = _workdir_differences(repo, pin_tree, omit)
-    if not vs_pin:
+    changed = _changed_paths(repo, omit)
+    if not changed:
         return CheckoutState(State.AT_PIN)
-    vs_series = _workdir_differences(repo, repo[plan.tree].peel(pygit2.Tree), omit)
-    if not vs_series and plan.tree != str(pin_tree.id):
+    differences = _against(repo, repo[plan.tree].peel(pygit2.Tree), pin_tree, changed)
+    if not differences:
         return CheckoutState(State.PATCHED)
-    return CheckoutState(State.OTHER, tuple(vs_series[:10]))
+    return CheckoutState(State.OTHER, tuple(differences[:10]))
 
 
-def _workdir_differences(repo: pygit2.Repository, tree: pygit2.Tree, omit: tuple[str, ...]) -> list[str]:
-    flags = DiffOption.INCLUDE_UNTRACKED | DiffOption.RECURSE_UNTRACKED_DIRS | DiffOption.SHOW_UNTRACKED_CONTENT
-    out = []
-    for p in tree.diff_to_workdir(flags=flags):
-        d = p.delta
-        path = d.new_file.path if d.status is not DeltaStatus.DELETED else d.old_file.path
-        if d.status is DeltaStatus.DELETED and any(path.startswith(o) for o in omit):
+def _changed_paths(repo: pygit2.Repository, omit: tuple[str, ...]) -> set[str]:
+    """Paths where the work tree differs from the index (the pin), omitted paths' absence aside."""
+    out = set()
+    for path, flags in repo.status(untracked_files="all").items():
+        if flags == FileStatus.IGNORED:
             continue
-        word = {DeltaStatus.ADDED: "extra", DeltaStatus.UNTRACKED: "extra", DeltaStatus.DELETED: "missing"}.get(d.status, "differs")
-        out.append(f"{word} {path}")
+        if flags == FileStatus.WT_DELETED and any(path.startswith(o) for o in omit):
+            continue
+        out.add(path)
+    return out
+
+
+def _against(repo: pygit2.Repository, expected: pygit2.Tree, pin_tree: pygit2.Tree, changed: set[str]) -> list[str]:
+    """How the work tree (pin + ``changed``) differs from ``expected``; empty when it is exactly that tree."""
+    series_paths: dict[str, str | None] = {}
+    for p in pin_tree.diff_to_tree(expected):
+        d = p.delta
+        if d.status is DeltaStatus.DELETED:
+            series_paths[d.old_file.path] = None
+        else:
+            series_paths[d.new_file.path] = str(d.new_file.id)
+            if d.status is DeltaStatus.RENAMED:
+                series_paths[d.old_file.path] = None
+    workdir = Path(repo.workdir)
+    out = []
+    for path in sorted(changed | set(series_paths)):
+        want = series_paths.get(path, "pin")
+        file = workdir / path
+        if want == "pin":
+            out.append(f"differs {path}")
+        elif want is None:
+            if file.exists() or file.is_symlink():
+                out.append(f"extra {path}")
+        elif not file.is_file():
+            out.append(f"missing {path}")
+        elif str(pygit2.hashfile(str(file))) != want:
+            out.append(f"differs {path}")
     return out
 
 
@@ -460,7 +492,8 @@ def apply_to_workdir(repo: pygit2.Repository, series: Series, plan: SeriesPlan, 
         for patch, verdict in zip(series.patches, plan.verdicts, strict=True):
             if verdict.fate is Fate.APPLIES:
                 repo.apply(patch.diff(), ApplyLocation.WORKDIR)
-        after = _workdir_differences(repo, repo[plan.tree].peel(pygit2.Tree), omit)
+        pin_tree = repo[pin].peel(pygit2.Tree)
+        after = _against(repo, repo[plan.tree].peel(pygit2.Tree), pin_tree, _changed_paths(repo, omit))
         if after:
             raise GitError(f"after applying the series the checkout differs from the expected tree: {', '.join(after[:5])}")
     except BaseException:
@@ -499,7 +532,7 @@ def apply_series(project: Project, remote: str | None = None) -> str:
     state = checkout_state(repo, pins.fork.commit, plan, pins.omit)
     n = len(series.patches)
     if state.state is State.PATCHED or (state.state is State.AT_PIN and n == 0):
-        return f"patches: the series ({n} patches, {series.digest[:12]}) is already applied at {pins.fork.short}: nothing to do"
+        return f"patches: the series ({count(n, 'patch')}, {series.digest[:12]}) is already applied at {pins.fork.short}: nothing to do"
     if state.state is State.OTHER:
         raise Refused(
             f"{pins.submodule}: neither clean at the pin {pins.fork.short} nor exactly pin + series ("
@@ -507,7 +540,7 @@ def apply_series(project: Project, remote: str | None = None) -> str:
             + "); commit or stash that work, or check the pin out again"
         )
     apply_to_workdir(repo, series, plan, pins.fork.commit, pins.omit)
-    return f"patches: applied {n} patches ({series.digest[:12]}) on {pins.fork.short}"
+    return f"patches: applied {count(n, 'patch')} ({series.digest[:12]}) on {pins.fork.short}"
 
 
 def check_lines(plan: SeriesPlan) -> list[str]:

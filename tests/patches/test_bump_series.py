@@ -48,7 +48,9 @@ def test_drop_upstreamed_removes_it_in_the_same_change(project: Project, add_pat
     assert series_names(project) == ["tune.patch"]
     assert (project.root / "patches" / "series").read_text().startswith("# order of the patches\n")
     assert not (project.root / "patches" / "offset.patch").exists()
-    assert "Dropped from the series by this bump: offset.patch." in (project.root / "build" / "bump-report.md").read_text()
+    assert "- `offset.patch`: already upstream, dropped from the series by this bump (its change is already in the tree)" in (
+        project.root / "build" / "bump-report.md"
+    ).read_text()
     assert project.repo.status()["patches/series"] & pygit2.enums.FileStatus.INDEX_NEW
 
 

@@ -28,7 +28,7 @@ def test_the_series_applies_to_a_fresh_checkout_at_the_pin(project: Project, add
     add_patch("fix-delta.patch", FIX)
     r = project.ci("patches", *remote(project))
     assert r.code == 0, r.err
-    assert r.out.startswith("patches: applied 1 patches (")
+    assert r.out.startswith("patches: applied 1 patch (")
     assert (project.submodule / "ggml/src/delta.c").read_text() == FIX["ggml/src/delta.c"]
     assert not (project.submodule / "models").exists()
     repo = pygit2.Repository(str(project.submodule))
@@ -212,3 +212,15 @@ def test_reverse_diff_undoes_the_change(project: Project, add_patch: MakePatch) 
         ("README.md", pygit2.enums.DeltaStatus.ADDED),
         ("ggml/src/delta.c", pygit2.enums.DeltaStatus.MODIFIED),
     }
+
+
+def test_git_itself_sees_the_omitted_paths_as_skipped_not_deleted(project: Project) -> None:
+    import subprocess
+
+    assert project.ci("patches", *remote(project)).code == 0
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=project.submodule, capture_output=True, text=True, check=True)
+    assert status.stdout == ""
+    listed = subprocess.run(["git", "ls-files", "-v", "models", "docs"], cwd=project.submodule, capture_output=True, text=True, check=True)
+    assert listed.stdout.splitlines() == ["S docs/build.md", "S models/ggml-vocab-tiny.gguf"]
+    clean = subprocess.run(["git", "diff-index", "--quiet", "HEAD", "--"], cwd=project.submodule, check=False)
+    assert clean.returncode == 0  # llama.cpp's build info would not say -dirty

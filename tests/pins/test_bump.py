@@ -90,12 +90,12 @@ def test_a_rollback_is_refused_unless_allowed(project: Project) -> None:
     before = project.state()
     r = bump(project, project.fork.c0[:8])
     assert r.code == 4
-    assert f"bump refused: {project.fork.c0[:12]} is an ancestor of the current pin {project.fork.c1[:12]} (1 commits back)" in r.err
+    assert f"bump refused: {project.fork.c0[:12]} is an ancestor of the current pin {project.fork.c1[:12]} (1 commit back)" in r.err
     assert "--allow-rollback" in r.err
     assert project.state() == before
     r = bump(project, project.fork.c0[:8], "--allow-rollback")
     assert r.code == 0, r.err
-    assert "ROLLBACK: 1 commits behind" in r.out
+    assert "ROLLBACK: 1 commit behind" in r.out
     assert project.gitlink() == project.fork.c0
 
 
