@@ -1,0 +1,58 @@
+"""Shared by the benchmarks: wall-clock medians of whole commands, and a scratch copy of the project."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def wall(argv: Sequence[str], cwd: Path, reps: int, env: dict[str, str] | None = None) -> list[float]:
+    """Seconds per run of ``argv``; a failed run stops the benchmark with its output."""
+    out = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        done = subprocess.run(list(argv), cwd=cwd, env=env, capture_output=True, text=True, check=False)
+        out.append(time.perf_counter() - t)
+        if done.returncode != 0:
+            sys.exit(f"benchmark: {' '.join(argv)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+    return out
+
+
+def report(name: str, samples: list[float], baseline: list[float], target: float | None = None) -> str:
+    med, base = statistics.median(samples), statistics.median(baseline)
+    line = f"{name}: {med:.3f} s median of {len(samples)} (best {min(samples):.3f}); baseline {base:.3f} s; ratio {med / base:.2f}x"
+    if target is not None:
+        line += f"; target < {target:g} s: {'OK' if med < target else 'OVER'}"
+    return line
+
+
+def scratch_project() -> Path:
+    """A clone of this checkout's HEAD in a temporary directory, with the working tree's ci/ on top."""
+    tmp = Path(tempfile.mkdtemp(prefix="onebit-bench-")) / "project"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(tmp)], check=True)
+    for package in ("ci", "serve"):
+        if (ROOT / package).is_dir():
+            shutil.rmtree(tmp / package, ignore_errors=True)
+            shutil.copytree(ROOT / package, tmp / package, ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp
+
+
+def nox(*args: str) -> list[str]:
+    """nox reusing this checkout's environments (``--envdir``), installing nothing (``-R``)."""
+    return [sys.executable, "-m", "nox", "--envdir", str(ROOT / ".nox"), "-R", *args]
+
+
+def mirror_from_env() -> Path:
+    path = os.environ.get("ONEBIT_FORK_MIRROR")
+    if not path or not Path(path).exists():
+        sys.exit("benchmark: set ONEBIT_FORK_MIRROR to a local mirror of a ROCmFPX fork (e.g. ciru-ai/ROCmFPX)")
+    return Path(path)

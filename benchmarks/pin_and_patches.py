@@ -1,0 +1,63 @@
+"""bump_pin and patches --check against a real fork's local mirror, nox start included.
+
+    ONEBIT_FORK_MIRROR=PATH python benchmarks/pin_and_patches.py [--reps 5]
+
+Targets (issues): bump_pin under 3 s, patches --check of a 10-patch series under 1 s after nox start, and
+verify_pin under 1 s. The baseline, measured in the same run, is nox's own start (``nox -l``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import mirror_from_env, nox, report, scratch_project, wall
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "Bench", "GIT_AUTHOR_EMAIL": "bench@example.invalid"}
+    env |= {"GIT_COMMITTER_NAME": "Bench", "GIT_COMMITTER_EMAIL": "bench@example.invalid"}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--branch", default="main")
+    args = ap.parse_args()
+    mirror = mirror_from_env()
+    project = scratch_project()
+    ci = [sys.executable, "-m", "ci"]
+    older, newer = git(mirror, "rev-parse", f"{args.branch}~20"), git(mirror, "rev-parse", f"{args.branch}~5")
+    subprocess.run([*ci, "bump-pin", older, "--remote", str(mirror), "--branch", args.branch, "--allow-rollback"], cwd=project, check=True, capture_output=True)
+    subprocess.run(nox("-s", "verify_pin"), cwd=project, check=True, capture_output=True)  # the venv exists before timing
+
+    baseline = wall(nox("-l"), project, args.reps)
+    print(report("verify_pin (nox -R)", wall(nox("-s", "verify_pin"), project, args.reps), baseline, 1.0))
+
+    moves = []
+    for i in range(args.reps):  # each rep is a real move: old -> new, then back with --allow-rollback
+        target, extra = (newer, []) if i % 2 == 0 else (older, ["--allow-rollback"])
+        moves += wall(nox("-s", "bump_pin", "--", target[:7], "--remote", str(mirror), *extra), project, 1)
+    print(report("bump_pin (nox -R, local mirror)", moves, baseline, 3.0))
+
+    pin = older if args.reps % 2 == 0 else newer
+    subprocess.run([*ci, "patches", "--remote", str(mirror)], cwd=project, check=True, capture_output=True)
+    checkout = project / "third_party" / "llama.cpp-rocmfpx"
+    git(checkout, "switch", "-q", "-c", "bench-series")
+    sources = [p for p in git(checkout, "ls-files", "common", "ggml/src").splitlines() if p.endswith((".c", ".cpp"))][:10]
+    for path in sources:
+        with open(checkout / path, "a") as fh:
+            fh.write("// onebit bench\n")
+        git(checkout, "commit", "-qam", f"bench: touch {path}\n\nUpstream: not-needed: a benchmark\nDrop-when: never")
+    subprocess.run([*ci, "export-patches", "--branch", "bench-series"], cwd=project, check=True, capture_output=True)
+    git(checkout, "switch", "-q", "--detach", pin)
+    print(report(f"patches --check, {len(sources)} patches (nox -R)", wall(nox("-s", "patches", "--", "--check"), project, args.reps), baseline, 1.0))
+
+
+if __name__ == "__main__":
+    main()
