@@ -50,6 +50,13 @@ def bump_pin(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def build(session: nox.Session) -> None:
+    """Check out the pin, apply the patches, configure and compile: -- --profile gfx1151|gfx1100|gfx1201|cuda|vulkan|cpu."""
+    _install(session)
+    _ci(session, "build")
+
+
+@nox.session(default=False)
 def patches(session: nox.Session) -> None:
     """Apply the patch series to the checkout at the pin; -- --check only says what would apply."""
     _install(session)

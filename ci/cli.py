@@ -127,6 +127,33 @@ def cmd_export_patches(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- build --------------------------------------------------------------------------------------------------
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from ci import build
+    from ci.errors import CommandFailed
+
+    project = _project(args)
+    request = build.BuildRequest(
+        profile=args.profile,
+        build_type=args.build_type,
+        defines=tuple(f"-D{d}" for d in args.define),
+        targets=tuple(args.target),
+        remote=args.remote,
+        build_root=Path(args.build_dir).resolve() if args.build_dir else None,
+        jobs=args.jobs,
+    )
+    try:
+        build.run_build(project, request, lambda line: print(line, flush=True))
+    except CommandFailed as exc:
+        sys.stderr.write(exc.tail if exc.tail.endswith("\n") else exc.tail + "\n")
+        log_path = (request.build_root or project.root / "build") / args.profile / build.LOG
+        print(f"{PROG}: the full log: {_rel(log_path, project.root)}", file=sys.stderr)
+        raise
+    return 0
+
+
 # -- the parser -----------------------------------------------------------------------------------------------
 
 
@@ -153,6 +180,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="apply nothing; print each patch's fate: applies, already upstream, conflicts")
     p.add_argument("--remote", help="fetch the pinned commit from this URL or local mirror when the store lacks it")
     p.set_defaults(func=cmd_patches)
+
+    p = sub.add_parser("build", help="check out the pin, apply the patches, configure and compile a profile")
+    p.add_argument("--profile", default="gfx1151", help="gfx1151 (default), gfx1100, gfx1201, cuda, vulkan, cpu")
+    p.add_argument("--build-type", default="Release", help="CMAKE_BUILD_TYPE (default Release)")
+    p.add_argument("-D", "--define", action="append", default=[], metavar="NAME=VALUE", help="a CMake flag over the profile's and the pin's, as cmake -D takes it")
+    p.add_argument("--target", action="append", default=[], help="a target to build (default: pins.yaml build.targets)")
+    p.add_argument("--remote", help="fetch the pinned commit from this URL or local mirror when the store lacks it")
+    p.add_argument("--build-dir", help="the directory holding one build dir per profile (default: build/)")
+    p.add_argument("-j", "--jobs", type=int, help="parallel compile jobs (default: ninja's)")
+    p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("export-patches", help="write the series back from the commits of a local branch of the checkout")
     p.add_argument("--branch", required=True, help="a branch of the checkout that starts at the pin, one commit per patch")

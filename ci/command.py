@@ -112,8 +112,12 @@ def run(
             proc.kill()
             proc.wait()
         reader.join(timeout=5)
+        if proc.stdout is not None:
+            proc.stdout.close()
         raise
     reader.join(timeout=5)
+    if proc.stdout is not None:
+        proc.stdout.close()
     done = Completed(tuple(args), proc.returncode, "".join(lines), timed_out)
     if check and (timed_out or proc.returncode != 0):
         raise CommandFailed(args, proc.returncode, "".join(tail), what=what or os.fspath(argv[0]))

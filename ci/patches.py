@@ -435,7 +435,7 @@ def checkout_state(repo: pygit2.Repository, pin: str, plan: SeriesPlan, omit: tu
     staged = [d.delta.new_file.path for d in repo.index.diff_to_tree(pin_tree)]
     if staged:
         return CheckoutState(State.OTHER, tuple(f"staged {p}" for p in staged[:10]))
-    changed = _changed_paths(repo, omit)
+    changed = changed_paths(repo, omit)
     if not changed:
         return CheckoutState(State.AT_PIN)
     differences = _against(repo, repo[plan.tree].peel(pygit2.Tree), pin_tree, changed)
@@ -444,7 +444,7 @@ def checkout_state(repo: pygit2.Repository, pin: str, plan: SeriesPlan, omit: tu
     return CheckoutState(State.OTHER, tuple(differences[:10]))
 
 
-def _changed_paths(repo: pygit2.Repository, omit: tuple[str, ...]) -> set[str]:
+def changed_paths(repo: pygit2.Repository, omit: tuple[str, ...]) -> set[str]:
     """Paths where the work tree differs from the index (the pin), omitted paths' absence aside."""
     out = set()
     for path, flags in repo.status(untracked_files="all").items():
@@ -493,7 +493,7 @@ def apply_to_workdir(repo: pygit2.Repository, series: Series, plan: SeriesPlan, 
             if verdict.fate is Fate.APPLIES:
                 repo.apply(patch.diff(), ApplyLocation.WORKDIR)
         pin_tree = repo[pin].peel(pygit2.Tree)
-        after = _against(repo, repo[plan.tree].peel(pygit2.Tree), pin_tree, _changed_paths(repo, omit))
+        after = _against(repo, repo[plan.tree].peel(pygit2.Tree), pin_tree, changed_paths(repo, omit))
         if after:
             raise GitError(f"after applying the series the checkout differs from the expected tree: {', '.join(after[:5])}")
     except BaseException:

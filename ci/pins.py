@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 import yaml
 
 from ci.errors import ConfigError
-from ci.schema import Section
+from ci.schema import Section, describe
 
 PINS_FILE = "pins.yaml"
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -65,6 +65,26 @@ class Fork:
         return self.commit[:7]
 
 
+TOOLCHAIN_KEYS = ("cmake", "rocm", "cuda", "cxx")
+VERSION_RE = re.compile(r"^\d+(\.\d+){0,3}$")
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """pins.yaml ``build``: CMake flags of this pin (all profiles, and per profile), minimum toolchain, targets."""
+
+    flags: tuple[str, ...] = ()
+    profile_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    minimums: tuple[tuple[str, str], ...] = ()
+    targets: tuple[str, ...] = ("test-backend-ops", "llama-server")
+
+    def flags_for(self, profile: str) -> tuple[str, ...]:
+        return dict(self.profile_flags).get(profile, ())
+
+    def minimum(self, tool: str) -> str | None:
+        return dict(self.minimums).get(tool)
+
+
 @dataclass(frozen=True)
 class Pins:
     """What is pinned, and what the gates must see at that pin."""
@@ -75,6 +95,7 @@ class Pins:
     submodule: str
     omit: tuple[str, ...] = ()
     backend_ops: tuple[tuple[str, int], ...] = field(default=())
+    build: BuildConfig = field(default_factory=BuildConfig)
 
     def expected_cases(self) -> dict[str, int]:
         return dict(self.backend_ops)
@@ -132,8 +153,52 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
                 cases.append((op, ops.integer(op, minimum=1)))
             ops.done()
         expect.done()
+    build = _build_config(top.section("build", required=False))
     top.done()
-    return Pins(path=path, text=text, fork=fork, submodule=submodule, omit=omit, backend_ops=tuple(cases))
+    return Pins(path=path, text=text, fork=fork, submodule=submodule, omit=omit, backend_ops=tuple(cases), build=build)
+
+
+def _flags(section: Section, key: str) -> tuple[str, ...]:
+    from ci.profiles import flag_name
+
+    flags = section.strings(key, required=False)
+    for i, flag in enumerate(flags):
+        try:
+            flag_name(flag)
+        except ConfigError:
+            raise section.error(f'"{flag}" is not a CMake cache flag (-DNAME=VALUE)', f"{key}[{i}]") from None
+    return flags
+
+
+def _build_config(section: Section | None) -> BuildConfig:
+    from ci.profiles import DEFAULT_TARGETS, PROFILES
+    from ci.schema import did_you_mean
+
+    if section is None:
+        return BuildConfig()
+    flags = _flags(section, "flags")
+    per_profile: list[tuple[str, tuple[str, ...]]] = []
+    profiles = section.section("profiles", required=False)
+    if profiles is not None:
+        for name, _ in profiles.items():
+            if name not in PROFILES:
+                raise profiles.error(f"unknown profile{did_you_mean(name, PROFILES)}; known: {', '.join(PROFILES)}", name)
+            per_profile.append((name, _flags(profiles, name)))
+        profiles.done()
+    minimums: list[tuple[str, str]] = []
+    toolchain = section.section("toolchain", required=False)
+    if toolchain is not None:
+        for tool, value in toolchain.items():
+            if tool not in TOOLCHAIN_KEYS:
+                raise toolchain.error(f"unknown tool{did_you_mean(tool, TOOLCHAIN_KEYS)}; known: {', '.join(TOOLCHAIN_KEYS)}", tool)
+            if not isinstance(value, str) or not VERSION_RE.match(value):
+                # unquoted, YAML reads 3.10 as the number 3.1
+                raise toolchain.error(f'{describe(value)} is not a quoted version (write it as "6.4")', tool)
+            minimums.append((tool, value))
+        toolchain.done()
+    targets = section.strings("targets", required=False, default=DEFAULT_TARGETS)
+    section.done()
+    return BuildConfig(flags=flags, profile_flags=tuple(per_profile), minimums=tuple(minimums), targets=targets)
 
 
 def edit_fork(text: str, changes: dict[str, str], name: str = PINS_FILE) -> str:

@@ -20,8 +20,9 @@ class Verdict:
         return not self.problems
 
 
-def verify(project: Project) -> Verdict:
-    """Every disagreement at once, not only the first."""
+def verify(project: Project, *, checkout_head: bool = True) -> Verdict:
+    """Every disagreement at once, not only the first. ``checkout_head=False`` leaves the checkout's HEAD out
+    (the build moves a clean checkout to the pin itself)."""
     problems: list[str] = []
     try:
         pins = project.load_pins()
@@ -52,11 +53,12 @@ def verify(project: Project) -> Verdict:
             problems.append(f"index: gitlink {pins.submodule} is {link[:12]} but pins.yaml fork.commit is {fork.commit[:12]}; run nox -s bump_pin -- {fork.commit[:12]}")
     except OnebitError as exc:
         problems.append(exc.message)
+    checkout = None
     try:
-        checkout = Checkout.find(project.root / pins.submodule, pins.omit)
+        if checkout_head:
+            checkout = Checkout.find(project.root / pins.submodule, pins.omit)
     except OnebitError as exc:
         problems.append(exc.message)
-        checkout = None
     if checkout is not None and checkout.head() != fork.commit:
         problems.append(
             f"{pins.submodule}: checked out at {checkout.head()[:12]} but pins.yaml fork.commit is {fork.commit[:12]}; "

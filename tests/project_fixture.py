@@ -114,7 +114,7 @@ class Result:
 @dataclass(frozen=True)
 class Project:
     root: Path
-    fork: Fork
+    fork: Fork  # for projects pinned to another fixture fork (the build's), only its .path is used
 
     @property
     def repo(self) -> pygit2.Repository:
@@ -146,10 +146,10 @@ class Project:
         return files
 
 
-def make_project(root: Path, fork: Fork, pinned: str, url: str = FORK_URL) -> Project:
+def make_project(root: Path, fork: Fork, pinned: str, url: str = FORK_URL, pins_extra: str = "") -> Project:
     b = RepoBuilder(root)
     b.commit("onebit-ci", {
-            "pins.yaml": PINS_TEMPLATE.format(url=url, commit=pinned),
+            "pins.yaml": PINS_TEMPLATE.format(url=url, commit=pinned) + pins_extra,
             ".gitmodules": GITMODULES.format(url=url),
             ".gitignore": "/build/\n",
         })

@@ -1,0 +1,80 @@
+"""Build profiles: which backend, which CMake flags, which device the gates test. Pure data.
+
+Flags that belong to a pin (the fork's option names, ``-DGGML_HIP_ROCMI4_W4A4=ON``) live in pins.yaml's
+``build`` section, never here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ci.errors import ConfigError
+from ci.schema import did_you_mean
+
+DEFAULT_PROFILE = "gfx1151"
+DEFAULT_TARGETS = ("test-backend-ops", "llama-server")
+COMMON_FLAGS = ("-DLLAMA_BUILD_TESTS=ON", "-DLLAMA_BUILD_SERVER=ON")
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    backend: str  # "hip", "cuda", "vulkan", "cpu": which toolchain it needs
+    device: str  # the name test-backend-ops -b and llama-server --device take
+    flags: tuple[str, ...]
+    about: str
+
+
+def _hip(arch: str, about: str) -> Profile:
+    return Profile(
+        name=arch,
+        backend="hip",
+        device="ROCm0",
+        flags=(
+            "-DGGML_HIP=ON",
+            f"-DGPU_TARGETS={arch}",
+            f"-DCMAKE_HIP_ARCHITECTURES={arch}",
+            # hipBLAS gave wrong GEMMs on gfx1151 (ROCm/rocm-libraries#11530): MMQ kernels instead
+            "-DGGML_HIP_FORCE_MMQ=ON",
+        ),
+        about=about,
+    )
+
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        _hip("gfx1151", "AMD Strix Halo (RDNA 3.5), the engine's box: HIP through ROCm"),
+        _hip("gfx1100", "RDNA3 (RX 7900): HIP through ROCm"),
+        _hip("gfx1201", "RDNA4 (RX 9070): HIP through ROCm"),
+        Profile("cuda", "cuda", "CUDA0", ("-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90"), "NVIDIA, sm_90 (H100/H200) unless overridden"),
+        Profile("vulkan", "vulkan", "Vulkan0", ("-DGGML_VULKAN=ON",), "any Vulkan GPU"),
+        Profile("cpu", "cpu", "CPU", (), "the CPU alone (CI, and the reference path)"),
+    )
+}
+
+
+def get(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ConfigError(f'--profile {name}: unknown profile{did_you_mean(name, PROFILES)}; known: {", ".join(PROFILES)}') from None
+
+
+def merge_flags(*groups: tuple[str, ...]) -> tuple[str, ...]:
+    """``-DNAME=VALUE`` flags in order, a later group's value for a NAME replacing an earlier one in place."""
+    order: list[str] = []
+    values: dict[str, str] = {}
+    for group in groups:
+        for flag in group:
+            name = flag_name(flag)
+            if name not in values:
+                order.append(name)
+            values[name] = flag
+    return tuple(values[n] for n in order)
+
+
+def flag_name(flag: str) -> str:
+    if not flag.startswith("-D") or "=" not in flag or len(flag) < 4:
+        raise ConfigError(f'"{flag}" is not a CMake cache flag (-DNAME=VALUE)')
+    return flag[2:].split("=", 1)[0].split(":", 1)[0]

@@ -1,0 +1,292 @@
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ci import build, profiles
+from ci.pins import BuildConfig
+from ci.toolchain import Tool, Toolchain, detect
+from tests.build.conftest import BuildFork
+from tests.patches.conftest import make_patch_text
+from tests.project_fixture import Project
+
+SRC = Path("/src/llama.cpp-rocmfpx")
+OUT = Path("/out")
+
+
+def tools(*extra: Tool) -> Toolchain:
+    base = (Tool("cmake", "/usr/bin/cmake", "3.28.3"), Tool("ninja", "/usr/bin/ninja", "1.11.1"))
+    return Toolchain(base + extra, ("-DCMAKE_MAKE_PROGRAM=/usr/bin/ninja",))
+
+
+def argv_of(name: str, pins_flags: BuildConfig, toolchain: Toolchain, defines: tuple[str, ...] = ()) -> tuple[str, ...]:
+    from tests.pins.test_pins import GOOD, load
+
+    pins = load(GOOD)
+    pins = type(pins)(**{**pins.__dict__, "build": pins_flags})
+    profile = profiles.get(name)
+    return build.configure_argv(profile, build.profile_flags(profile, pins, defines), toolchain, SRC, OUT / name, "Release")
+
+
+HEAD = ("/usr/bin/cmake", "-S", str(SRC), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_MAKE_PROGRAM=/usr/bin/ninja")
+
+
+def head(name: str) -> tuple[str, ...]:
+    return (*HEAD[:3], "-B", str(OUT / name), *HEAD[3:])
+
+
+PIN_FLAGS = BuildConfig(flags=("-DLLAMA_BUILD_WEBUI=OFF", "-DLLAMA_CURL=OFF"), profile_flags=(("gfx1151", ("-DGGML_HIP_ROCMI4_W4A4=ON",)),))
+COMMON = ("-DLLAMA_BUILD_TESTS=ON", "-DLLAMA_BUILD_SERVER=ON")
+PIN = ("-DLLAMA_BUILD_WEBUI=OFF", "-DLLAMA_CURL=OFF")
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("gfx1151", ("-DGGML_HIP=ON", "-DGPU_TARGETS=gfx1151", "-DCMAKE_HIP_ARCHITECTURES=gfx1151", "-DGGML_HIP_FORCE_MMQ=ON", *PIN, "-DGGML_HIP_ROCMI4_W4A4=ON")),
+        ("gfx1100", ("-DGGML_HIP=ON", "-DGPU_TARGETS=gfx1100", "-DCMAKE_HIP_ARCHITECTURES=gfx1100", "-DGGML_HIP_FORCE_MMQ=ON", *PIN)),
+        ("gfx1201", ("-DGGML_HIP=ON", "-DGPU_TARGETS=gfx1201", "-DCMAKE_HIP_ARCHITECTURES=gfx1201", "-DGGML_HIP_FORCE_MMQ=ON", *PIN)),
+        ("cuda", ("-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90", *PIN)),
+        ("vulkan", ("-DGGML_VULKAN=ON", *PIN)),
+        ("cpu", PIN),
+    ],
+)
+def test_configure_argv_of_every_profile(name: str, expected: tuple[str, ...]) -> None:
+    assert argv_of(name, PIN_FLAGS, tools()) == (*head(name), *COMMON, *expected)
+
+
+def test_a_define_overrides_in_place_and_the_hip_compiler_is_handed_to_cmake() -> None:
+    hip = Toolchain(tools().tools, ("-DCMAKE_MAKE_PROGRAM=/usr/bin/ninja", "-DCMAKE_HIP_COMPILER=/opt/rocm-therock/lib/llvm/bin/clang++"))
+    argv = argv_of("cuda", PIN_FLAGS, hip, ("-DCMAKE_CUDA_ARCHITECTURES=89", "-DLLAMA_CURL=ON"))
+    assert argv[len(head("cuda")) :] == (
+        "-DCMAKE_HIP_COMPILER=/opt/rocm-therock/lib/llvm/bin/clang++",
+        *COMMON,
+        "-DGGML_CUDA=ON",
+        "-DCMAKE_CUDA_ARCHITECTURES=89",
+        "-DLLAMA_BUILD_WEBUI=OFF",
+        "-DLLAMA_CURL=ON",
+    )
+
+
+def test_the_key_separates_configure_from_build_parts() -> None:
+    cpu = profiles.get("cpu")
+    a = build.build_key(cpu, COMMON, tools(), "Release", "a" * 40, "s1", ("llama-server",))
+    b = build.build_key(cpu, COMMON, tools(), "Release", "b" * 40, "s1", ("llama-server",))
+    c = build.build_key(cpu, (*COMMON, "-DX=1"), tools(), "Release", "a" * 40, "s1", ("llama-server",))
+    d = build.build_key(cpu, COMMON, tools(Tool("cxx", "/usr/bin/g++", "13.2.0")), "Release", "a" * 40, "s1", ("llama-server",))
+    assert a.configure == b.configure
+    assert a.full != b.full
+    assert a.configure != c.configure
+    assert a.configure != d.configure
+    assert a.full == build.build_key(cpu, COMMON, tools(), "Release", "a" * 40, "s1", ("llama-server",)).full
+
+
+# -- real builds of the fixture project with the cpu profile -------------------------------------------------
+
+
+def build_cpu(project: Project, *args: str):  # type: ignore[no-untyped-def]
+    return project.ci("build", "--profile", "cpu", "--remote", str(project.fork.path), *args)
+
+
+def manifest(project: Project) -> dict:  # type: ignore[type-arg]
+    return json.loads((project.root / "build" / "cpu" / "build.json").read_text())  # type: ignore[no-any-return]
+
+
+def run_binary(project: Project, name: str) -> str:
+    m = manifest(project)
+    path = project.root / "build" / "cpu" / m["binaries"][name]["path"]
+    return subprocess.run([str(path)], capture_output=True, text=True, check=True).stdout
+
+
+def test_a_cpu_build_compiles_for_real_and_writes_the_manifest(build_project: Project) -> None:
+    r = build_cpu(build_project)
+    assert r.code == 0, r.err
+    assert "build: building cpu (key " in r.out
+    assert "no manifest" in r.out
+    assert "configure: done in" in r.out
+    assert "build: [" in r.out  # ninja's progress
+    assert "step: configure and compile: done in" in r.out
+    m = manifest(build_project)
+    assert m["profile"] == "cpu"
+    assert m["device"] == "CPU"
+    assert m["pin"]["commit"] == build_project.gitlink()
+    assert set(m["binaries"]) == {"test-backend-ops", "llama-server"}
+    assert set(m["libraries"]) == {"libggml.so"}
+    assert m["toolchain"]["cmake"].endswith(("3.25.1", m["toolchain"]["cmake"].split()[-1]))
+    assert "-DLLAMA_BUILD_TESTS=ON" in m["flags"]
+    assert run_binary(build_project, "test-backend-ops") == "test-backend-ops fixture 42\n"
+    assert run_binary(build_project, "llama-server") == "llama-server fixture\n"
+    assert (build_project.root / "build" / "cpu" / "build.log").read_text().count("$ ") == 2
+
+
+def test_an_unchanged_key_is_a_no_op_that_says_why(build_project: Project) -> None:
+    assert build_cpu(build_project).code == 0
+    log_before = (build_project.root / "build" / "cpu" / "build.log").read_bytes()
+    r = build_cpu(build_project)
+    assert r.code == 0, r.err
+    assert "build: up to date: key " in r.out
+    assert "and its 2 binaries and 1 libraries match their sha256" in r.out
+    assert "configure:" not in r.out
+    assert (build_project.root / "build" / "cpu" / "build.log").read_bytes() == log_before
+
+
+def test_a_patch_change_rebuilds_without_configuring_again(build_project: Project, build_fork: BuildFork) -> None:
+    assert build_cpu(build_project).code == 0
+    before = manifest(build_project)
+    text = (build_project.root / "third_party/llama.cpp-rocmfpx/ggml/ggml.c").read_text().replace("return 42", "return 43")
+    patches = build_project.root / "patches"
+    patches.mkdir()
+    fork = type("F", (), {"builder": build_fork.builder})()
+    (patches / "answer.patch").write_bytes(make_patch_text(fork, build_fork.f0, {"ggml/ggml.c": text}))  # type: ignore[arg-type]
+    (patches / "series").write_text("answer.patch\n")
+    r = build_cpu(build_project)
+    assert r.code == 0, r.err
+    assert "patches changed" in r.out
+    assert "configure: reused" in r.out
+    after = manifest(build_project)
+    assert after["key"] != before["key"]
+    assert after["configure_key"] == before["configure_key"]
+    assert after["patches"]["names"] == ["answer.patch"]
+    assert run_binary(build_project, "test-backend-ops") == "test-backend-ops fixture 43\n"
+
+
+def test_a_flag_change_configures_again(build_project: Project) -> None:
+    assert build_cpu(build_project).code == 0
+    r = build_cpu(build_project, "-DFIXTURE_GREETING=hello")
+    assert r.code == 0, r.err
+    assert "flags changed" in r.out
+    assert "configure: done in" in r.out
+    assert run_binary(build_project, "llama-server") == "llama-server hello\n"
+
+
+def test_a_replaced_binary_is_stale_and_made_again(build_project: Project) -> None:
+    assert build_cpu(build_project).code == 0
+    server = build_project.root / "build" / "cpu" / "bin" / "llama-server"
+    server.write_bytes(server.read_bytes() + b"\0")
+    r = build_cpu(build_project)
+    assert r.code == 0, r.err
+    assert "llama-server differs from its recorded sha256" in r.out
+    assert run_binary(build_project, "llama-server") == "llama-server fixture\n"
+    assert build.sha256_file(server) == manifest(build_project)["binaries"]["llama-server"]["sha256"]
+
+
+def test_a_failing_compile_leaves_no_manifest(build_project: Project, build_fork: BuildFork) -> None:
+    assert build_cpu(build_project).code == 0
+    patches = build_project.root / "patches"
+    patches.mkdir()
+    fork = type("F", (), {"builder": build_fork.builder})()
+    broken = {"tools/server/server.cpp": "int main() { this is not C++ }\n"}
+    (patches / "broken.patch").write_bytes(make_patch_text(fork, build_fork.f0, broken))  # type: ignore[arg-type]
+    (patches / "series").write_text("broken.patch\n")
+    r = build_cpu(build_project)
+    assert r.code == 6
+    assert r.err.endswith("onebit-ci: error: build (cmake --build) exited with status 1\n")
+    assert "server.cpp" in r.err  # the tail of the log
+    assert "the full log: build/cpu/build.log" in r.err
+    assert not (build_project.root / "build" / "cpu" / "build.json").exists()
+
+
+def test_a_flag_cmake_does_not_use_is_an_error(make_build_project) -> None:  # type: ignore[no-untyped-def]
+    project = make_build_project("build:\n  flags: [-DLLAMA_CURL=OFF]\n")
+    r = build_cpu(project)
+    assert r.code == 2
+    assert "configure: -DLLAMA_CURL=OFF (not used by the project): a flag this pin does not have" in r.err
+    assert "llama.cpp #8155, #15245" in r.err
+    assert not (project.root / "build" / "cpu" / "build.json").exists()
+
+
+def test_a_toolchain_older_than_the_pins_minimum_is_refused(make_build_project) -> None:  # type: ignore[no-untyped-def]
+    project = make_build_project('build:\n  toolchain:\n    cmake: "99.0"\n')
+    r = build_cpu(project)
+    assert r.code == 5
+    assert "is older than the pin's minimum 99.0 (pins.yaml build.toolchain.cmake)" in r.err
+
+
+def test_a_missing_tool_is_one_line(build_project: Project, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    r = build_cpu(build_project)
+    assert r.code == 5
+    assert r.err == "onebit-ci: error: cmake: cmake not found on PATH; install CMake 3.14+ (pip install cmake) or set CMAKE=/path/to/cmake\n"
+
+
+def test_no_rocm_names_what_is_missing_and_how_to_point_at_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "no-rocm"))
+    with pytest.raises(Exception, match=r"gfx1151: ROCM_PATH=.*no-rocm has no bin/: not a ROCm install; set ROCM_PATH to your ROCm"):
+        detect(profiles.get("gfx1151"), BuildConfig())
+    monkeypatch.delenv("ROCM_PATH")
+    monkeypatch.setenv("PATH", os.environ["PATH"].replace("/opt/rocm/bin", ""))
+    if not Path("/opt/rocm/bin").is_dir():
+        with pytest.raises(Exception, match="gfx1151: no ROCm found: ROCM_PATH is not set, hipconfig is not on PATH"):
+            detect(profiles.get("gfx1151"), BuildConfig())
+
+
+def test_an_unknown_profile_suggests_one(build_project: Project) -> None:
+    r = build_project.ci("build", "--profile", "gfx1115")
+    assert r.code == 2
+    assert '--profile gfx1115: unknown profile (did you mean "gfx1151"?)' in r.err
+
+
+def test_ctrl_c_during_the_compile_leaves_no_manifest_and_no_process(build_project: Project) -> None:
+    assert build_cpu(build_project).code == 0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ci", "--root", str(build_project.root), "build", "--profile", "cpu", "-DFIXTURE_SLOW=ON"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        cwd=Path(__file__).parents[2],
+    )
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("configure: done"):
+            break
+    time.sleep(1.0)  # ninja is inside the 60 s sleep target now
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+    rest = proc.communicate(timeout=30)[0]
+    assert proc.returncode == 130, "".join(seen) + rest
+    assert "onebit-ci: interrupted" in rest
+    assert not (build_project.root / "build" / "cpu" / "build.json").exists()
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.pid, 0)
+
+
+DEPRECATED = """CMake Warning at CMakeLists.txt:88 (message):
+  LLAMA_CUDA is deprecated and will be removed in the future.
+
+  Use GGML_CUDA instead
+
+Call Stack (most recent call first):
+  CMakeLists.txt:94 (llama_option_depr)
+
+CMake Warning at CMakeLists.txt:154 (message):
+  LLAMA_CURL is deprecated and will be ignored
+
+-- Configuring done
+CMake Warning:
+  Manually-specified variables were not used by the project:
+
+    GGML_HIPBLAS
+    SOMETHING_ELSE
+
+"""
+
+
+def test_deprecated_and_unused_flags_are_caught_in_real_cmake_output() -> None:
+    # the first warning as llama.cpp #8155 quotes it; the second as the ROCmFPX fork's llama_option_depr words it
+    flags = ("-DLLAMA_CUDA=ON", "-DLLAMA_CURL=OFF", "-DGGML_HIPBLAS=ON", "-DGGML_CUDA=ON")
+    assert build.ignored_flags(DEPRECATED, flags) == [
+        "-DLLAMA_CUDA=ON (deprecated: LLAMA_CUDA is deprecated and will be removed in the future. Use GGML_CUDA instead)",
+        "-DLLAMA_CURL=OFF (deprecated: LLAMA_CURL is deprecated and will be ignored)",
+        "-DGGML_HIPBLAS=ON (not used by the project)",
+    ]
