@@ -314,7 +314,7 @@ def test_the_sql_run_has_no_rows_for_the_device() -> None:
 
 def test_the_sql_run_was_killed_or_cut() -> None:
     lines = text(FORK_SQL).splitlines()
-    cut = "\n".join(lines[:-1] + [lines[-1][:100]])
+    cut = "\n".join([*lines[:-1], lines[-1][:100]])
     result = judge(spec(), [ran("h200-cuda0.console.txt")], sql_run(cut, returncode=-6))
     assert result.problems[0] == "the --output sql cross-check was killed by SIGABRT (killed by signal 6)"
     assert result.problems[1] == f"the --output sql cross-check: 1 INSERT line could not be read (line {len(lines)})"

@@ -131,7 +131,8 @@ def test_stderr_between_a_case_and_its_status() -> None:
     assert {c.status for c in cuda.cases} == {CaseStatus.OK}
     assert [c.name for c in cuda.cases] == [c.name for c in console("h200-cuda0.console.txt").devices[0].cases]
     assert cuda.cases[1].interleaved == "ggml_backend_cuda_graph_compute: CUDA graph warmup complete | ggml_backend_cuda_graph_compute: CUDA graph warmup complete"
-    assert report.complete and cuda.summary == (36, 36)
+    assert report.complete
+    assert cuda.summary == (36, 36)
 
 
 def test_not_supported_cases() -> None:
@@ -183,7 +184,7 @@ def test_the_real_cpu_sql_capture() -> None:
 def test_sql_rows_that_cannot_be_read() -> None:
     lines = text("h200-cuda0-rocmfpx-c14872f.sql.txt").splitlines()
     last = len(lines)
-    cut = "\n".join(lines[:-1] + [lines[-1][:120]])
+    cut = "\n".join([*lines[:-1], lines[-1][:120]])
     assert parse_sql(cut).malformed == (last,)
     assert len(parse_sql(cut).rows) == 35
     quoted = text("h200-cuda0-rocmfpx-c14872f.sql.txt").replace("'test', '1', '1', ''", "'test', '1', '0', 'it's', 'odd'", 1)
