@@ -695,11 +695,17 @@ def _judge_console(j: _Judgement, run: ConsoleRun) -> dict[str, tuple[int, int, 
         names = ", ".join(f"{d.name} (skipped)" if d.skipped else d.name for d in report.devices)
         if report.device_count is None and not report.devices:
             j.problem(f"device {device} did not run: {label} printed no test-backend-ops report (no 'Testing N devices'); is it test-backend-ops?")
-        else:
+        elif all(not d.ran for d in report.devices):
             j.problem(
                 f"device {device} did not run: the build has no device named {device} (it listed {names or 'no device'}); "
                 f"test-backend-ops skipped every device and still said {report.verdict}"
             )
+        else:
+            tested = ", ".join(d.name for d in report.devices if d.ran)
+            j.problem(f"device {device} did not run: the output has no device named {device} (it listed {names}); it tested {tested} instead")
+        return counted
+    if sum(d.name == device for d in report.devices) > 1:
+        j.problem(f"{label}: {device} is reported more than once: two runs in one output? Judge one run's output")
         return counted
     if not section.ran:
         if section.skipped == "Skipping CPU backend":
@@ -856,7 +862,7 @@ def judge(spec: GateSpec, runs: Sequence[ConsoleRun], sql: SqlRun | None, *, sql
     tallies = []
     for op, n in spec.expected:
         tallies.append(f"{op} {j.seen_ok.get(op, 0)}/{n}")
-    head = f"{'PASSED' if status is Status.PASSED else 'FAILED'} on {spec.device}: {', '.join(tallies)} passed (the pin's count)"
+    head = f"{'PASSED' if status is Status.PASSED else 'FAILED'} on {spec.device}: {', '.join(tallies)} passed"
     if status is Status.PASSED:
         check = j.properties["build_commit_check"]
         if check == "passed":

@@ -108,6 +108,10 @@ def cmd_backend_ops(args: argparse.Namespace) -> int:
     from ci import backend_ops, results
     from ci.errors import GateFailed
 
+    if args.from_sql and not args.from_log:
+        raise ConfigError("--from-sql FILE goes with --from-log FILE (a run makes its own sql output)")
+    if args.from_log and args.binary:
+        raise ConfigError("--binary and --from-log: give one (--from-log judges a saved log and runs nothing)")
     expected = _expectations(args.expect)
     pinned: str | None = None if args.pinned_commit == "none" else args.pinned_commit
     root: Path | None = None

@@ -51,7 +51,7 @@ def test_a_passing_log(outside: Path) -> None:
     ran = ci("backend-ops", "--device", "CUDA0", "--from-log", str(DATA / "h200-cuda0.console.txt"), "--expect", f"{OP}=36", "--pinned-commit", "none", "--out", "gates")
     assert ran.code == 0, ran.err
     lines = ran.out.splitlines()
-    assert lines[0] == "backend_ops: PASSED on CUDA0: GATED_DELTA_NET 36/36 passed (the pin's count); build_commit check not made: no --output sql output"
+    assert lines[0] == "backend_ops: PASSED on CUDA0: GATED_DELTA_NET 36/36 passed; build_commit check not made: no --output sql output"
     assert lines[1] == "backend_ops: wrote gates/backend_ops.json and gates/backend_ops.junit.xml"
     data = json.loads((outside / "gates" / "backend_ops.json").read_text())
     assert data["status"] == "passed"
@@ -62,7 +62,7 @@ def test_a_failing_log_exits_with_the_gate_code(outside: Path) -> None:
     ran = ci("backend-ops", "--device", "CUDA0", "--from-log", str(DATA / "h200-cuda0.console.txt"), "--expect", f"{OP}=54", "--pinned-commit", "none", "--out", "gates")
     assert ran.code == GateFailed.exit_code == 7
     assert ran.out.splitlines()[:2] == [
-        "backend_ops: FAILED on CUDA0: GATED_DELTA_NET 36/54 passed (the pin's count); 1 problem",
+        "backend_ops: FAILED on CUDA0: GATED_DELTA_NET 36/54 passed; 1 problem",
         "  - GATED_DELTA_NET: 54 expected, 36 ran and passed",
     ]
 
@@ -88,7 +88,7 @@ def test_expect_replaces_the_pins_expectations(project: Path) -> None:
         "--from-sql", str(DATA / "h200-cuda0-rocmfpx-c14872f.sql.txt"), "--expect", f"{OP}=36", "--dirty", "dirty",
     )
     assert ran.code == 0, ran.out
-    assert ran.out.startswith("backend_ops: PASSED on CUDA0: GATED_DELTA_NET 36/36 passed (the pin's count); build_commit c14872f-dirty is the pin c14872f")
+    assert ran.out.startswith("backend_ops: PASSED on CUDA0: GATED_DELTA_NET 36/36 passed; build_commit c14872f-dirty is the pin c14872f")
 
 
 def test_the_dirty_rule_defaults_to_clean_without_patches(project: Path) -> None:
@@ -114,6 +114,8 @@ def test_the_dirty_rule_defaults_to_clean_without_patches(project: Path) -> None
         (["--device", "CUDA0", "--expect", f"{OP}=36", "--pinned-commit", "none", "--timeout", "0", "--binary", "x"], "onebit-ci: error: --timeout 0: must be more than 0 seconds"),
         (["--device", "CUDA0", "--expect", f"{OP}=36", "--pinned-commit", "b82c", "--from-log", "x.log"], 'onebit-ci: error: pinned commit "b82c": not a commit sha (7 to 40 hex digits)'),
         (["--device", "CUDA0", "--expect", f"{OP}=36", "--pinned-commit", "none", "--from-log", "x.log"], "onebit-ci: error: --from-log x.log: not found; give a saved test-backend-ops output"),
+        (["--device", "CUDA0", "--from-sql", "x.sql"], "onebit-ci: error: --from-sql FILE goes with --from-log FILE"),
+        (["--device", "CUDA0", "--from-log", "x.log", "--binary", "x"], "onebit-ci: error: --binary and --from-log: give one"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_flag(outside: Path, args: list[str], message: str) -> None:

@@ -41,7 +41,7 @@ def test_the_real_h200_run_with_the_fork_sql_passes() -> None:
     result = judge(spec(), [ran("h200-cuda0.console.txt")], sql_run(text(FORK_SQL)))
     assert result.problems == ()
     assert result.status is Status.PASSED
-    assert result.summary == "PASSED on CUDA0: GATED_DELTA_NET 36/36 passed (the pin's count); build_commit c14872f-dirty is the pin c14872f"
+    assert result.summary == "PASSED on CUDA0: GATED_DELTA_NET 36/36 passed; build_commit c14872f-dirty is the pin c14872f"
     assert result.count("passed") == 36
     assert result.count("expected") == 36
     p = props(result)
@@ -93,6 +93,18 @@ def test_a_device_that_was_skipped_while_another_ran() -> None:
     assert result.problems == ('device CPU did not run: test-backend-ops printed "Skipping" for it (it was given another -b than CPU)',)
 
 
+def test_a_device_absent_while_another_ran() -> None:
+    result = from_log("h200-cuda0.console.txt", device="ROCm0")
+    assert result.problems == ("device ROCm0 did not run: the output has no device named ROCm0 (it listed CUDA0, CPU (skipped)); it tested CUDA0 instead",)
+
+
+def test_two_reports_in_one_log(tmp_path: Path) -> None:
+    log = tmp_path / "twice.log"
+    log.write_text(text("cpu.console.txt") + text("cpu-fail.console.txt"))
+    result = judge_log(log, "CPU", {OP: 36})
+    assert result.problems == (f"the log {log}: CPU is reported more than once: two runs in one output? Judge one run's output",)
+
+
 def test_output_that_is_not_test_backend_ops(tmp_path: Path) -> None:
     log = tmp_path / "log.txt"
     log.write_text("Segmentation fault\n")
@@ -108,7 +120,7 @@ def test_output_that_is_not_test_backend_ops(tmp_path: Path) -> None:
 def test_fewer_cases_than_the_pin_expects() -> None:
     result = from_log("h200-cuda0.console.txt", expected=54)
     assert result.problems == ("GATED_DELTA_NET: 54 expected, 36 ran and passed",)
-    assert result.summary == "FAILED on CUDA0: GATED_DELTA_NET 36/54 passed (the pin's count); 1 problem"
+    assert result.summary == "FAILED on CUDA0: GATED_DELTA_NET 36/54 passed; 1 problem"
     assert result.count("expected") == 54
 
 

@@ -87,7 +87,7 @@ def test_json(tmp_path: Path) -> None:
     data = json.loads(path.read_text())
     assert data["gate"] == "backend_ops"
     assert data["status"] == "failed"
-    assert data["summary"] == "FAILED on CUDA0: GATED_DELTA_NET 33/54 passed (the pin's count); 4 problems"
+    assert data["summary"] == "FAILED on CUDA0: GATED_DELTA_NET 33/54 passed; 4 problems"
     assert data["problems"][0] == "GATED_DELTA_NET: 54 expected, 36 ran, 33 passed"
     assert data["counts"] == {"passed": 33, "failed": 3, "skipped": 0, "error": 0, "expected": 54}
     assert data["properties"]["device"] == "CUDA0"
