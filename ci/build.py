@@ -478,3 +478,25 @@ def _rel(path: Path, root: Path) -> str:
         return str(path.relative_to(root))
     except ValueError:
         return str(path)
+
+
+def current_build(project: Project, request: BuildRequest) -> tuple[Manifest, str]:
+    """The manifest of the profile's build when it is exactly the current one, and its key; refused otherwise.
+
+    The key is computed from what is here now (pins.yaml, the series, the toolchain), so a pin bump or a patch
+    edited since the build makes it stale; a binary replaced since the build makes it stale too.
+    """
+    from ci import patches, toolchain
+
+    pins = project.load_pins()
+    profile = profiles_mod.get(request.profile)
+    series = patches.load_series(project.root / patches.PATCHES_DIR)
+    the_plan = plan(project, pins, series.digest, series.names, toolchain.detect(profile, pins.build), request)
+    old = read_manifest(the_plan.manifest_path)
+    hint = f"run nox -s build -- --profile {profile.name}"
+    if old is None:
+        raise Refused(f"no build of profile {profile.name} ({_rel(the_plan.manifest_path, project.root)} is missing): {hint}")
+    decision = decide(the_plan, old)
+    if not decision.up_to_date:
+        raise Refused(f"the {profile.name} build is stale (key {old.key[:12]}, current {the_plan.key.short}: {'; '.join(decision.reasons)}): {hint}")
+    return old, the_plan.key.full

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ci.errors import OnebitError
+from ci.errors import ConfigError, OnebitError
 
 log = logging.getLogger("onebit-ci")
 PROG = "onebit-ci"
@@ -154,6 +155,75 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- backend_ops ----------------------------------------------------------------------------------------------
+
+
+def _expectations(values: Sequence[str]) -> dict[str, int]:
+    from ci.backend_ops import OP_RE
+
+    out: dict[str, int] = {}
+    for value in values:
+        op, sep, count = value.partition("=")
+        if not sep or not OP_RE.match(op) or not count.isdigit() or int(count) < 1:
+            raise ConfigError(f'--expect "{value}": not OP=N with N cases, 1 or more (e.g. --expect GATED_DELTA_NET=54)')
+        if op in out:
+            raise ConfigError(f"--expect {op}: given twice")
+        out[op] = int(count)
+    return out
+
+
+def cmd_backend_ops(args: argparse.Namespace) -> int:
+    from ci import backend_ops, results
+    from ci.errors import GateFailed
+
+    if args.from_sql and not args.from_log:
+        raise ConfigError("--from-sql FILE goes with --from-log FILE (a run makes its own sql output)")
+    if args.from_log and args.binary:
+        raise ConfigError("--binary and --from-log: give one (--from-log judges a saved log and runs nothing)")
+    expected = _expectations(args.expect)
+    pinned: str | None = None if args.pinned_commit == "none" else args.pinned_commit
+    root: Path | None = None
+    if not expected or args.pinned_commit is None:
+        try:
+            project = _project(args)
+        except ConfigError as exc:
+            flags = " and ".join(f for f, missing in (("--expect OP=N", not expected), ("--pinned-commit SHA|none", args.pinned_commit is None)) if missing)
+            raise ConfigError(f"{exc.message}; outside the project give {flags}") from None
+        root = project.root
+        pins = project.load_pins()
+        if not expected:
+            expected = pins.expected_cases()
+            if not expected:
+                raise ConfigError("pins.yaml: expect.backend_ops: no expectations; add them there or give --expect OP=N")
+        if args.pinned_commit is None:
+            pinned = pins.fork.commit
+    if args.timeout <= 0:
+        raise ConfigError(f"--timeout {args.timeout:g}: must be more than 0 seconds")
+    dirty = backend_ops.DirtyRule(args.dirty) if args.dirty else None
+    out = Path(args.out) if args.out else (root or Path.cwd()) / "build" / "gates"
+    if args.from_log:
+        result = backend_ops.judge_log(
+            Path(args.from_log), args.device, expected, pinned, args.patched, args.build_key,
+            dirty=dirty, sql_path=Path(args.from_sql) if args.from_sql else None,
+        )
+    else:
+        if not args.binary:
+            raise ConfigError("--binary PATH is required (the build's test-backend-ops), unless --from-log FILE judges a saved log")
+        binary = Path(args.binary)
+        if not binary.is_file() or not os.access(binary, os.X_OK):
+            raise ConfigError(f"--binary {binary}: not an executable file; give the build's test-backend-ops")
+        result = backend_ops.run_gate(
+            binary, args.device, expected, pinned, args.patched, args.timeout, out / "backend_ops-logs", args.build_key, dirty=dirty
+        )
+    results.write_json(out / "backend_ops.json", result)
+    results.write_junit(out / "backend_ops.junit.xml", [result])
+    print(f"backend_ops: {result.summary}")
+    for problem in result.problems:
+        print(f"  - {problem}")
+    print(f"backend_ops: wrote {out / 'backend_ops.json'} and {out / 'backend_ops.junit.xml'}")
+    return 0 if result.ok else GateFailed.exit_code
+
+
 # -- the parser -----------------------------------------------------------------------------------------------
 
 
@@ -194,6 +264,20 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export-patches", help="write the series back from the commits of a local branch of the checkout")
     p.add_argument("--branch", required=True, help="a branch of the checkout that starts at the pin, one commit per patch")
     p.set_defaults(func=cmd_export_patches)
+
+    p = sub.add_parser("backend-ops", help="the test-backend-ops gate: run it on a device (or judge a saved log) against the pin")
+    p.add_argument("--binary", help="the build's test-backend-ops (not needed with --from-log)")
+    p.add_argument("--device", required=True, help="the test-backend-ops device to test: ROCm0, CUDA0, Vulkan0, CPU, ...")
+    p.add_argument("--expect", action="append", default=[], metavar="OP=N", help="cases of OP that must run and pass (default: pins.yaml expect.backend_ops)")
+    p.add_argument("--from-log", metavar="FILE", help="judge this saved console log instead of running anything")
+    p.add_argument("--from-sql", metavar="FILE", help="with --from-log: its --output sql output, for the build_commit cross-check")
+    p.add_argument("--pinned-commit", metavar="SHA", help="build_commit must be this commit (default: pins.yaml fork.commit; 'none' skips the check)")
+    p.add_argument("--patched", action="store_true", help="patches are applied to the build: build_commit must end in -dirty")
+    p.add_argument("--dirty", choices=["clean", "dirty"], help="override the -dirty rule (default: dirty exactly when --patched)")
+    p.add_argument("--build-key", default="", help="the build key of the binaries, recorded in the results")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per test-backend-ops run (default: 600)")
+    p.add_argument("--out", metavar="DIR", help="where backend_ops.json, backend_ops.junit.xml and the logs go (default: build/gates)")
+    p.set_defaults(func=cmd_backend_ops)
     return top
 
 

@@ -112,16 +112,21 @@ def run(
             proc.kill()
             proc.wait()
         reader.join(timeout=5)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        _close_output(proc, reader)
         raise
     reader.join(timeout=5)
-    if proc.stdout is not None:
-        proc.stdout.close()
+    _close_output(proc, reader)
     done = Completed(tuple(args), proc.returncode, "".join(lines), timed_out)
     if check and (timed_out or proc.returncode != 0):
         raise CommandFailed(args, proc.returncode, "".join(tail), what=what or os.fspath(argv[0]))
     return done
+
+
+def _close_output(proc: subprocess.Popen[str], reader: threading.Thread) -> None:
+    # Popen leaves its pipe open without a with-block: an unclosed file is a ResourceWarning, an error under pytest's
+    # filterwarnings. A reader still blocked on it (a grandchild holding the pipe) keeps it.
+    if proc.stdout is not None and not reader.is_alive():
+        proc.stdout.close()
 
 
 def output_of(argv: Sequence[str | os.PathLike[str]], **kwargs: object) -> str:

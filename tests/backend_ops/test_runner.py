@@ -1,0 +1,98 @@
+"""run_gate end to end through ci.command.run, with a stand-in for a GPU build's test-backend-ops.
+
+No GPU here: the stand-in is a real program that prints a real H200 capture (or a log derived from one) and then
+ends the way the GPU run did: exit 0, or a real SIGABRT/SIGFPE it sends itself, or a hang. The real CPU binary
+goes through the same runner in test_real.py.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from ci.backend_ops import plan, run_gate
+from tests.backend_ops.common import CAPTURE_COMMIT, DATA, OP
+
+STAND_IN = """\
+#!{python}
+import json, os, signal, sys, time
+with open(os.environ["STANDIN_ARGV"], "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\\n")
+name = os.environ["STANDIN_SQL"] if "--output" in sys.argv else os.environ["STANDIN_CONSOLE"]
+sys.stdout.write(open(name, encoding="utf-8").read())
+sys.stdout.flush()
+if os.environ.get("STANDIN_SIGNAL"):
+    os.kill(os.getpid(), getattr(signal, os.environ["STANDIN_SIGNAL"]))
+if os.environ.get("STANDIN_HANG"):
+    time.sleep(60)
+sys.exit(int(os.environ.get("STANDIN_EXIT", "0")))
+"""
+
+
+@pytest.fixture
+def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    exe = tmp_path / "bin" / "test-backend-ops"
+    exe.parent.mkdir()
+    exe.write_text(STAND_IN.format(python=sys.executable))
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("STANDIN_ARGV", str(tmp_path / "argv.jsonl"))
+    monkeypatch.setenv("STANDIN_CONSOLE", str(DATA / "h200-cuda0.console.txt"))
+    monkeypatch.setenv("STANDIN_SQL", str(DATA / "h200-cuda0-rocmfpx-c14872f.sql.txt"))
+    return exe
+
+
+def argv_seen(tmp_path: Path) -> list[list[str]]:
+    return [json.loads(line) for line in (tmp_path / "argv.jsonl").read_text().splitlines()]
+
+
+def test_the_plan_runs_and_passes(stand_in: Path, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    result = run_gate(stand_in, "CUDA0", {OP: 36}, CAPTURE_COMMIT, True, 30.0, logs, "cuda-sm90-key")
+    assert result.problems == ()
+    assert result.ok
+    assert argv_seen(tmp_path) == [list(s.argv[1:]) for s in plan(stand_in, "CUDA0", [OP]).steps]
+    assert (logs / "test-backend-ops.CUDA0.GATED_DELTA_NET.log").read_text() == (DATA / "h200-cuda0.console.txt").read_text()
+    assert (logs / "test-backend-ops.CUDA0.sql").read_text() == (DATA / "h200-cuda0-rocmfpx-c14872f.sql.txt").read_text()
+    p = dict(result.properties)
+    assert (p["build_key"], p["build_commit"], p["exit.GATED_DELTA_NET"], p["exit.sql"]) == ("cuda-sm90-key", "c14872f-dirty", "status 0", "status 0")
+    assert result.seconds > 0
+
+
+@pytest.mark.parametrize(("signal_name", "number", "log"), [("SIGABRT", 6, "h200-cuda0-abort.console.txt"), ("SIGFPE", 8, "h200-cuda0-cut.console.txt")])
+def test_a_run_that_dies_by_a_signal(stand_in: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signal_name: str, number: int, log: str) -> None:
+    monkeypatch.setenv("STANDIN_CONSOLE", str(DATA / log))
+    monkeypatch.setenv("STANDIN_SIGNAL", signal_name)
+    result = run_gate(stand_in, "CUDA0", {OP: 54}, CAPTURE_COMMIT, True, 30.0, tmp_path / "logs")
+    [problem] = result.problems
+    assert problem.startswith(f"test-backend-ops -o GATED_DELTA_NET -b CUDA0: it was killed by {signal_name} (signal {number}) after ")
+    assert "the rest count as not run (GATED_DELTA_NET: " in problem
+    assert dict(result.properties)["exit.GATED_DELTA_NET"] == f"{signal_name} (killed by signal {number})"
+    assert dict(result.properties)["sql_cross_check"] == "not made: a console run did not finish"
+    assert len(argv_seen(tmp_path)) == 1  # the sql run is not started after a crash
+    assert not (tmp_path / "logs" / "test-backend-ops.CUDA0.sql").exists()
+
+
+def test_a_run_that_hangs(stand_in: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STANDIN_CONSOLE", str(DATA / "h200-cuda0-cut.console.txt"))
+    monkeypatch.setenv("STANDIN_HANG", "1")
+    result = run_gate(stand_in, "CUDA0", {OP: 54}, CAPTURE_COMMIT, True, 2.0, tmp_path / "logs")
+    [problem] = result.problems
+    assert problem.startswith("test-backend-ops -o GATED_DELTA_NET -b CUDA0: it timed out after 2 s and was killed (SIGKILL) after 21 case lines on CUDA0")
+    assert "GATED_DELTA_NET: 34 of the 54 expected" in problem
+
+
+def test_a_failing_run_exits_1(stand_in: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STANDIN_CONSOLE", str(DATA / "h200-cuda0-fail.console.txt"))
+    monkeypatch.setenv("STANDIN_EXIT", "1")
+    result = run_gate(stand_in, "CUDA0", {OP: 36}, CAPTURE_COMMIT, True, 30.0, tmp_path / "logs")
+    assert result.count("failed") == 3
+    assert dict(result.properties)["exit.GATED_DELTA_NET"] == "status 1"
+    # exit 1 with three FAIL lines is what test-backend-ops does: no complaint about the console run's status
+    assert not any(p.startswith("test-backend-ops -o GATED_DELTA_NET -b CUDA0: exited with") for p in result.problems)
+    # the stand-in's sql run replays a capture where every row passed, and also exits 1: both are caught
+    assert "the --output sql cross-check exited with status 1 although every row passed" in result.problems
+    assert "the --output sql cross-check: GATED_DELTA_NET passed 36 of 36 in the sql run but 33 of 36 on the console: the two runs disagree" in result.problems
