@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import NoReturn, TextIO
 
 from serve import launch, recipes, server
-from serve.errors import NoServer, ServeError, UsageError, did_you_mean
+from serve.errors import NoBuild, ServeError, UsageError, did_you_mean
 from serve.facts import read_facts
 from serve.route import DEVICE_CHOICES, RouteDecision, RouteOptions, check_options, route
 
@@ -43,19 +43,33 @@ def parser() -> argparse.ArgumentParser:
         epilog="Arguments after -- go to llama-server unchanged; a flag given there wins over serve's own.",
     )
     p.add_argument("-m", "--model", required=True, metavar="MODEL.gguf", help="the model")
-    p.add_argument("--device", default="auto", metavar="{" + ",".join(DEVICE_CHOICES) + "}",
-                   help="where it runs (default auto: rocm for a Hadamard-rotated file, else $ONEBIT_SERVE_DEVICE or vulkan)")
+    p.add_argument(
+        "--device",
+        default="auto",
+        metavar="{" + ",".join(DEVICE_CHOICES) + "}",
+        help="where it runs (default auto: rocm for a Hadamard-rotated file, else $ONEBIT_SERVE_DEVICE or vulkan)",
+    )
     p.add_argument("--llama-server", metavar="PATH", help="this llama-server instead of the profile's build")
-    p.add_argument("--profile", help="the build profile whose llama-server runs (default from the device: rocm->gfx1151, cuda, cpu, vulkan)")
+    p.add_argument(
+        "--profile", help="the build profile whose llama-server runs (default from the device: rocm->gfx1151, cuda, cpu, vulkan)"
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080, llama-server's own)")
     p.add_argument("-c", "--ctx-size", type=int, metavar="N", help="context size (default: the model's)")
-    p.add_argument("-fa", "--flash-attn", nargs="?", const="on", metavar="on|off|auto",
-                   help="flash attention (-fa alone: on); passed on vulkan, cuda and cpu")
+    p.add_argument(
+        "-fa",
+        "--flash-attn",
+        nargs="?",
+        const="on",
+        metavar="on|off|auto",
+        help="flash attention (-fa alone: on); passed on vulkan, cuda and cpu",
+    )
     p.add_argument("--dflash", metavar="DRAFT.gguf", help="a DFlash drafter (architecture dflash)")
     p.add_argument("--mtp", metavar="HEAD.gguf", help="an MTP head")
     p.add_argument("--mtp-max", type=int, metavar="N", help="draft length (default: the DFlash block size - 1, else 16)")
-    p.add_argument("--mtp-p-min", metavar="P", help="the drafter's minimum probability (with --dflash the default is recipe dflash-p-min-0)")
+    p.add_argument(
+        "--mtp-p-min", metavar="P", help="the drafter's minimum probability (with --dflash the default is recipe dflash-p-min-0)"
+    )
     p.add_argument("--recipes", metavar="FILE", help="these recipes instead of the built-in ones")
     p.add_argument("--no-recipes", action="store_true", help="apply no recipes")
     p.add_argument("--dry-run", action="store_true", help="print the decision as JSON on stdout; start nothing")
@@ -121,7 +135,7 @@ def serve(argv: Sequence[str], environ: Mapping[str, str], cwd: Path, out: TextI
     else:
         try:
             found = server.from_manifest(decision.profile, cwd, environ)
-        except NoServer as exc:
+        except NoBuild as exc:
             if not ns.dry_run:
                 raise
             found = server.Server(program=server.BINARY, source="no build yet (dry run)")
@@ -150,7 +164,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"usage: {SERVE} -m MODEL.gguf [options] [-- extra llama-server args]\n\ncommands: serve ({SERVE} --help)")
         return 0 if args else 2
     if args[0] not in COMMANDS:
-        print(f"{PROG}: error: unknown command {args[0]!r}{did_you_mean(args[0], COMMANDS)}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        print(
+            f"{PROG}: error: unknown command {args[0]!r}{did_you_mean(args[0], COMMANDS)}; commands: {', '.join(COMMANDS)}", file=sys.stderr
+        )
         return 2
     debug = "--debug" in args[1 : args.index("--") if "--" in args else None]
     try:

@@ -49,6 +49,10 @@ class NoServer(ServeError):
     exit_code = 5
 
 
+class NoBuild(NoServer):
+    """The profile has no build manifest yet: a dry run notes it, a launch stops."""
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """`` (did you mean "x"?)`` for the closest choice, or nothing."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)

@@ -57,7 +57,8 @@ def run(argv: Sequence[str], env: Mapping[str, str], on_start: Callable[[int], N
     previous = {s: signal.signal(s, forward) for s in FORWARDED}
     try:
         try:
-            child = subprocess.Popen(list(argv), env=dict(env), preexec_fn=_child_setup())  # serve is single-threaded, so preexec_fn is safe
+            # preexec_fn is unsafe only with threads, and serve has none
+            child = subprocess.Popen(list(argv), env=dict(env), preexec_fn=_child_setup())
         except FileNotFoundError:
             raise NoServer("no such file or not on PATH", argv[0]) from None
         except PermissionError:

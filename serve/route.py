@@ -91,7 +91,9 @@ class RouteDecision:
 def check_options(o: RouteOptions) -> None:
     """What can be refused before any file is read."""
     if o.device not in DEVICE_CHOICES:
-        raise UsageError(f'unknown device "{o.device}"{did_you_mean(o.device, DEVICE_CHOICES)}; choose from {", ".join(DEVICE_CHOICES)}', "--device")
+        raise UsageError(
+            f'unknown device "{o.device}"{did_you_mean(o.device, DEVICE_CHOICES)}; choose from {", ".join(DEVICE_CHOICES)}', "--device"
+        )
     if o.profile is not None and not _PROFILE_NAME.match(o.profile):
         raise UsageError(f'"{o.profile}" is not a profile name (letters, digits, ".", "_", "-")', "--profile")
     if not o.host:

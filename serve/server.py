@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from serve.errors import FileProblem, NoServer, Refused
+from serve.errors import FileProblem, NoBuild, NoServer, Refused
 
 ROOT_VAR = "ONEBIT_CI_ROOT"
 ROOT_MARKER = "pins.yaml"
@@ -76,8 +76,10 @@ def from_option(value: str, environ: Mapping[str, str]) -> Server:
     return Server(program=value, source="--llama-server")
 
 
-def no_build(profile: str, why: str) -> NoServer:
-    return NoServer(f"there is no build for profile {profile} ({why}): make one with `nox -s build -- --profile {profile}`, or pass --llama-server PATH")
+def no_build(profile: str, why: str) -> NoBuild:
+    return NoBuild(
+        f"there is no build for profile {profile} ({why}): make one with `nox -s build -- --profile {profile}`, or pass --llama-server PATH"
+    )
 
 
 def from_manifest(profile: str, cwd: Path, environ: Mapping[str, str]) -> Server:
@@ -96,7 +98,9 @@ def from_manifest(profile: str, cwd: Path, environ: Mapping[str, str]) -> Server
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise FileProblem(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}; rebuild with `nox -s build -- --profile {profile}`", shown) from None
+        raise FileProblem(
+            f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}; rebuild with `nox -s build -- --profile {profile}`", shown
+        ) from None
     entry = doc.get("binaries", {}).get(BINARY) if isinstance(doc, dict) and isinstance(doc.get("binaries", {}), dict) else None
     if not isinstance(entry, dict):
         raise FileProblem(f"has no binaries.{BINARY}; rebuild with `nox -s build -- --profile {profile}`", shown)

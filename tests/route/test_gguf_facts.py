@@ -29,7 +29,8 @@ def _reader_scalars(path: Path) -> dict[str, object]:
 
 def _patch(path: Path, old: bytes, new: bytes) -> None:
     data = path.read_bytes()
-    assert len(old) == len(new) and data.count(old) == 1
+    assert len(old) == len(new)
+    assert data.count(old) == 1
     path.write_bytes(data.replace(old, new))
 
 
@@ -135,7 +136,9 @@ def test_truncated_header(cut: int, inside: str, tmp_path: Path, serve_error: Er
 
 def test_truncated_tensor_data(tmp_path: Path, serve_error: ErrorFn) -> None:
     """An interrupted download: the header is whole, the tensor data is not."""
-    path = write_gguf(tmp_path / "partial.gguf", "qwen35", {"onebit.hadamard_q4_0": 32}, {"token_embd.weight": np.ones((64, 64), dtype=np.float32)})
+    path = write_gguf(
+        tmp_path / "partial.gguf", "qwen35", {"onebit.hadamard_q4_0": 32}, {"token_embd.weight": np.ones((64, 64), dtype=np.float32)}
+    )
     full = path.read_bytes()
     path.write_bytes(full[:-100])
     assert serve_error("-m", "partial.gguf") == (

@@ -90,7 +90,7 @@ def test_user_ub_after_double_dash_is_kept_and_the_recipe_adds_nothing(given: li
     assert r.argv == ["llama-server", "-m", "rotated-moe.gguf", *ROCM, *given]
     assert r.recipes == []
     assert r.recipe_lines() == []
-    assert f"recipe rotated-moe-ub1024 matches, but -ub is already given: adds nothing" in r.notes
+    assert "recipe rotated-moe-ub1024 matches, but -ub is already given: adds nothing" in r.notes
 
 
 def test_user_draft_p_min_alias_after_double_dash_beats_the_recipe(gguf_file: FileFn, dry_run: DryRunFn) -> None:
