@@ -57,8 +57,9 @@ def run(argv: Sequence[str], env: Mapping[str, str], on_start: Callable[[int], N
     previous = {s: signal.signal(s, forward) for s in FORWARDED}
     try:
         try:
-            # preexec_fn is unsafe only with threads, and serve has none
-            child = subprocess.Popen(list(argv), env=dict(env), preexec_fn=_child_setup())
+            # preexec_fn is unsafe only with threads, and serve has none. stdin is /dev/null: in a process group of
+            # its own, a child that read the terminal would be stopped (SIGTTIN) instead of served.
+            child = subprocess.Popen(list(argv), env=dict(env), stdin=subprocess.DEVNULL, preexec_fn=_child_setup())
         except FileNotFoundError:
             raise NoServer("no such file or not on PATH", argv[0]) from None
         except PermissionError:

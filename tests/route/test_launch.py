@@ -71,6 +71,7 @@ def test_launch_with_stand_in_server_forwards_sigterm_and_exits_with_its_status(
     assert code == EXIT_ON_SIGNAL["SIGTERM"], stderr
     assert json.loads((tmp_path / "record.json.signal").read_text()) == {"signal": "SIGTERM"}
     assert not is_running(child), "the launcher reaped its child before it exited"
+    assert not is_running(launcher.pid)
     assert "1bit serve: recipe rotated-moe-ub1024: -ub 1024" in stderr.splitlines()
     assert f"1bit serve: llama-server pid {child}, http://127.0.0.1:{port} (Ctrl-C stops it)" in stderr.splitlines()
 
@@ -99,6 +100,7 @@ def test_launch_with_stand_in_server_from_the_build_manifest_forwards_sigint(tmp
     assert code == EXIT_ON_SIGNAL["SIGINT"], stderr
     assert json.loads((tmp_path / "record.json.signal").read_text()) == {"signal": "SIGINT"}
     assert not is_running(child)
+    assert not is_running(launcher.pid)
     assert "1bit serve: device rocm, profile gfx1151, llama-server from build/gfx1151/build.json" in stderr.splitlines()
 
 
