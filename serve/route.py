@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from serve import flags
@@ -71,7 +71,7 @@ class RouteDecision:
     argv: tuple[str, ...]
     env_added: tuple[tuple[str, str], ...]
     notes: tuple[str, ...]
-    recipes_applied: tuple[Applied, ...] = field(default=())
+    recipes_applied: tuple[Applied, ...] = ()
 
     @property
     def env(self) -> dict[str, str]:
