@@ -83,3 +83,10 @@ def lint(session: nox.Session) -> None:
     _install(session, "lint")
     session.run("ruff", "check", ".")
     session.run("mypy")
+
+
+@nox.session(default=False)
+def route_tests(session: nox.Session) -> None:
+    """The no-GPU route tests of the serve launcher (hadamard_route, recipes_route)."""
+    _install(session)
+    session.run("pytest", "tests/route", *session.posargs)

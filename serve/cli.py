@@ -1,0 +1,178 @@
+"""``1bit serve -m MODEL.gguf [options] [-- extra llama-server args]``: gather the inputs, decide, print, run.
+
+``--dry-run`` prints the decision as one JSON object on stdout and starts nothing::
+
+    {"argv": [...], "env": {<added or changed only>}, "notes": [...], "recipes": [<applied ids>]}
+
+Everything else (recipe lines, the decision, errors) goes to stderr. Errors are one line each:
+``1bit serve: error: <file or flag>: <problem>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import traceback
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import NoReturn, TextIO
+
+from serve import launch, recipes, server
+from serve.errors import NoBuild, ServeError, UsageError, did_you_mean
+from serve.facts import read_facts
+from serve.route import DEVICE_CHOICES, RouteDecision, RouteOptions, check_options, route
+
+PROG = "1bit"
+SERVE = f"{PROG} serve"
+COMMANDS = ("serve",)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} ({SERVE} --help)")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog=SERVE,
+        allow_abbrev=False,
+        description="Run llama-server for a GGUF file on the route its header calls for (docs/serve.md).",
+        epilog="Arguments after -- go to llama-server unchanged; a flag given there wins over serve's own.",
+    )
+    p.add_argument("-m", "--model", required=True, metavar="MODEL.gguf", help="the model")
+    p.add_argument(
+        "--device",
+        default="auto",
+        metavar="{" + ",".join(DEVICE_CHOICES) + "}",
+        help="where it runs (default auto: rocm for a Hadamard-rotated file, else $ONEBIT_SERVE_DEVICE or vulkan)",
+    )
+    p.add_argument("--llama-server", metavar="PATH", help="this llama-server instead of the profile's build")
+    p.add_argument(
+        "--profile", help="the build profile whose llama-server runs (default from the device: rocm->gfx1151, cuda, cpu, vulkan)"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080, llama-server's own)")
+    p.add_argument("-c", "--ctx-size", type=int, metavar="N", help="context size (default: the model's)")
+    p.add_argument(
+        "-fa",
+        "--flash-attn",
+        nargs="?",
+        const="on",
+        metavar="on|off|auto",
+        help="flash attention (-fa alone: on); passed on vulkan, cuda and cpu",
+    )
+    p.add_argument("--dflash", metavar="DRAFT.gguf", help="a DFlash drafter (architecture dflash)")
+    p.add_argument("--mtp", metavar="HEAD.gguf", help="an MTP head")
+    p.add_argument("--mtp-max", type=int, metavar="N", help="draft length (default: the DFlash block size - 1, else 16)")
+    p.add_argument(
+        "--mtp-p-min", metavar="P", help="the drafter's minimum probability (with --dflash the default is recipe dflash-p-min-0)"
+    )
+    p.add_argument("--recipes", metavar="FILE", help="these recipes instead of the built-in ones")
+    p.add_argument("--no-recipes", action="store_true", help="apply no recipes")
+    p.add_argument("--dry-run", action="store_true", help="print the decision as JSON on stdout; start nothing")
+    p.add_argument("--debug", action="store_true", help="show a traceback with an error")
+    return p
+
+
+def _options(p: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[argparse.Namespace, tuple[str, ...]]:
+    args = list(argv)
+    extra: tuple[str, ...] = ()
+    if "--" in args:
+        cut = args.index("--")
+        args, extra = args[:cut], tuple(args[cut + 1 :])
+    ns, unknown = p.parse_known_args(args)
+    if unknown:
+        word = unknown[0]
+        if word.startswith("-"):
+            known = [s for action in p._actions for s in action.option_strings]
+            raise UsageError(f"unknown option{did_you_mean(word, known)}; llama-server's own flags go after --", word)
+        raise UsageError(f"unexpected argument {word!r}: the model is -m MODEL.gguf ({SERVE} --help)")
+    return ns, extra
+
+
+def _summary(decision: RouteDecision, facts_lines: Sequence[str], source: str, dry_run: bool, err: TextIO) -> None:
+    for line in facts_lines:
+        print(f"{SERVE}: {line}", file=err)
+    print(f"{SERVE}: device {decision.device}, profile {decision.profile}, llama-server from {source}", file=err)
+    for applied in decision.recipes_applied:
+        print(f"{SERVE}: recipe {applied.id}: {applied.added()}", file=err)
+    for note in decision.notes:
+        print(f"{SERVE}: note: {note}", file=err)
+    for name, value in decision.env_added:
+        print(f"{SERVE}: env {name}={value}", file=err)
+    print(f"{SERVE}: {'would run' if dry_run else 'running'}: {shlex.join(decision.argv)}", file=err)
+
+
+def serve(argv: Sequence[str], environ: Mapping[str, str], cwd: Path, out: TextIO, err: TextIO) -> int:
+    ns, extra = _options(parser(), argv)
+    options = RouteOptions(
+        model=ns.model,
+        device=ns.device,
+        profile=ns.profile,
+        host=ns.host,
+        port=ns.port,
+        ctx_size=ns.ctx_size,
+        flash_attn=ns.flash_attn,
+        dflash=ns.dflash,
+        mtp=ns.mtp,
+        mtp_max=ns.mtp_max,
+        mtp_p_min=ns.mtp_p_min,
+        extra=extra,
+    )
+    check_options(options)
+    if ns.recipes is not None and ns.no_recipes:
+        raise UsageError("--recipes FILE and --no-recipes: pick one")
+    recipe_set = None if ns.no_recipes else recipes.load(ns.recipes) if ns.recipes is not None else recipes.builtin()
+    model = read_facts(options.model)
+    drafter = read_facts(options.drafter_path) if options.drafter_path else None
+    decision = route(model, drafter, options, environ, recipe_set)
+
+    if ns.llama_server is not None:
+        found = server.from_option(ns.llama_server, environ)
+    else:
+        try:
+            found = server.from_manifest(decision.profile, cwd, environ)
+        except NoBuild as exc:
+            if not ns.dry_run:
+                raise
+            found = server.Server(program=server.BINARY, source="no build yet (dry run)")
+            decision = decision.with_note(f"a launch would stop here: {exc.problem}")
+    decision = decision.with_program(found.program)
+
+    facts_lines = [f"{model.path}: {model.describe()}"]
+    if drafter is not None:
+        facts_lines.append(f"drafter {drafter.path}: {drafter.describe()}")
+    _summary(decision, facts_lines, found.source, ns.dry_run, err)
+    if ns.dry_run:
+        print(json.dumps(decision.to_json()), file=out)
+        return 0
+    err.flush()
+
+    def started(pid: int) -> None:
+        print(f"{SERVE}: llama-server pid {pid}, http://{options.host}:{options.port} (Ctrl-C stops it)", file=err)
+        err.flush()
+
+    return launch.run(decision.argv, {**environ, **decision.env}, on_start=started)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(f"usage: {SERVE} -m MODEL.gguf [options] [-- extra llama-server args]\n\ncommands: serve ({SERVE} --help)")
+        return 0 if args else 2
+    if args[0] not in COMMANDS:
+        print(
+            f"{PROG}: error: unknown command {args[0]!r}{did_you_mean(args[0], COMMANDS)}; commands: {', '.join(COMMANDS)}", file=sys.stderr
+        )
+        return 2
+    debug = "--debug" in args[1 : args.index("--") if "--" in args else None]
+    try:
+        return serve(args[1:], os.environ, Path.cwd(), sys.stdout, sys.stderr)
+    except ServeError as exc:
+        if debug:
+            traceback.print_exc()
+        print(f"{SERVE}: error: {exc.line}", file=sys.stderr)
+        return exc.exit_code

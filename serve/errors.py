@@ -1,0 +1,59 @@
+"""The errors of ``1bit serve``: its own small family, so that serve/ ships without ci/.
+
+Only :func:`serve.cli.main` catches these; it prints one line, ``1bit serve: error: <where>: <problem>``,
+and exits with the class's code.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class ServeError(Exception):
+    """Something the user can act on; ``where`` names the file, flag or variable, the message says what to do."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, where: str | None = None) -> None:
+        super().__init__(f"{where}: {message}" if where else message)
+        self.where = where
+        self.problem = message
+
+    @property
+    def line(self) -> str:
+        return str(self)
+
+
+class UsageError(ServeError):
+    """A flag or an environment variable has a value serve cannot use."""
+
+    exit_code = 2
+
+
+class FileProblem(ServeError):
+    """A file is missing, unreadable or malformed: a GGUF, a recipes file, a build manifest."""
+
+    exit_code = 2
+
+
+class Refused(ServeError):
+    """Understood but wrong to do: a rotated file on Vulkan, two drafters, a replaced llama-server binary."""
+
+    exit_code = 4
+
+
+class NoServer(ServeError):
+    """No llama-server to run: no build for the profile, or the one named is not there."""
+
+    exit_code = 5
+
+
+class NoBuild(NoServer):
+    """The profile has no build manifest yet: a dry run notes it, a launch stops."""
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean "x"?)`` for the closest choice, or nothing."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f' (did you mean "{close[0]}"?)' if close else ""

@@ -1,0 +1,257 @@
+"""Facts from a GGUF file's header: what the route needs to know, read without touching the tensor data.
+
+The format's constants (magic, value types, block sizes) come from the ``gguf`` package. The walk itself is a
+streaming read of the key-value section that steps over arrays instead of decoding them: ``gguf.GGUFReader``
+builds a numpy view per array element, and a Qwen-size vocabulary (151,936 tokens and 151,000 merges) takes it
+6.0 s where this reader takes 0.028 s (``python benchmarks/gguf_facts.py``; docs/serve.md).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import gguf
+
+from serve.errors import FileProblem
+
+HADAMARD_KEY = "onebit.hadamard_q4_0"
+HADAMARD_GROUP = 32  # tools/hadamard_q4_0.py stamps the rotation's group size; the lean ROCm build expects 32
+DEFAULT_ALIGNMENT = 32  # GGUF's own default when general.alignment is absent
+
+Scalar = int | float | bool | str
+
+_SCALAR_FORMATS: dict[gguf.GGUFValueType, str] = {
+    gguf.GGUFValueType.UINT8: "B",
+    gguf.GGUFValueType.INT8: "b",
+    gguf.GGUFValueType.UINT16: "H",
+    gguf.GGUFValueType.INT16: "h",
+    gguf.GGUFValueType.UINT32: "I",
+    gguf.GGUFValueType.INT32: "i",
+    gguf.GGUFValueType.FLOAT32: "f",
+    gguf.GGUFValueType.BOOL: "?",
+    gguf.GGUFValueType.UINT64: "Q",
+    gguf.GGUFValueType.INT64: "q",
+    gguf.GGUFValueType.FLOAT64: "d",
+}
+_INTEGER_TYPES = frozenset(t for t, f in _SCALAR_FORMATS.items() if f in "BbHhIiQq")
+
+
+@dataclass(frozen=True)
+class GGUFFacts:
+    """What serve reads from one GGUF header."""
+
+    path: str
+    architecture: str
+    hadamard_stamp: int | None  # onebit.hadamard_q4_0 as stamped, None when absent
+    expert_count: int  # <arch>.expert_count, 0 when absent
+    block_size: int | None  # <arch>.block_size (a DFlash drafter's block), None when absent
+
+    @property
+    def hadamard_q4_0(self) -> bool:
+        """Its Q4_0 weights are Hadamard-rotated in groups the lean ROCm build undoes."""
+        return self.hadamard_stamp == HADAMARD_GROUP
+
+    @property
+    def moe(self) -> bool:
+        return self.expert_count > 0
+
+    def describe(self) -> str:
+        parts = [self.architecture]
+        if self.moe:
+            parts.append(f"MoE ({self.expert_count} experts)")
+        else:
+            parts.append("dense")
+        if self.hadamard_q4_0:
+            parts.append(f"Hadamard-rotated ({HADAMARD_KEY} = {HADAMARD_GROUP})")
+        if self.block_size is not None:
+            parts.append(f"{self.architecture}.block_size {self.block_size}")
+        return ", ".join(parts)
+
+
+class _Header:
+    """A bounded reader over the memory-mapped file; every read past the end is a truncation."""
+
+    def __init__(self, data: mmap.mmap, path: str) -> None:
+        self.data = data
+        self.path = path
+        self.size = len(data)
+        self.pos = 0
+        self.order = "<"
+
+    def corrupt(self, message: str) -> FileProblem:
+        return FileProblem(f"{message}; not a readable GGUF file (re-download or re-convert it)", self.path)
+
+    def truncated(self, what: str) -> FileProblem:
+        return FileProblem(f"truncated: the file ends ({self.size:,} bytes) inside {what}; re-download or re-convert it", self.path)
+
+    def skip(self, n: int, what: str) -> None:
+        if n < 0 or self.pos + n > self.size:
+            raise self.truncated(what)
+        self.pos += n
+
+    def read(self, n: int, what: str) -> bytes:
+        start = self.pos
+        self.skip(n, what)
+        return self.data[start : self.pos]
+
+    def unpack(self, fmt: str, what: str) -> int | float | bool:
+        start = self.pos
+        self.skip(struct.calcsize(fmt), what)
+        value: int | float | bool = struct.unpack_from(self.order + fmt, self.data, start)[0]
+        return value
+
+    def u32(self, what: str) -> int:
+        return int(self.unpack("I", what))
+
+    def u64(self, what: str) -> int:
+        return int(self.unpack("Q", what))
+
+    def string(self, what: str) -> str:
+        raw = self.read(self.u64(what), what)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise self.corrupt(f"{what} is not UTF-8") from None
+
+    def value_type(self, what: str) -> gguf.GGUFValueType:
+        code = self.u32(what)
+        try:
+            return gguf.GGUFValueType(code)
+        except ValueError:
+            raise self.corrupt(f"{what} has unknown value type {code}") from None
+
+    def value(self, vtype: gguf.GGUFValueType, what: str) -> Scalar | None:
+        """A scalar or string; an array is stepped over (None): serve needs none of them."""
+        if vtype == gguf.GGUFValueType.STRING:
+            return self.string(what)
+        if vtype == gguf.GGUFValueType.ARRAY:
+            etype = self.value_type(what)
+            count = self.u64(what)
+            if etype == gguf.GGUFValueType.STRING:
+                length = struct.Struct(self.order + "Q")
+                for _ in range(count):  # the hot loop of a vocabulary: no method calls
+                    if self.pos + 8 > self.size:
+                        raise self.truncated(what)
+                    self.pos += 8 + length.unpack_from(self.data, self.pos)[0]
+                if self.pos > self.size:
+                    raise self.truncated(what)
+            elif etype == gguf.GGUFValueType.ARRAY:
+                for _ in range(count):
+                    self.value(etype, what)
+            else:
+                self.skip(count * struct.calcsize(_SCALAR_FORMATS[etype]), what)
+            return None
+        return self.unpack(_SCALAR_FORMATS[vtype], what)
+
+
+def _tensor_nbytes(ggml_type: int, dims: list[int]) -> int | None:
+    """Bytes of one tensor, or None for a type this gguf package does not know (a fork's own format)."""
+    try:
+        block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(ggml_type)]
+    except (ValueError, KeyError):
+        return None
+    elements = 1
+    for d in dims:
+        elements *= d
+    return elements // block * type_size
+
+
+def read_header(path: str) -> tuple[dict[str, Scalar], dict[str, gguf.GGUFValueType]]:
+    """The scalar and string keys of ``path`` with their types; raises :class:`FileProblem` naming the file.
+
+    Also walks the tensor infos and checks that the file is long enough for the data they describe, so an
+    interrupted download is caught here, in one line, and not by llama-server minutes later. The file is
+    memory-mapped: only the header's pages are ever read.
+    """
+    try:
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size == 0:
+                raise FileProblem("is empty (0 bytes), not a GGUF file", path)
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                return _walk(_Header(data, path))
+    except FileNotFoundError:
+        raise FileProblem("no such file", path) from None
+    except IsADirectoryError:
+        raise FileProblem("is a directory, not a GGUF file", path) from None
+    except OSError as exc:
+        raise FileProblem(f"cannot be read ({exc.strerror or exc})", path) from None
+
+
+def _walk(h: _Header) -> tuple[dict[str, Scalar], dict[str, gguf.GGUFValueType]]:
+    magic = h.data[:4]
+    if len(magic) < 4 or struct.unpack("<I", magic)[0] != gguf.GGUF_MAGIC:
+        raise FileProblem(f"not a GGUF file (it starts with {magic!r}, a GGUF file with b'GGUF')", h.path)
+    h.pos = 4
+    version = h.u32("the header")
+    if version & 0xFFFF == 0:  # written big-endian (gguf's own test for byte order)
+        h.order = ">"
+        version = struct.unpack(">I", struct.pack("<I", version))[0]
+    if version not in (2, 3):
+        raise h.corrupt(f"GGUF version {version} (this reader knows versions 2 and 3)")
+    tensor_count = h.u64("the header")
+    kv_count = h.u64("the header")
+    values: dict[str, Scalar] = {}
+    types: dict[str, gguf.GGUFValueType] = {}
+    for i in range(kv_count):
+        key = h.string(f"key {i + 1} of {kv_count}")
+        if key in types:
+            raise h.corrupt(f'key "{key}" appears twice')
+        vtype = h.value_type(f'the value of "{key}"')
+        value = h.value(vtype, f'the value of "{key}"')
+        types[key] = vtype
+        if value is not None:
+            values[key] = value
+    data_end = 0
+    for i in range(tensor_count):
+        what = f"tensor info {i + 1} of {tensor_count}"
+        h.string(what)
+        n_dims = h.u32(what)
+        if n_dims > 8:
+            raise h.corrupt(f"{what} has {n_dims} dimensions")
+        dims = [h.u64(what) for _ in range(n_dims)]
+        ggml_type = h.u32(what)
+        offset = h.u64(what)
+        nbytes = _tensor_nbytes(ggml_type, dims)
+        if nbytes is not None:
+            data_end = max(data_end, offset + nbytes)
+    alignment = values.get("general.alignment", DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment <= 0:
+        alignment = DEFAULT_ALIGNMENT
+    data_start = -(-h.pos // alignment) * alignment
+    if data_end and data_start + data_end > h.size:
+        raise FileProblem(
+            f"truncated: {h.size:,} bytes, but its {tensor_count} tensors need {data_start + data_end:,}; re-download or re-convert it",
+            h.path,
+        )
+    return values, types
+
+
+def _integer(path: str, key: str, values: Mapping[str, Scalar], types: Mapping[str, gguf.GGUFValueType]) -> int | None:
+    if key not in types:
+        return None
+    if types[key] not in _INTEGER_TYPES:
+        raise FileProblem(f"{key} is a {types[key].name.lower()}, expected an integer", path)
+    value = values[key]
+    assert isinstance(value, int)
+    return value
+
+
+def read_facts(path: str) -> GGUFFacts:
+    """The facts of the GGUF at ``path`` (as the user gave it; messages name it that way)."""
+    values, types = read_header(path)
+    arch = values.get("general.architecture")
+    if "general.architecture" not in types:
+        raise FileProblem("has no general.architecture key; not a model GGUF llama-server can load", path)
+    if not isinstance(arch, str) or not arch:
+        raise FileProblem("general.architecture is not a non-empty string", path)
+    return GGUFFacts(
+        path=path,
+        architecture=arch,
+        hadamard_stamp=_integer(path, HADAMARD_KEY, values, types),
+        expert_count=_integer(path, f"{arch}.expert_count", values, types) or 0,
+        block_size=_integer(path, f"{arch}.block_size", values, types),
+    )

@@ -1,0 +1,70 @@
+"""llama-server's flag spellings, so that "the command line already has it" counts every alias.
+
+A command line is read as units: a flag and the values up to the next flag. A flag is ``-x`` or ``--xy``
+(``--xy=v`` included), never a negative number such as ``-1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+# Spellings of one llama-server option (upstream common/arg.cpp and the ROCmFPX fork); the first is canonical.
+# A switch and its negation are one option here: a user's --no-jinja replaces serve's --jinja.
+ALIAS_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("-m", "--model"),
+    ("-dev", "--device"),
+    ("-ngl", "--gpu-layers", "--n-gpu-layers"),
+    ("-fa", "--flash-attn"),
+    ("--jinja", "--no-jinja"),
+    ("-c", "--ctx-size"),
+    ("--host",),
+    ("--port",),
+    ("-b", "--batch-size"),
+    ("-ub", "--ubatch-size"),
+    ("-t", "--threads"),
+    ("-tb", "--threads-batch"),
+    ("-np", "--parallel"),
+    ("-ctk", "--cache-type-k"),
+    ("-ctv", "--cache-type-v"),
+    ("-ot", "--override-tensor"),
+    ("-sm", "--split-mode"),
+    ("-ts", "--tensor-split"),
+    ("-mg", "--main-gpu"),
+    ("-mm", "--mmproj"),
+    ("-a", "--alias"),
+    ("--spec-type",),
+    ("-md", "--model-draft", "--spec-draft-model"),
+    ("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "--spec-draft-ngl"),
+    ("-devd", "--device-draft"),
+    ("-cd", "--ctx-size-draft"),
+    ("--spec-draft-n-max", "--draft-max", "--draft-n", "--draft-n-max"),
+    ("--spec-draft-n-min", "--draft-min", "--draft-n-min"),
+    ("--spec-draft-p-min", "--draft-p-min"),
+)
+_CANONICAL = {spelling: group[0] for group in ALIAS_GROUPS for spelling in group}
+
+
+def is_flag(token: str) -> bool:
+    return len(token) > 1 and token[0] == "-" and not token[1].isdigit() and token[1] != "."
+
+
+def canonical(flag: str) -> str:
+    """The one spelling of ``flag`` (``--ubatch-size=512`` -> ``-ub``); an unknown flag is its own."""
+    name = flag.split("=", 1)[0] if flag.startswith("--") else flag
+    return _CANONICAL.get(name, name)
+
+
+def units(args: Sequence[str]) -> list[tuple[str, ...]]:
+    """``["-ub", "1024", "--jinja"]`` -> ``[("-ub", "1024"), ("--jinja",)]``; leading values form their own unit."""
+    out: list[list[str]] = []
+    for token in args:
+        if is_flag(token) or not out:
+            out.append([token])
+        else:
+            out[-1].append(token)
+    return [tuple(u) for u in out]
+
+
+def flags_in(args: Iterable[str]) -> set[str]:
+    """The canonical flags a command line has."""
+    return {canonical(t) for t in args if is_flag(t)}

@@ -1,0 +1,328 @@
+"""Recipes: tuned llama-server settings as data, each carrying the measurement behind it.
+
+``serve/config/recipes.json`` is built in; ``--recipes FILE`` replaces it and ``--no-recipes`` turns recipes off.
+The file is read once, here, into frozen dataclasses; every malformed file stops serve with one line naming the
+file, the recipe and the problem (docs/recipes.md lists them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from serve import flags
+from serve.errors import FileProblem, did_you_mean
+
+DEVICES = ("rocm", "vulkan", "cuda", "cpu")
+DRAFTERS = ("dflash", "mtp", "none")
+TOP_KEYS = ("about", "recipes")
+RECIPE_KEYS = ("id", "match", "args", "env", "why", "measured", "source")
+LIST_MATCH_KEYS = ("device", "architecture", "drafter")
+BOOL_MATCH_KEYS = ("moe", "hadamard_q4_0")
+MATCH_KEYS = LIST_MATCH_KEYS + BOOL_MATCH_KEYS
+BUILTIN_NAME = "serve/config/recipes.json"
+
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+@dataclass(frozen=True)
+class LaunchFacts:
+    """What a recipe can match on: the chosen device and what the GGUF headers say."""
+
+    device: str
+    architecture: str
+    drafter: str  # dflash, mtp or none
+    moe: bool
+    hadamard_q4_0: bool
+
+
+@dataclass(frozen=True)
+class Match:
+    """Each key given must hold; an omitted key (None) matches anything."""
+
+    device: tuple[str, ...] | None = None
+    architecture: tuple[str, ...] | None = None
+    drafter: tuple[str, ...] | None = None
+    moe: bool | None = None
+    hadamard_q4_0: bool | None = None
+
+    def matches(self, facts: LaunchFacts) -> bool:
+        for key in LIST_MATCH_KEYS:
+            allowed: tuple[str, ...] | None = getattr(self, key)
+            if allowed is not None and getattr(facts, key) not in allowed:
+                return False
+        for key in BOOL_MATCH_KEYS:
+            want: bool | None = getattr(self, key)
+            if want is not None and getattr(facts, key) != want:
+                return False
+        return True
+
+
+@dataclass(frozen=True)
+class Recipe:
+    id: str
+    match: Match
+    args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    why: str
+    measured: str
+    source: str
+
+
+@dataclass(frozen=True)
+class RecipeSet:
+    name: str  # how messages name the file: the path given, or serve/config/recipes.json
+    about: str
+    recipes: tuple[Recipe, ...]
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(r.id for r in self.recipes)
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What one recipe added to a launch."""
+
+    id: str
+    args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+
+    def added(self) -> str:
+        return " ".join([*self.args, *(f"{k}={v}" for k, v in self.env)])
+
+
+# -- loading --------------------------------------------------------------------------------------------------
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    return str(value)
+
+
+class _Reader:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def error(self, message: str, where: str = "") -> FileProblem:
+        return FileProblem(f"{where}: {message}" if where else message, self.name)
+
+    def unknown(self, key: str, known: Sequence[str], what: str, where: str) -> FileProblem:
+        return self.error(f'unknown {what} "{key}"{did_you_mean(key, known)}; known: {", ".join(known)}', where)
+
+    def text(self, value: object, where: str, *, blank_ok: bool = True) -> str:
+        if not isinstance(value, str):
+            raise self.error(f"{_describe(value)} is a non-string; expected a string", where)
+        if not blank_ok and not value.strip():
+            raise self.error("is empty", where)
+        return value
+
+    def strings(self, value: object, where: str) -> tuple[str, ...]:
+        if not isinstance(value, list):
+            raise self.error(f"{_describe(value)} is not a list", where)
+        out = []
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise self.error(f"{_describe(item)} is a non-string; every entry must be a string", f"{where}[{i}]")
+            if not item:
+                raise self.error("is an empty string", f"{where}[{i}]")
+            out.append(item)
+        return tuple(out)
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def parse(text: str, name: str) -> RecipeSet:
+    """The recipes in ``text``; ``name`` is how messages name the file."""
+    r = _Reader(name)
+    try:
+        doc = json.loads(text, object_pairs_hook=_no_duplicates)
+    except _DuplicateKey as exc:
+        raise r.error(f'key "{exc.key}" is given twice in one object') from None
+    except json.JSONDecodeError as exc:
+        raise r.error(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    if not isinstance(doc, dict):
+        raise r.error(f'{_describe(doc)} is not an object; expected {{"about": ..., "recipes": [...]}}')
+    for key in doc:
+        if key not in TOP_KEYS:
+            raise r.unknown(key, TOP_KEYS, "key", "")
+    if "recipes" not in doc:
+        raise r.error('has no "recipes" list')
+    about = r.text(doc.get("about", ""), "about")
+    items = doc["recipes"]
+    if not isinstance(items, list):
+        raise r.error(f"{_describe(items)} is not a list", "recipes")
+    recipes: list[Recipe] = []
+    seen: dict[str, int] = {}
+    for i, item in enumerate(items):
+        recipe = _recipe(r, item, i)
+        if recipe.id in seen:
+            raise r.error(f'id "{recipe.id}" is listed twice (recipes[{seen[recipe.id]}] and recipes[{i}])')
+        seen[recipe.id] = i
+        recipes.append(recipe)
+    return RecipeSet(name=name, about=about, recipes=tuple(recipes))
+
+
+def _recipe(r: _Reader, item: object, index: int) -> Recipe:
+    where = f"recipes[{index}]"
+    if not isinstance(item, dict):
+        raise r.error(f"{_describe(item)} is not an object", where)
+    if "id" not in item:
+        raise r.error('has no "id"', where)
+    rid = r.text(item["id"], f"{where}.id", blank_ok=False)
+    if not _ID.match(rid):
+        raise r.error(f"{_describe(rid)}: an id is letters, digits, '.', '_' and '-'", f"{where}.id")
+    where = f'recipe "{rid}"'
+    for key in item:
+        if key not in RECIPE_KEYS:
+            raise r.unknown(key, RECIPE_KEYS, "key", where)
+    match = _match(r, item.get("match", {}), where)
+    args = r.strings(item["args"], f"{where}: args") if "args" in item else ()
+    env = _env(r, item["env"], where) if "env" in item else ()
+    if not args and not env:
+        raise r.error("adds nothing: give it args or env", where)
+    if args and not flags.is_flag(args[0]):
+        raise r.error(f"args must start with a flag (-x or --xy), not {_describe(args[0])}", where)
+    if "measured" not in item:
+        raise r.error('has no "measured": a recipe without a measurement does not load', where)
+    measured = r.text(item["measured"], f"{where}: measured")
+    if not measured.strip():
+        raise r.error('"measured" is empty: a recipe without a measurement does not load', where)
+    return Recipe(
+        id=rid,
+        match=match,
+        args=args,
+        env=env,
+        why=r.text(item.get("why", ""), f"{where}: why"),
+        measured=measured,
+        source=r.text(item.get("source", ""), f"{where}: source"),
+    )
+
+
+def _match(r: _Reader, value: object, where: str) -> Match:
+    if not isinstance(value, dict):
+        raise r.error(f"{_describe(value)} is not an object", f"{where}: match")
+    fields: dict[str, Any] = {}
+    for key, v in value.items():
+        at = f"{where}: match.{key}"
+        if key in LIST_MATCH_KEYS:
+            items = r.strings(v, at)
+            if not items:
+                raise r.error("is an empty list, which matches nothing; omit the key to match anything", at)
+            choices = {"device": DEVICES, "drafter": DRAFTERS}.get(key)
+            for item in items:
+                if choices is not None and item not in choices:
+                    raise r.error(f'unknown {key} "{item}"{did_you_mean(item, choices)}; known: {", ".join(choices)}', at)
+            fields[key] = items
+        elif key in BOOL_MATCH_KEYS:
+            if not isinstance(v, bool):
+                raise r.error(f"{_describe(v)} is not a boolean (true or false)", at)
+            fields[key] = v
+        else:
+            raise r.unknown(key, MATCH_KEYS, "match key", where)
+    return Match(**fields)
+
+
+def _env(r: _Reader, value: object, where: str) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, dict):
+        raise r.error(f'env is {_describe(value)}, not an object ({{"NAME": "value"}})', where)
+    out = []
+    for name, v in value.items():
+        if not _ENV_NAME.match(name):
+            raise r.error(f"{_describe(name)} is not an environment variable name", f"{where}: env")
+        out.append((name, r.text(v, f"{where}: env.{name}")))
+    return tuple(out)
+
+
+def load(path: str) -> RecipeSet:
+    """The recipes file at ``path`` (as the user gave it)."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        raise FileProblem("no such file", path) from None
+    except IsADirectoryError:
+        raise FileProblem("is a directory, not a recipes file", path) from None
+    except OSError as exc:
+        raise FileProblem(f"cannot be read ({exc.strerror or exc})", path) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FileProblem(f"is not UTF-8 (byte {exc.start})", path) from None
+    return parse(text, path)
+
+
+def builtin() -> RecipeSet:
+    """The recipes that ship in the package."""
+    text = resources.files("serve").joinpath("config").joinpath("recipes.json").read_text(encoding="utf-8")
+    return parse(text, BUILTIN_NAME)
+
+
+# -- applying -------------------------------------------------------------------------------------------------
+
+
+def apply(
+    recipes: RecipeSet, facts: LaunchFacts, command: Sequence[str], env_set: Collection[str]
+) -> tuple[tuple[Applied, ...], tuple[str, ...]]:
+    """The recipes that add something to this launch, in file order, and notes on those that matched but did not.
+
+    ``command`` is the llama-server command line so far (serve's flags and the user's); ``env_set`` the names
+    already set (the environment and what serve adds). A recipe never adds a flag the command has (any
+    spelling) or a variable already set; the first recipe to add a flag wins.
+    """
+    have = flags.flags_in(command)
+    names = set(env_set)
+    applied: list[Applied] = []
+    notes: list[str] = []
+    for recipe in recipes.recipes:
+        if not recipe.match.matches(facts):
+            continue
+        args: list[str] = []
+        kept: list[str] = []
+        for unit in flags.units(recipe.args):
+            flag = flags.canonical(unit[0])
+            if flag in have:
+                kept.append(unit[0])
+                continue
+            have.add(flag)
+            args.extend(unit)
+        env: list[tuple[str, str]] = []
+        for name, value in recipe.env:
+            if name in names:
+                kept.append(name)
+                continue
+            names.add(name)
+            env.append((name, value))
+        if kept:
+            rest = "adds nothing" if not args and not env else "adds the rest"
+            notes.append(f"recipe {recipe.id} matches, but {', '.join(kept)} is already given: {rest}")
+        if args or env:
+            applied.append(Applied(id=recipe.id, args=tuple(args), env=tuple(env)))
+    return tuple(applied), tuple(notes)

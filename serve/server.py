@@ -1,0 +1,133 @@
+"""Which llama-server binary: ``--llama-server PATH``, or the build manifest of the chosen profile.
+
+A build writes ``build/<profile>/build.json`` under the onebit-ci root (the nearest directory upwards with
+pins.yaml, or ``$ONEBIT_CI_ROOT``)::
+
+    {"binaries": {"llama-server": {"path": "<relative to the manifest's directory>", "sha256": "<64 hex>"}}}
+
+serve checks the binary's sha256 against it before it runs anything: a rebuilt or replaced binary is refused.
+There is no fallback to a llama-server on PATH: that one is upstream's, which cannot read ROCmFPX's formats.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from serve.errors import FileProblem, NoBuild, NoServer, Refused
+
+ROOT_VAR = "ONEBIT_CI_ROOT"
+ROOT_MARKER = "pins.yaml"
+MANIFEST = "build.json"
+BINARY = "llama-server"
+_SHA256 = re.compile(r"[0-9a-f]{64}\Z")
+
+
+@dataclass(frozen=True)
+class Server:
+    """The program for argv[0], and where it came from."""
+
+    program: str
+    source: str
+
+
+def display(path: Path, cwd: Path) -> str:
+    """``path`` relative to the working directory where it is below it, as people type it."""
+    try:
+        return str(path.relative_to(cwd))
+    except ValueError:
+        return str(path)
+
+
+def find_root(cwd: Path, environ: Mapping[str, str]) -> Path | None:
+    """The onebit-ci root: ``$ONEBIT_CI_ROOT``, else the nearest directory from ``cwd`` upwards with pins.yaml."""
+    given = environ.get(ROOT_VAR)
+    if given:
+        root = (cwd / given).resolve()
+        if not root.is_dir():
+            raise FileProblem("is not a directory (it should name the onebit-ci checkout)", f"{ROOT_VAR}={given}")
+        return root
+    for directory in (cwd, *cwd.parents):
+        if (directory / ROOT_MARKER).is_file():
+            return directory
+    return None
+
+
+def manifest_path(root: Path, profile: str) -> Path:
+    return root / "build" / profile / MANIFEST
+
+
+def from_option(value: str, environ: Mapping[str, str]) -> Server:
+    """``--llama-server PATH`` (or a name on PATH): it must be there and executable."""
+    if os.sep in value or (os.altsep and os.altsep in value):
+        if not Path(value).is_file():
+            raise NoServer(f"{value}: no such file", "--llama-server")
+        if not os.access(value, os.X_OK):
+            raise NoServer(f"{value}: not executable (chmod +x it)", "--llama-server")
+        return Server(program=value, source="--llama-server")
+    if shutil.which(value, path=environ.get("PATH", os.defpath)) is None:
+        raise NoServer(f"{value}: not found on PATH; give its path", "--llama-server")
+    return Server(program=value, source="--llama-server")
+
+
+def no_build(profile: str, why: str) -> NoBuild:
+    return NoBuild(
+        f"there is no build for profile {profile} ({why}): make one with `nox -s build -- --profile {profile}`, or pass --llama-server PATH"
+    )
+
+
+def from_manifest(profile: str, cwd: Path, environ: Mapping[str, str]) -> Server:
+    """The llama-server that the build of ``profile`` recorded, its sha256 checked."""
+    root = find_root(cwd, environ)
+    if root is None:
+        raise no_build(profile, f"no {ROOT_MARKER} above {cwd} and no ${ROOT_VAR}")
+    manifest = manifest_path(root, profile)
+    shown = display(manifest, cwd)
+    try:
+        text = manifest.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise no_build(profile, f"no {shown}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FileProblem(f"cannot be read ({exc})", shown) from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FileProblem(
+            f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}; rebuild with `nox -s build -- --profile {profile}`", shown
+        ) from None
+    entry = doc.get("binaries", {}).get(BINARY) if isinstance(doc, dict) and isinstance(doc.get("binaries", {}), dict) else None
+    if not isinstance(entry, dict):
+        raise FileProblem(f"has no binaries.{BINARY}; rebuild with `nox -s build -- --profile {profile}`", shown)
+    rel, want = entry.get("path"), entry.get("sha256")
+    if not isinstance(rel, str) or not rel:
+        raise FileProblem(f"binaries.{BINARY}.path is not a path", shown)
+    if not isinstance(want, str) or not _SHA256.match(want):
+        raise FileProblem(f"binaries.{BINARY}.sha256 is not 64 lowercase hex digits", shown)
+    binary = manifest.parent / rel
+    binary_shown = display(binary, cwd)
+    if not binary.is_file():
+        raise NoServer(f"{shown} records {rel}, which is not there; rebuild with `nox -s build -- --profile {profile}`", binary_shown)
+    got = sha256_of(binary)
+    if got != want:
+        raise Refused(
+            f"sha256 {got[:12]}... is not the {want[:12]}... that {shown} records: the binary was replaced or the build is stale; "
+            f"rebuild with `nox -s build -- --profile {profile}`",
+            binary_shown,
+        )
+    if not os.access(binary, os.X_OK):
+        raise NoServer("is not executable; rebuild it", binary_shown)
+    return Server(program=str(binary.resolve()), source=shown)
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from serve.cli import main
+from tests.route.gguf_files import make
+
+ERROR_PREFIX = "1bit serve: error: "
+
+
+@pytest.fixture(autouse=True)
+def _route_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every case runs in its own directory (no pins.yaml above it) with none of serve's variables set."""
+    monkeypatch.chdir(tmp_path)
+    for var in ("ONEBIT_SERVE_DEVICE", "GGML_W4A4_TENSORS", "ONEBIT_CI_ROOT"):
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture
+def gguf_file(tmp_path: Path) -> Callable[[str], str]:
+    """``gguf_file("rotated-moe")`` -> ``"rotated-moe.gguf"``, written in the case's directory."""
+    return lambda kind: make(kind, tmp_path)
+
+
+@dataclass(frozen=True)
+class DryRun:
+    argv: list[str]
+    env: dict[str, str]
+    notes: list[str]
+    recipes: list[str]
+    stderr: str
+
+    @property
+    def args(self) -> list[str]:
+        """argv without the program."""
+        return self.argv[1:]
+
+    def recipe_lines(self) -> list[str]:
+        return [line for line in self.stderr.splitlines() if line.startswith("1bit serve: recipe ")]
+
+
+def _with_dry_run(args: tuple[str, ...]) -> list[str]:
+    cut = args.index("--") if "--" in args else len(args)
+    return ["serve", *args[:cut], "--dry-run", *args[cut:]]
+
+
+@pytest.fixture
+def dry_run(capsys: pytest.CaptureFixture[str]) -> Callable[..., DryRun]:
+    """``1bit serve ARGS --dry-run`` in-process; the one JSON object it prints, parsed."""
+
+    def run(*args: str) -> DryRun:
+        code = main(_with_dry_run(args))
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        doc: dict[str, Any] = json.loads(out)
+        assert set(doc) == {"argv", "env", "notes", "recipes"}
+        assert out.count("\n") == 1, "one JSON object on one line"
+        return DryRun(argv=doc["argv"], env=doc["env"], notes=doc["notes"], recipes=doc["recipes"], stderr=err)
+
+    return run
+
+
+@pytest.fixture
+def serve_error(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str]]:
+    """``1bit serve ARGS --dry-run`` that must fail: (exit code, the one error line without its prefix)."""
+
+    def run(*args: str) -> tuple[int, str]:
+        code = main(_with_dry_run(args))
+        out, err = capsys.readouterr()
+        assert code != 0
+        assert out == "", "nothing on stdout when serve refuses"
+        lines = err.splitlines()
+        assert len(lines) == 1, err
+        assert lines[0].startswith(ERROR_PREFIX), err
+        return code, lines[0][len(ERROR_PREFIX) :]
+
+    return run

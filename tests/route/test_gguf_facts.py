@@ -1,0 +1,190 @@
+"""GGUF header facts: every malformed file gets one line naming it, and the reader agrees with gguf.GGUFReader."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+from serve.facts import GGUFFacts, read_facts, read_header
+from tests.route.gguf_files import KINDS, make, write_gguf
+
+ErrorFn = Callable[..., tuple[int, str]]
+FileFn = Callable[[str], str]
+
+
+def _reader_scalars(path: Path) -> dict[str, object]:
+    """The scalar and string keys as gguf.GGUFReader decodes them (the reference)."""
+    out: dict[str, object] = {}
+    for key, field in gguf.GGUFReader(path).fields.items():
+        if key.startswith("GGUF.") or field.types[0] == gguf.GGUFValueType.ARRAY:
+            continue
+        part = field.parts[field.data[0]]
+        out[key] = bytes(part).decode() if field.types[0] == gguf.GGUFValueType.STRING else part[0].item()
+    return out
+
+
+def _patch(path: Path, old: bytes, new: bytes) -> None:
+    data = path.read_bytes()
+    assert len(old) == len(new)
+    assert data.count(old) == 1
+    path.write_bytes(data.replace(old, new))
+
+
+# -- the facts ------------------------------------------------------------------------------------------------
+
+
+def test_facts_of_the_route_files(tmp_path: Path) -> None:
+    assert read_facts(make("rotated-moe", tmp_path)) == GGUFFacts(
+        path="rotated-moe.gguf", architecture="qwen3moe", hadamard_stamp=32, expert_count=128, block_size=None
+    )
+    dense = read_facts(make("rotated-dense", tmp_path))
+    assert (dense.hadamard_q4_0, dense.moe) == (True, False)
+    drafter = read_facts(make("dflash-b8", tmp_path))
+    assert (drafter.architecture, drafter.block_size) == ("dflash", 8)
+    plain = read_facts(make("plain", tmp_path))
+    assert (plain.hadamard_stamp, plain.hadamard_q4_0) == (None, False)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_header_agrees_with_gguf_reader(kind: str, tmp_path: Path) -> None:
+    values, _ = read_header(make(kind, tmp_path))
+    assert values == _reader_scalars(tmp_path / f"{kind}.gguf")
+
+
+@pytest.mark.parametrize("endianess", [gguf.GGUFEndian.LITTLE, gguf.GGUFEndian.BIG])
+def test_header_steps_over_arrays_and_tensors_like_gguf_reader(endianess: gguf.GGUFEndian, tmp_path: Path) -> None:
+    """A vocabulary (string array), token types, a nested array and two tensors before and after the keys serve reads."""
+    path = tmp_path / "vocab.gguf"
+    writer = gguf.GGUFWriter(str(path), "qwen3moe", endianess=endianess)
+    writer.add_token_list([f"tok{i}" for i in range(3000)])
+    writer.add_token_types([1] * 3000)
+    writer.add_array("test.nested", [[1, 2], [3]])
+    writer.add_uint32("qwen3moe.expert_count", 64)
+    writer.add_float32("test.rope_scale", 0.5)
+    writer.add_bool("test.flag", True)
+    writer.add_uint32("onebit.hadamard_q4_0", 32)
+    writer.add_tensor("token_embd.weight", np.ones((8, 32), dtype=np.float32))
+    writer.add_tensor("output_norm.weight", np.ones((32,), dtype=np.float16))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    values, _ = read_header(str(path))
+    assert values == _reader_scalars(path)
+    facts = read_facts(str(path))
+    assert (facts.architecture, facts.expert_count, facts.hadamard_q4_0) == ("qwen3moe", 64, True)
+
+
+# -- malformed files: one line naming the file ----------------------------------------------------------------
+
+
+def test_missing_model(serve_error: ErrorFn) -> None:
+    assert serve_error("-m", "Qwen3.8-27B-H32.gguf") == (2, "Qwen3.8-27B-H32.gguf: no such file")
+
+
+def test_missing_drafter_is_named(gguf_file: FileFn, serve_error: ErrorFn) -> None:
+    assert serve_error("-m", gguf_file("plain"), "--dflash", "DFlash2.gguf") == (2, "DFlash2.gguf: no such file")
+
+
+def test_empty_file(tmp_path: Path, serve_error: ErrorFn) -> None:
+    (tmp_path / "empty.gguf").write_bytes(b"")
+    assert serve_error("-m", "empty.gguf") == (2, "empty.gguf: is empty (0 bytes), not a GGUF file")
+
+
+def test_not_a_gguf_file(tmp_path: Path, serve_error: ErrorFn) -> None:
+    (tmp_path / "model.safetensors").write_bytes(b'{"__metadata__": {}}' + bytes(64))
+    assert serve_error("-m", "model.safetensors") == (
+        2,
+        "model.safetensors: not a GGUF file (it starts with b'{\"__', a GGUF file with b'GGUF')",
+    )
+
+
+def test_directory(tmp_path: Path, serve_error: ErrorFn) -> None:
+    (tmp_path / "models").mkdir()
+    assert serve_error("-m", "models") == (2, "models: is a directory, not a GGUF file")
+
+
+@pytest.mark.parametrize(
+    ("cut", "inside"),
+    [
+        (3, "the header"),  # inside the magic: the first 4 bytes are not all there
+        (6, "the header"),
+        (20, "the header"),
+        (30, "key 1 of 4"),
+        (60, 'the value of "general.architecture"'),
+        (-2, 'the value of "onebit.hadamard_q4_0"'),  # -2: two bytes short of the last key's end
+    ],
+)
+def test_truncated_header(cut: int, inside: str, tmp_path: Path, serve_error: ErrorFn) -> None:
+    full = (tmp_path / make("rotated-moe", tmp_path)).read_bytes()
+    if cut < 0:  # the writer pads the key-value section; cut inside the last value, not the padding
+        last = full.index(b"onebit.hadamard_q4_0") + len("onebit.hadamard_q4_0") + 4 + 4
+        cut += last
+    data = full[:cut]
+    (tmp_path / "cut.gguf").write_bytes(data)
+    code, line = serve_error("-m", "cut.gguf")
+    assert code == 2
+    if cut == 3:
+        assert line == "cut.gguf: not a GGUF file (it starts with b'GGU', a GGUF file with b'GGUF')"
+    else:
+        assert line == f"cut.gguf: truncated: the file ends ({len(data):,} bytes) inside {inside}; re-download or re-convert it"
+
+
+def test_truncated_tensor_data(tmp_path: Path, serve_error: ErrorFn) -> None:
+    """An interrupted download: the header is whole, the tensor data is not."""
+    path = write_gguf(
+        tmp_path / "partial.gguf", "qwen35", {"onebit.hadamard_q4_0": 32}, {"token_embd.weight": np.ones((64, 64), dtype=np.float32)}
+    )
+    full = path.read_bytes()
+    path.write_bytes(full[:-100])
+    assert serve_error("-m", "partial.gguf") == (
+        2,
+        f"partial.gguf: truncated: {len(full) - 100:,} bytes, but its 1 tensors need {len(full):,}; re-download or re-convert it",
+    )
+
+
+def test_whole_file_with_a_tensor_reads(tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "whole.gguf", "qwen35", {}, {"token_embd.weight": np.ones((64, 64), dtype=np.float32)})
+    assert read_facts(str(path)).architecture == "qwen35"
+
+
+def test_unsupported_version(tmp_path: Path, serve_error: ErrorFn) -> None:
+    path = tmp_path / make("plain", tmp_path)
+    data = bytearray(path.read_bytes())
+    data[4:8] = (1).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    assert serve_error("-m", "plain.gguf") == (
+        2,
+        "plain.gguf: GGUF version 1 (this reader knows versions 2 and 3); not a readable GGUF file (re-download or re-convert it)",
+    )
+
+
+def test_key_twice(tmp_path: Path, serve_error: ErrorFn) -> None:
+    path = write_gguf(tmp_path / "twice.gguf", "qwen3moe", {"qwen3moe.expert_count": 128, "qwen3moe.expert_couns": 8})
+    _patch(path, b"expert_couns", b"expert_count")
+    assert serve_error("-m", "twice.gguf") == (
+        2,
+        'twice.gguf: key "qwen3moe.expert_count" appears twice; not a readable GGUF file (re-download or re-convert it)',
+    )
+
+
+def test_no_architecture(tmp_path: Path, serve_error: ErrorFn) -> None:
+    path = write_gguf(tmp_path / "noarch.gguf", "qwen35")
+    _patch(path, b"general.architecture", b"general.architecturX")
+    assert serve_error("-m", "noarch.gguf") == (2, "noarch.gguf: has no general.architecture key; not a model GGUF llama-server can load")
+
+
+def test_expert_count_not_an_integer(tmp_path: Path, serve_error: ErrorFn) -> None:
+    write_gguf(tmp_path / "str.gguf", "qwen3moe", {"qwen3moe.expert_count": "128"})
+    assert serve_error("-m", "str.gguf") == (2, "str.gguf: qwen3moe.expert_count is a string, expected an integer")
+
+
+def test_drafter_that_is_not_dflash_is_refused(gguf_file: FileFn, serve_error: ErrorFn) -> None:
+    assert serve_error("-m", gguf_file("rotated-dense"), "--dflash", gguf_file("mtp-head")) == (
+        4,
+        'mtp-head.gguf: architecture is "qwen35", not "dflash": --dflash takes a DFlash drafter (an MTP head goes to --mtp)',
+    )
