@@ -26,6 +26,7 @@ from ci import profiles as profiles_mod
 from ci.command import run
 from ci.errors import CommandFailed, ConfigError, OnebitError, Refused
 from ci.files import write_atomic
+from ci.patches import Series
 from ci.pins import Pins
 from ci.profiles import COMMON_FLAGS, Profile, flag_name, merge_flags
 from ci.project import Project
@@ -213,12 +214,23 @@ def build_argv(toolchain: Toolchain, build_dir: Path, targets: tuple[str, ...], 
 
 
 def build_key(
-    profile: Profile, flags: tuple[str, ...], toolchain: Toolchain, build_type: str, pin: str, series_digest: str, targets: tuple[str, ...]
+    profile: Profile,
+    flags: tuple[str, ...],
+    toolchain: Toolchain,
+    build_type: str,
+    pin: str,
+    series_digest: str,
+    targets: tuple[str, ...],
+    ggml_dirty: bool = False,
 ) -> BuildKey:
+    """The pin and whether the series changes ggml/ are in the configure part: ggml's CMakeLists bakes
+    ``git rev-parse --short HEAD`` and ``-dirty`` (``git diff-index HEAD -- ggml``) into the binaries when it is
+    configured, and test-backend-ops reports that string as build_commit."""
     configure_parts = {"profile": profile.name, "flags": " ".join(flags), "build_type": build_type, "generator": "Ninja"}
     configure_parts |= {f"toolchain.{k}": v for k, v in sorted(toolchain.identity().items())}
+    configure_parts |= {"pin": pin, "ggml_dirty": "yes" if ggml_dirty else "no"}
     configure = _digest(configure_parts)
-    parts = {**configure_parts, "pin": pin, "patches": series_digest, "targets": " ".join(targets)}
+    parts = {**configure_parts, "patches": series_digest, "targets": " ".join(targets)}
     return BuildKey(configure=configure, full=_digest({"configure": configure, **parts}), parts=tuple(parts.items()))
 
 
@@ -226,7 +238,7 @@ def _digest(parts: Mapping[str, str]) -> str:
     return hashlib.sha256(json.dumps(dict(parts), sort_keys=True).encode()).hexdigest()
 
 
-def plan(project: Project, pins: Pins, series_digest: str, series_names: tuple[str, ...], toolchain: Toolchain, request: BuildRequest) -> BuildPlan:
+def plan(project: Project, pins: Pins, series: Series, toolchain: Toolchain, request: BuildRequest) -> BuildPlan:
     profile = profiles_mod.get(request.profile)
     if request.build_type not in BUILD_TYPES:
         raise ConfigError(f"--build-type {request.build_type}: not one of {', '.join(BUILD_TYPES)}")
@@ -234,7 +246,7 @@ def plan(project: Project, pins: Pins, series_digest: str, series_names: tuple[s
     targets = request.targets or pins.build.targets
     build_dir = (request.build_root or project.root / "build") / profile.name
     source = project.root / pins.submodule
-    key = build_key(profile, flags, toolchain, request.build_type, pins.fork.commit, series_digest, targets)
+    key = build_key(profile, flags, toolchain, request.build_type, pins.fork.commit, series.digest, targets, series.touches("ggml/"))
     return BuildPlan(
         profile=profile,
         source=source,
@@ -246,8 +258,8 @@ def plan(project: Project, pins: Pins, series_digest: str, series_names: tuple[s
         targets=targets,
         key=key,
         pin=pins.fork.commit,
-        series_digest=series_digest,
-        series_names=series_names,
+        series_digest=series.digest,
+        series_names=series.names,
         toolchain=toolchain,
     )
 
@@ -441,7 +453,7 @@ def run_build(project: Project, request: BuildRequest, say: Callable[[str], None
             checkout.move_to(pins.fork.commit)
         say(patches.apply_series(project, request.remote))
         series = patches.load_series(project.root / patches.PATCHES_DIR)
-    the_plan = plan(project, pins, series.digest, series.names, tools, request)
+    the_plan = plan(project, pins, series, tools, request)
     old = read_manifest(the_plan.manifest_path)
     decision = decide(the_plan, old)
     if decision.up_to_date:
@@ -491,7 +503,7 @@ def current_build(project: Project, request: BuildRequest) -> tuple[Manifest, st
     pins = project.load_pins()
     profile = profiles_mod.get(request.profile)
     series = patches.load_series(project.root / patches.PATCHES_DIR)
-    the_plan = plan(project, pins, series.digest, series.names, toolchain.detect(profile, pins.build), request)
+    the_plan = plan(project, pins, series, toolchain.detect(profile, pins.build), request)
     old = read_manifest(the_plan.manifest_path)
     hint = f"run nox -s build -- --profile {profile.name}"
     if old is None:

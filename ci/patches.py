@@ -51,6 +51,12 @@ class Patch:
     def diff(self) -> pygit2.Diff:
         return pygit2.Diff.parse_diff(self.diff_text)
 
+    def paths(self) -> set[str]:
+        out: set[str] = set()
+        for p in self.diff():
+            out |= {p.delta.old_file.path, p.delta.new_file.path}
+        return out
+
     @property
     def upstreamed_url(self) -> str | None:
         return self.upstream if URL_RE.match(self.upstream) else None
@@ -72,6 +78,10 @@ class Series:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.patches)
+
+    def touches(self, prefix: str) -> bool:
+        """Whether any patch changes a path under ``prefix`` (ggml/: its build commit turns -dirty)."""
+        return any(path.startswith(prefix) for p in self.patches for path in p.paths())
 
     def without(self, names: Sequence[str]) -> Series:
         return Series(self.directory, tuple(p for p in self.patches if p.name not in names))

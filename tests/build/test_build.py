@@ -78,7 +78,7 @@ def test_a_define_overrides_in_place_and_the_hip_compiler_is_handed_to_cmake() -
 def test_the_key_separates_configure_from_build_parts() -> None:
     cpu = profiles.get("cpu")
     a = build.build_key(cpu, COMMON, tools(), "Release", "a" * 40, "s1", ("llama-server",))
-    b = build.build_key(cpu, COMMON, tools(), "Release", "b" * 40, "s1", ("llama-server",))
+    b = build.build_key(cpu, COMMON, tools(), "Release", "a" * 40, "s2", ("llama-server",))
     c = build.build_key(cpu, (*COMMON, "-DX=1"), tools(), "Release", "a" * 40, "s1", ("llama-server",))
     d = build.build_key(cpu, COMMON, tools(Tool("cxx", "/usr/bin/g++", "13.2.0")), "Release", "a" * 40, "s1", ("llama-server",))
     assert a.configure == b.configure
@@ -86,6 +86,9 @@ def test_the_key_separates_configure_from_build_parts() -> None:
     assert a.configure != c.configure
     assert a.configure != d.configure
     assert a.full == build.build_key(cpu, COMMON, tools(), "Release", "a" * 40, "s1", ("llama-server",)).full
+    # the pin and a series that changes ggml/ are baked in at configure time (ggml's build commit)
+    assert a.configure != build.build_key(cpu, COMMON, tools(), "Release", "b" * 40, "s1", ("llama-server",)).configure
+    assert a.configure != build.build_key(cpu, COMMON, tools(), "Release", "a" * 40, "s1", ("llama-server",), ggml_dirty=True).configure
 
 
 # -- real builds of the fixture project with the cpu profile -------------------------------------------------
@@ -137,15 +140,20 @@ def test_an_unchanged_key_is_a_no_op_that_says_why(build_project: Project) -> No
     assert (build_project.root / "build" / "cpu" / "build.log").read_bytes() == log_before
 
 
+def add_fixture_patch(project: Project, fork: BuildFork, name: str, path: str, old: str, new: str) -> None:
+    text = (project.root / "third_party/llama.cpp-rocmfpx" / path).read_text().replace(old, new)
+    patches = project.root / "patches"
+    patches.mkdir(exist_ok=True)
+    holder = type("F", (), {"builder": fork.builder})()
+    (patches / name).write_bytes(make_patch_text(holder, fork.f0, {path: text}))  # type: ignore[arg-type]
+    series = patches / "series"
+    series.write_text((series.read_text() if series.is_file() else "") + name + "\n")
+
+
 def test_a_patch_change_rebuilds_without_configuring_again(build_project: Project, build_fork: BuildFork) -> None:
     assert build_cpu(build_project).code == 0
     before = manifest(build_project)
-    text = (build_project.root / "third_party/llama.cpp-rocmfpx/ggml/ggml.c").read_text().replace("return 42", "return 43")
-    patches = build_project.root / "patches"
-    patches.mkdir()
-    fork = type("F", (), {"builder": build_fork.builder})()
-    (patches / "answer.patch").write_bytes(make_patch_text(fork, build_fork.f0, {"ggml/ggml.c": text}))  # type: ignore[arg-type]
-    (patches / "series").write_text("answer.patch\n")
+    add_fixture_patch(build_project, build_fork, "hello.patch", "tools/server/server.cpp", "llama-server %s", "llama-server says %s")
     r = build_cpu(build_project)
     assert r.code == 0, r.err
     assert "patches changed" in r.out
@@ -153,7 +161,19 @@ def test_a_patch_change_rebuilds_without_configuring_again(build_project: Projec
     after = manifest(build_project)
     assert after["key"] != before["key"]
     assert after["configure_key"] == before["configure_key"]
-    assert after["patches"]["names"] == ["answer.patch"]
+    assert after["patches"]["names"] == ["hello.patch"]
+    assert run_binary(build_project, "llama-server") == "llama-server says fixture\n"
+
+
+def test_a_patch_to_ggml_configures_again_for_its_build_commit(build_project: Project, build_fork: BuildFork) -> None:
+    assert build_cpu(build_project).code == 0
+    before = manifest(build_project)
+    add_fixture_patch(build_project, build_fork, "answer.patch", "ggml/ggml.c", "return 42", "return 43")
+    r = build_cpu(build_project)
+    assert r.code == 0, r.err
+    assert "ggml_dirty changed" in r.out
+    assert "configure: done in" in r.out
+    assert manifest(build_project)["configure_key"] != before["configure_key"]
     assert run_binary(build_project, "test-backend-ops") == "test-backend-ops fixture 43\n"
 
 
@@ -181,9 +201,9 @@ def test_a_failing_compile_leaves_no_manifest(build_project: Project, build_fork
     assert build_cpu(build_project).code == 0
     patches = build_project.root / "patches"
     patches.mkdir()
-    fork = type("F", (), {"builder": build_fork.builder})()
+    holder = type("F", (), {"builder": build_fork.builder})()
     broken = {"tools/server/server.cpp": "int main() { this is not C++ }\n"}
-    (patches / "broken.patch").write_bytes(make_patch_text(fork, build_fork.f0, broken))  # type: ignore[arg-type]
+    (patches / "broken.patch").write_bytes(make_patch_text(holder, build_fork.f0, broken))  # type: ignore[arg-type]
     (patches / "series").write_text("broken.patch\n")
     r = build_cpu(build_project)
     assert r.code == 6
