@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import hashlib
+import sys
 from pathlib import Path
 
 import nox
@@ -20,7 +21,12 @@ BINARIES_ENV = {"CMAKE_ARGS": "-DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF"}
 
 
 def _install(session: nox.Session, *extras: str) -> None:
-    """Install the project (editable) only when pyproject.toml or the extras changed since the last install."""
+    """Install the project (editable) only when pyproject.toml or the extras changed since the last install.
+
+    With ``--no-venv`` (a box where nothing can be installed) the running Python and its packages are used.
+    """
+    if session.venv_backend == "none":
+        return
     venv = Path(str(session.virtualenv.location))
     spec = f".[{','.join(extras)}]" if extras else "."
     stamp = venv / ".onebit-installed"
@@ -31,8 +37,12 @@ def _install(session: nox.Session, *extras: str) -> None:
     stamp.write_text(want)
 
 
+def _python(session: nox.Session) -> str:
+    return sys.executable if session.venv_backend == "none" else "python"
+
+
 def _ci(session: nox.Session, command: str) -> None:
-    session.run("python", "-m", "ci", command, *session.posargs)
+    session.run(_python(session), "-m", "ci", command, *session.posargs, external=session.venv_backend == "none")
 
 
 @nox.session
@@ -57,6 +67,20 @@ def build(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def gpu_tests(session: nox.Session) -> None:
+    """Every gate (route, test-backend-ops, greedy equivalence) on the current build: -- --profile P."""
+    _install(session)
+    _ci(session, "gpu-tests")
+
+
+@nox.session(default=False)
+def ship(session: nox.Session) -> None:
+    """Build the serve launcher's wheel and sdist when every gate passed for exactly this build: -- --profile P."""
+    _install(session, "test")  # python -m build and setuptools, for the wheel and the sdist
+    _ci(session, "ship")
+
+
+@nox.session(default=False)
 def patches(session: nox.Session) -> None:
     """Apply the patch series to the checkout at the pin; -- --check only says what would apply."""
     _install(session)
@@ -73,7 +97,7 @@ def export_patches(session: nox.Session) -> None:
 @nox.session(default=False)
 def tests(session: nox.Session) -> None:
     """Run the whole test suite, the slow tier with real CPU llama.cpp binaries included."""
-    _install(session, "binaries")
+    _install(session, "binaries", "test")
     session.run("pytest", *session.posargs)
 
 

@@ -224,6 +224,69 @@ def cmd_backend_ops(args: argparse.Namespace) -> int:
     return 0 if result.ok else GateFailed.exit_code
 
 
+# -- gpu_tests and ship ------------------------------------------------------------------------------------
+
+
+def cmd_gpu_tests(args: argparse.Namespace) -> int:
+    from ci import gates, ledger, profiles, results
+    from ci.errors import GateFailed
+
+    project = _project(args)
+    if args.from_log:
+        from ci import backend_ops
+
+        pins = project.load_pins()
+        device = profiles.get(args.profile).device
+        result = backend_ops.judge_log(
+            Path(args.from_log), device, pins.expected_cases(), pins.fork.commit, False, "", sql_path=Path(args.from_sql) if args.from_sql else None
+        )
+        out = Path(args.out) if args.out else ledger.default_results_dir(project.root) / "from-log"
+        results.write_json(out / "backend_ops.json", result)
+        results.write_junit(out / "backend_ops.junit.xml", [result], {"profile": args.profile, "source": args.from_log})
+        ledger.append(ledger.ledger_path(ledger.default_results_dir(project.root)), result, ledger.BuildContext(profile=args.profile, device=device))
+        done = [result]
+    else:
+        request = gates.GpuTestsRequest(
+            profile=args.profile,
+            gates=gates.select(args.gate),
+            out=Path(args.out).resolve() if args.out else None,
+            timeout=args.timeout,
+            model=Path(args.model).resolve() if args.model else None,
+            drafter=Path(args.drafter).resolve() if args.drafter else None,
+            tokens=args.tokens,
+        )
+        if (request.model is None) != (request.drafter is None):
+            raise ConfigError("--model and --drafter go together (the equivalence gate's target and drafter)")
+        done = gates.run_gpu_tests(project, request, lambda line: print(line, flush=True))
+    print(gates.summary_table(done))
+    failed = [r for r in done if not r.ok]
+    for r in failed:
+        for problem in r.problems:
+            print(f"  {r.gate}: {problem}")
+    if failed:
+        raise GateFailed(f"gpu_tests: {len(failed)} of {len(done)} gates did not pass: {', '.join(r.gate for r in failed)}")
+    print(f"gpu_tests: all {len(done)} gates passed")
+    return 0
+
+
+def cmd_ship(args: argparse.Namespace) -> int:
+    from ci import ledger, ship
+    from ci.build import BuildRequest
+
+    project = _project(args)
+    results_dir = ledger.default_results_dir(project.root)
+    request = BuildRequest(profile=args.profile)
+    if args.check:
+        result = ship.check(project, request, results_dir)
+        print(ship.table(result))
+        return 0 if result.ok else 7
+    result, files = ship.ship(project, request, results_dir, Path(args.dist) if args.dist else project.root / "dist")
+    print(ship.table(result))
+    for f in files:
+        print(f"ship: wrote {_rel(f, project.root)}")
+    return 0
+
+
 # -- the parser -----------------------------------------------------------------------------------------------
 
 
@@ -260,6 +323,24 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--build-dir", help="the directory holding one build dir per profile (default: build/)")
     p.add_argument("-j", "--jobs", type=int, help="parallel compile jobs (default: ninja's)")
     p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("gpu-tests", help="every gate against the current build's binaries; results to the ledger")
+    p.add_argument("--profile", default="gfx1151", help="whose build to test (default gfx1151)")
+    p.add_argument("--gate", action="append", default=[], help="run only this gate (route, backend_ops, equivalence); repeatable")
+    p.add_argument("--from-log", metavar="FILE", help="judge a saved test-backend-ops console log with the profile's device and the pin; run nothing")
+    p.add_argument("--from-sql", metavar="FILE", help="with --from-log: its --output sql output")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per test-backend-ops run (default 600)")
+    p.add_argument("--model", help="the equivalence gate's target GGUF (default: pins.yaml equivalence, else tiny models)")
+    p.add_argument("--drafter", help="the equivalence gate's drafter GGUF")
+    p.add_argument("--tokens", type=int, help="tokens per prompt for the equivalence gate (default: pins.yaml, 256)")
+    p.add_argument("--out", help="where the JSON, JUnit and logs go (default: build/results/<key>/)")
+    p.set_defaults(func=cmd_gpu_tests)
+
+    p = sub.add_parser("ship", help="build the serve launcher's wheel and sdist if every gate passed for the current build")
+    p.add_argument("--profile", default="gfx1151", help="whose build ships (default gfx1151)")
+    p.add_argument("--check", action="store_true", help="only say which gates passed, failed, are missing or stale")
+    p.add_argument("--dist", help="where the wheel, sdist and release manifest go (default: dist/)")
+    p.set_defaults(func=cmd_ship)
 
     p = sub.add_parser("export-patches", help="write the series back from the commits of a local branch of the checkout")
     p.add_argument("--branch", required=True, help="a branch of the checkout that starts at the pin, one commit per patch")

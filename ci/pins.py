@@ -86,6 +86,17 @@ class BuildConfig:
 
 
 @dataclass(frozen=True)
+class EquivalenceConfig:
+    """pins.yaml ``equivalence``: the greedy-equivalence gate's threshold and models for this pin."""
+
+    near_tie_nats: float = 0.1  # the largest margin a correct build diverged at was 0.091 (H200; ci/equivalence.py)
+    tokens: int = 256
+    model: str | None = None  # None: the gate's tiny generated models
+    drafter: str | None = None
+    spec_type: str | None = None
+
+
+@dataclass(frozen=True)
 class Pins:
     """What is pinned, and what the gates must see at that pin."""
 
@@ -96,6 +107,7 @@ class Pins:
     omit: tuple[str, ...] = ()
     backend_ops: tuple[tuple[str, int], ...] = field(default=())
     build: BuildConfig = field(default_factory=BuildConfig)
+    equivalence: EquivalenceConfig = field(default_factory=EquivalenceConfig)
 
     def expected_cases(self) -> dict[str, int]:
         return dict(self.backend_ops)
@@ -154,8 +166,28 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
             ops.done()
         expect.done()
     build = _build_config(top.section("build", required=False))
+    equivalence = _equivalence_config(top.section("equivalence", required=False))
     top.done()
-    return Pins(path=path, text=text, fork=fork, submodule=submodule, omit=omit, backend_ops=tuple(cases), build=build)
+    return Pins(
+        path=path, text=text, fork=fork, submodule=submodule, omit=omit, backend_ops=tuple(cases), build=build, equivalence=equivalence
+    )
+
+
+def _equivalence_config(section: Section | None) -> EquivalenceConfig:
+    if section is None:
+        return EquivalenceConfig()
+    default = EquivalenceConfig()
+    config = EquivalenceConfig(
+        near_tie_nats=section.number("near_tie_nats", required=False, default=default.near_tie_nats, minimum=0.0),
+        tokens=section.integer("tokens", required=False, default=default.tokens, minimum=1),
+        model=section.string("model", required=False, default="") or None,
+        drafter=section.string("drafter", required=False, default="") or None,
+        spec_type=section.string("spec_type", required=False, default="") or None,
+    )
+    if (config.model is None) != (config.drafter is None):
+        raise section.error("give both model and drafter, or neither (the gate's tiny models)")
+    section.done()
+    return config
 
 
 def _flags(section: Section, key: str) -> tuple[str, ...]:

@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+import json
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from ci import ledger
+from ci.errors import ConfigError
+from ci.results import GateResult, Status
+
+CONTEXT = ledger.BuildContext("k" * 64, "p" * 40, "s" * 64, "cpu", "CPU")
+
+
+def result(gate: str = "route", status: Status = Status.PASSED) -> GateResult:
+    return GateResult(gate, status, f"{gate} {status.value}", counts=(("passed", 3), ("failed", 0)))
+
+
+def test_records_are_appended_and_chained(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.jsonl"
+    first = ledger.append(path, result("route"), CONTEXT, {"junit": "build/results/x/route.junit.xml"})
+    second = ledger.append(path, result("backend_ops", Status.FAILED), CONTEXT)
+    read = ledger.read(path)
+    assert [r.gate for r in read.records] == ["route", "backend_ops"]
+    assert read.records[0].sha256 == first.sha256
+    assert read.records[1].data["prev"] == first.sha256
+    assert read.records[1].sha256 == second.sha256
+    data = read.records[0].data
+    assert data["build_key"] == "k" * 64
+    assert data["pin"] == "p" * 40
+    assert data["patches"] == "s" * 64
+    assert data["profile"] == "cpu"
+    assert data["counts"] == {"passed": 3, "failed": 0}
+    assert data["artefacts"] == {"junit": "build/results/x/route.junit.xml"}
+    assert {"python", "platform"} <= data["versions"].keys()
+    assert data["time"].endswith("Z")
+
+
+def test_latest_record_per_gate_and_key(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.jsonl"
+    ledger.append(path, result("route", Status.PASSED), CONTEXT)
+    ledger.append(path, result("route", Status.FAILED), CONTEXT)
+    ledger.append(path, result("route", Status.PASSED), ledger.BuildContext("other"))
+    latest = ledger.latest(ledger.read(path), "route", CONTEXT.build_key)
+    assert latest is not None
+    assert latest.verdict == "failed"
+    assert ledger.latest(ledger.read(path), "equivalence", CONTEXT.build_key) is None
+
+
+def test_a_line_that_is_not_json_is_reported_with_its_number(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.jsonl"
+    ledger.append(path, result(), CONTEXT)
+    with path.open("a") as fh:
+        fh.write("{not json\n")
+    with pytest.raises(ConfigError, match=r"ledger.jsonl: line 2 is not JSON \(a damaged ledger\)"):
+        ledger.read(path)
+    with pytest.raises(ConfigError, match="line 2 is not JSON"):
+        ledger.append(path, result(), CONTEXT)
+
+
+def test_an_edited_record_breaks_the_chain(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.jsonl"
+    ledger.append(path, result("route", Status.FAILED), CONTEXT)
+    ledger.append(path, result("backend_ops"), CONTEXT)
+    lines = path.read_text().splitlines()
+    edited = json.loads(lines[0])
+    edited["verdict"] = "passed"
+    path.write_text(json.dumps(edited, sort_keys=True) + "\n" + lines[1] + "\n")
+    with pytest.raises(ConfigError, match=r"ledger.jsonl:2: the chain is broken .* a record was edited or removed"):
+        ledger.read(path)
+
+
+def test_a_removed_record_breaks_the_chain(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.jsonl"
+    for gate in ("route", "backend_ops", "equivalence"):
+        ledger.append(path, result(gate), CONTEXT)
+    lines = path.read_text().splitlines()
+    path.write_text(lines[0] + "\n" + lines[2] + "\n")
+    with pytest.raises(ConfigError, match="the chain is broken"):
+        ledger.read(path)
+
+
+def test_an_incomplete_last_line_is_not_appended_to(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.jsonl"
+    ledger.append(path, result(), CONTEXT)
+    path.write_bytes(path.read_bytes().rstrip(b"\n"))
+    before = path.read_bytes()
+    with pytest.raises(ConfigError, match="the last line is incomplete"):
+        ledger.append(path, result(), CONTEXT)
+    assert path.read_bytes() == before
+
+
+def _append_many(path: str, gate: str) -> None:
+    for _ in range(10):
+        ledger.append(Path(path), result(gate), CONTEXT)
+
+
+def test_concurrent_appenders_lose_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.jsonl"
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_append_many, args=(str(path), gate)) for gate in ("route", "backend_ops", "equivalence")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    records = ledger.read(path).records
+    assert len(records) == 30
+    assert {g: sum(r.gate == g for r in records) for g in ("route", "backend_ops", "equivalence")} == {"route": 10, "backend_ops": 10, "equivalence": 10}
