@@ -14,6 +14,7 @@ bodies); :func:`run` starts the servers, asks, judges and returns a :class:`Gate
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -269,23 +270,20 @@ def judge(prompt: Prompt, segments: Sequence[Segment], requested: int, near_tie:
         want = requested - seg.start
         # a speculative step may overshoot n_predict; what was not asked for is not judged
         a, b = seg.baseline.tokens[:want], seg.drafted.tokens[:want]
-        i = next((j for j, (x, y) in enumerate(zip(a, b)) if x.id != y.id), None)
+        i = next((j for j, (x, y) in enumerate(zip(a, b, strict=False)) if x.id != y.id), None)
 
-        def verdict(status: Status, message: str, divergence: Divergence | None = None, detail: str = "", compared: int = 0) -> PromptVerdict:
-            return _finish(prompt, requested, status, message, compared, near_ties, divergence, detail, base_t, draft_t, len(segments))
-
+        verdict = functools.partial(_finish, prompt, requested, near_ties=near_ties, baseline=base_t, drafted=draft_t, requests=len(segments))
         if i is None:
             if not last:
                 raise ValueError(f"segment {k} matched to its end, yet segment {k + 1} follows")
             common += a
             covered = len(common)
             if len(a) != len(b):
-                short, long_ = ("drafter", seg.drafted) if len(b) < len(a) else ("baseline", seg.baseline)
-                stop = (seg.drafted if short == "drafter" else seg.baseline).stop_type
-                n_short = seg.start + min(len(a), len(b))
+                short, stop = ("drafter", seg.drafted.stop_type) if len(b) < len(a) else ("baseline", seg.baseline.stop_type)
+                n_short, n_long = seg.start + min(len(a), len(b)), seg.start + max(len(a), len(b))
                 return verdict(
                     Status.FAILED,
-                    f"truncated: the {short} leg stopped after {n_short} tokens (stop: {stop}) where the other went on to {seg.start + len(long_.tokens[:want])}",
+                    f"truncated: the {short} leg stopped after {n_short} tokens (stop: {stop}) where the other went on to {n_long}",
                     compared=n_short,
                 )
             ended = seg.baseline.stop_type == "eos" and seg.drafted.stop_type == "eos"
@@ -333,10 +331,11 @@ def _finish(
     requested: int,
     status: Status,
     message: str,
+    divergence: Divergence | None = None,
+    detail: str = "",
+    *,
     compared: int,
     near_ties: Sequence[NearTie],
-    divergence: Divergence | None,
-    detail: str,
     baseline: Timings,
     drafted: Timings,
     requests: int,
@@ -479,7 +478,7 @@ def servers(the_plan: GatePlan, logs: Path, factory: ServerFactory = _default_se
     ports = free_ports(2)
     with contextlib.ExitStack() as stack:
         pair = []
-        for leg, port in zip((the_plan.baseline, the_plan.drafter), ports):
+        for leg, port in zip((the_plan.baseline, the_plan.drafter), ports, strict=True):
             server = factory(the_plan.launch(leg, port), logs / f"{leg.name}.log", the_plan.health_timeout)
             stack.callback(server.stop)
             server.start()
