@@ -1,10 +1,12 @@
 """A llama-server as a context manager: started through the serve launcher on 127.0.0.1, always stopped and reaped.
 
 :func:`launcher_argv` is the plan (pure): the ``python -m serve serve ...`` command line of one server.
-:class:`LlamaServer` runs it in a process group of its own, so the launcher and the llama-server it starts go
-together: on leaving the block (an exception, a timeout, Ctrl-C) the group gets SIGTERM, then SIGKILL after a
-grace period, and the launcher is reaped. Ctrl-C at the terminal reaches only this process (the server is in
-another session); the ``with`` block's exit then tears the server down before the interrupt propagates.
+:class:`LlamaServer` runs it in a session of its own and keeps track of its process tree (the launcher puts
+llama-server in a process group of its own, so a group signal would miss it). On leaving the block (an
+exception, a timeout, Ctrl-C) the launcher gets SIGTERM, which it forwards; whatever of the tree still runs
+after a grace period gets SIGKILL; the launcher is reaped. Ctrl-C at the terminal reaches only this process
+(the server is in another session); the ``with`` block's exit then tears the server down before the
+interrupt propagates.
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ class LlamaServer:
         self._http = requests.Session()
         self.returncode: int | None = None
         self.seconds_to_healthy = 0.0
+        self._tree: set[Process] = set()
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -161,6 +164,7 @@ class LlamaServer:
             try:
                 r = self._http.get(f"{self.url}/health", timeout=2)
                 if r.status_code == 200:
+                    self._track()
                     self.seconds_to_healthy = time.monotonic() - self._started
                     log.info("%s server healthy on %s after %.2f s", self.launch.name, self.url, self.seconds_to_healthy)
                     return
@@ -176,23 +180,30 @@ class LlamaServer:
         return self._proc.poll()
 
     def stop(self) -> int | None:
-        """SIGTERM to the launcher (it forwards it), SIGKILL to the group after ``stop_grace`` s, reap; safe twice."""
+        """SIGTERM to the launcher (it forwards it), SIGKILL to what is left after ``stop_grace`` s, reap; safe twice."""
         proc = self._proc
         if proc is None:
             return self.returncode
         try:
+            self._track()
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGTERM)
                 if not _exited(proc.pid, self.stop_grace):
-                    log.warning("%s server still running %g s after SIGTERM; killing its process group", self.launch.name, self.stop_grace)
-            # The launcher is waited for but not yet reaped, so its pid (the group's id) cannot be reused: the
-            # SIGKILL reaches only what is left of this server (a llama-server whose launcher did not forward).
+                    log.warning("%s server still running %g s after SIGTERM; killing it", self.launch.name, self.stop_grace)
+            self._track()
+            # The launcher is waited for but not yet reaped, so its pid cannot be reused while its group and the
+            # tree seen so far get SIGKILL: a llama-server whose launcher did not stop it goes too.
             _signal_group(proc.pid, signal.SIGKILL)
+            for p in self.leftovers():
+                p.kill()
             proc.wait()
+            _wait_gone(self._tree, 5.0)
         finally:
-            if proc.poll() is None:  # interrupted while waiting: never leave the group running
+            if proc.poll() is None:  # interrupted while waiting: never leave it running
                 _signal_group(proc.pid, signal.SIGKILL)
+                for p in self.leftovers():
+                    p.kill()
                 proc.wait()
             self.returncode = proc.returncode
             self._http.close()
@@ -200,6 +211,19 @@ class LlamaServer:
                 self._log.close()
                 self._log = None
         return self.returncode
+
+    def _track(self) -> None:
+        """Remember the launcher's descendants now (llama-server); an orphan is no longer found through its parent."""
+        if self._proc is not None:
+            self._tree |= set(descendants(self._proc.pid))
+
+    def processes(self) -> tuple[Process, ...]:
+        """The server's live descendants now (llama-server under the launcher)."""
+        return descendants(self.pid) if self._proc is not None and self._proc.returncode is None else ()
+
+    def leftovers(self) -> tuple[Process, ...]:
+        """Processes of this server seen so far that are still alive (not zombies): what must be empty after stop."""
+        return tuple(sorted((p for p in self._tree if p.alive()), key=lambda p: p.pid))
 
     # -- requests -----------------------------------------------------------------------------------------------
 
@@ -266,18 +290,77 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-def group_members(pgid: int) -> tuple[int, ...]:
-    """Live (not zombie) processes of process group ``pgid``, from /proc: what a leak check looks for."""
-    found = []
+@dataclass(frozen=True)
+class Process:
+    """A process known by pid and start time, so a reused pid is never mistaken for it."""
+
+    pid: int
+    start: int  # /proc/PID/stat's starttime, in clock ticks since boot
+    command: str = ""
+
+    def alive(self) -> bool:
+        stat = _stat(self.pid)
+        return stat is not None and stat.start == self.start and stat.state != "Z"
+
+    def kill(self) -> None:
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.pid, signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class _Stat:
+    state: str
+    ppid: int
+    pgrp: int
+    start: int
+    comm: str
+
+
+def _stat(pid: int) -> _Stat | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
+    # priority nice num_threads itrealvalue starttime ...: comm may hold spaces and parentheses
+    comm = text[text.index("(") + 1 : text.rfind(")")]
+    f = text[text.rfind(")") + 2 :].split()
+    return _Stat(state=f[0], ppid=int(f[1]), pgrp=int(f[2]), start=int(f[19]), comm=comm)
+
+
+def _all_stats() -> dict[int, _Stat]:
+    out = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so split after the last ")"
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] != "Z":
-            found.append(int(entry.name))
-    return tuple(sorted(found))
+        if entry.name.isdigit():
+            st = _stat(int(entry.name))
+            if st is not None:
+                out[int(entry.name)] = st
+    return out
+
+
+def descendants(pid: int) -> tuple[Process, ...]:
+    """The live descendants of ``pid``, from /proc."""
+    stats = _all_stats()
+    children: dict[int, list[int]] = {}
+    for p, st in stats.items():
+        children.setdefault(st.ppid, []).append(p)
+    found, todo = [], list(children.get(pid, ()))
+    while todo:
+        p = todo.pop()
+        st = stats[p]
+        if st.state != "Z":
+            found.append(Process(p, st.start, st.comm))
+        todo += children.get(p, ())
+    return tuple(sorted(found, key=lambda x: x.pid))
+
+
+def group_members(pgid: int) -> tuple[int, ...]:
+    """Live (not zombie) processes of process group ``pgid``."""
+    return tuple(sorted(p for p, st in _all_stats().items() if st.pgrp == pgid and st.state != "Z"))
+
+
+def _wait_gone(processes: set[Process], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while any(p.alive() for p in processes) and time.monotonic() < deadline:
+        time.sleep(0.02)

@@ -2,12 +2,14 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ci.equivalence import Completion, Prompt, parse_completion
+from ci.tinymodels import TinyModels, write_tiny_models
 
 DATA = Path(__file__).parent / "data"
 
@@ -31,3 +33,24 @@ class Recorded:
 @pytest.fixture(scope="session")
 def recorded() -> Recorded:
     return Recorded()
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
+    return write_tiny_models(tmp_path_factory.mktemp("tiny-models"))
+
+
+def live_processes_naming(text: str) -> list[str]:
+    """Command lines of live (not zombie) processes that contain ``text``: a leak check that needs no pid."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if text in cmdline and stat[stat.rfind(")") + 2] != "Z":
+            found.append(f"{entry.name}: {cmdline}")
+    return found
