@@ -551,15 +551,14 @@ def gate_result(
     ]
     problems = [f"{v.prompt}: {v.message}" for v in verdicts if not v.status.ok]
     if failure is not None:
-        done = {v.prompt for v in verdicts}
-        for p in the_plan.prompts:
-            if p.name not in done:
+        # the prompt that was running gets the error and the log's tail; those after it never ran
+        pending = [p for p in the_plan.prompts if p.name not in {v.prompt for v in verdicts}]
+        for k, p in enumerate(pending):
+            if k == 0:
                 cases.append(CaseResult(p.name, Status.ERROR, failure.message, classname=GATE, detail=failure.log_tail))
-                break
-        problems.append(failure.message + (f"; log tail:\n{failure.log_tail.rstrip()}" if failure.log_tail.strip() else ""))
-        for p in the_plan.prompts:
-            if p.name not in done and p.name not in {c.name for c in cases}:
+            else:
                 cases.append(CaseResult(p.name, Status.SKIPPED, "not run: a server failed first", classname=GATE))
+        problems.append(failure.message + (f"; log tail:\n{failure.log_tail.rstrip()}" if failure.log_tail.strip() else ""))
 
     base = sum((v.baseline for v in verdicts), Timings())
     drafted = sum((v.drafted for v in verdicts), Timings())
