@@ -477,15 +477,24 @@ def servers(the_plan: GatePlan, logs: Path, factory: ServerFactory = _default_se
     """Both legs' servers, started together (their start-up overlaps) and always stopped and reaped."""
     ports = free_ports(2)
     with contextlib.ExitStack() as stack:
-        pair = []
+        pair: list[LlamaServer] = []
         for leg, port in zip((the_plan.baseline, the_plan.drafter), ports, strict=True):
             server = factory(the_plan.launch(leg, port), logs / f"{leg.name}.log", the_plan.health_timeout)
             stack.callback(server.stop)
-            server.start()
             pair.append(server)
+        # runs first on the way out (last in, first out): both get SIGTERM, then each is waited for, so their
+        # shutdowns overlap as their start-ups do
+        stack.callback(_terminate_all, pair)
+        for server in pair:
+            server.start()
         for server in pair:
             server.wait_healthy()
         yield pair[0], pair[1]
+
+
+def _terminate_all(pair: Sequence[LlamaServer]) -> None:
+    for server in pair:
+        server.terminate()
 
 
 def ask(server: LlamaServer, body: Mapping[str, Any], timeout: float) -> Completion:

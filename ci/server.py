@@ -111,6 +111,7 @@ class LlamaServer:
         self.returncode: int | None = None
         self.seconds_to_healthy = 0.0
         self._tree: set[Process] = set()
+        self._terminated = 0.0  # when SIGTERM was sent
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -172,24 +173,34 @@ class LlamaServer:
                 pass
             if time.monotonic() >= deadline:
                 raise ServerFailed(f"{self.launch.name} server not healthy on {self.url} after {self.health_timeout:g} s", self.log_tail())
-            time.sleep(0.05)
+            time.sleep(0.01)
 
     def poll(self) -> int | None:
         if self._proc is None:
             return None
         return self._proc.poll()
 
+    def terminate(self) -> None:
+        """SIGTERM to the launcher (it forwards it to llama-server) without waiting: :meth:`stop` waits and reaps.
+        Stopping several servers is quicker as terminate-all, then stop each (llama-server takes 0.12 s to exit)."""
+        proc = self._proc
+        if proc is None or proc.returncode is not None or self._terminated:
+            return
+        self._track()
+        self._terminated = time.monotonic()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+
     def stop(self) -> int | None:
-        """SIGTERM to the launcher (it forwards it), SIGKILL to what is left after ``stop_grace`` s, reap; safe twice."""
+        """SIGTERM to the launcher, SIGKILL to what is left after ``stop_grace`` s, reap; safe to call twice."""
         proc = self._proc
         if proc is None:
             return self.returncode
         try:
             self._track()
             if proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGTERM)
-                if not _exited(proc.pid, self.stop_grace):
+                self.terminate()
+                if not _exited(proc.pid, max(0.0, self._terminated + self.stop_grace - time.monotonic())):
                     log.warning("%s server still running %g s after SIGTERM; killing it", self.launch.name, self.stop_grace)
             self._track()
             # The launcher is waited for but not yet reaped, so its pid cannot be reused while its group and the

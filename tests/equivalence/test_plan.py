@@ -76,12 +76,12 @@ def test_committed_prompts_and_a_replacement_directory(tmp_path: Path) -> None:
         eq.load_prompts(tmp_path)
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(ConfigError, match="no \\*.txt prompt files"):
+    with pytest.raises(ConfigError, match=r"no \*\.txt prompt files"):
         eq.load_prompts(empty)
 
 
 def test_plan_refuses_bad_options(tiny_models: TinyModels, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="--drafter .*missing.gguf: no such file"):
+    with pytest.raises(ConfigError, match=r"--drafter .*missing\.gguf: no such file"):
         eq.plan(model=tiny_models.target, drafter=tmp_path / "missing.gguf", llama_server=Path("s"))
     with pytest.raises(ConfigError, match="--tokens 0"):
         eq.plan(model=tiny_models.target, drafter=tiny_models.drafter, llama_server=Path("s"), tokens=0)
@@ -89,7 +89,7 @@ def test_plan_refuses_bad_options(tiny_models: TinyModels, tmp_path: Path) -> No
         eq.plan(model=tiny_models.target, drafter=tiny_models.drafter, llama_server=Path("s"), near_tie=-1)
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a gguf file at all")
-    with pytest.raises(ConfigError, match="junk.gguf: not a GGUF model file"):
+    with pytest.raises(ConfigError, match=r"junk\.gguf: not a GGUF model file"):
         eq.gguf_architecture(junk)
 
 
