@@ -240,6 +240,7 @@ def cmd_tiny_models(args: argparse.Namespace) -> int:
 def cmd_equivalence(args: argparse.Namespace) -> int:
     from ci import equivalence
     from ci.command import resolve
+    from ci.errors import GateFailed, ServerFailed
     from ci.results import write_json, write_junit
 
     prompts = equivalence.load_prompts(Path(args.prompts)) if args.prompts else None
@@ -253,18 +254,25 @@ def cmd_equivalence(args: argparse.Namespace) -> int:
         near_tie=args.near_tie,
         device=args.device,
         context=args.ctx_size,
+        build_key=args.build_key,
     )
-    out = Path(args.out)
+    if args.out:
+        out = Path(args.out)
+    else:
+        try:
+            out = _project(args).root / "build" / "gates"
+        except ConfigError:
+            out = Path.cwd() / "build" / "gates"
     result = equivalence.run(the_plan, out / "equivalence-logs")
     write_json(out / "equivalence.json", result)
     write_junit(out / "equivalence.junit.xml", [result])
     print(result.summary)
     for problem in result.problems:
-        print(f"  {problem}")
+        print(f"  - {problem}")
     print(f"equivalence: wrote {out / 'equivalence.json'} and {out / 'equivalence.junit.xml'}")
     if result.ok:
         return 0
-    return 7 if result.status is Status.FAILED else 8
+    return GateFailed.exit_code if result.status is Status.FAILED else ServerFailed.exit_code
 
 
 # -- the parser -----------------------------------------------------------------------------------------------
@@ -338,7 +346,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--near-tie", type=float, default=DEFAULT_NEAR_TIE, metavar="NATS", help=f"a first difference at a baseline top-2 margin at or under this is a near-tie (default {DEFAULT_NEAR_TIE:g})")
     p.add_argument("--device", default="auto", choices=["auto", "rocm", "vulkan", "cuda", "cpu"], help="serve's --device (default auto)")
     p.add_argument("-c", "--ctx-size", type=int, default=2048, help="context size of both servers (default 2048)")
-    p.add_argument("--out", default="build/gates", help="where equivalence.json, equivalence.junit.xml and the server logs go (default build/gates)")
+    p.add_argument("--build-key", default="", help="the build key of the llama-server, recorded in the results")
+    p.add_argument("--out", metavar="DIR", help="where equivalence.json, equivalence.junit.xml and the server logs go (default: build/gates)")
     p.set_defaults(func=cmd_equivalence)
     return top
 

@@ -374,6 +374,7 @@ class GatePlan:
     context: int = 2048
     drafter_model: Path | None = None  # the drafter GGUF, for the record
     spec_type: str = DEFAULT_SPEC_TYPE
+    build_key: str = ""  # of the llama-server under test, for the record
     health_timeout: float = 120.0
     request_timeout: float = 600.0
 
@@ -439,6 +440,7 @@ def plan(
     device: str = "cpu",
     seed: int = DEFAULT_SEED,
     context: int = 2048,
+    build_key: str = "",
 ) -> GatePlan:
     if tokens < 1:
         raise ConfigError(f"--tokens {tokens}: must be at least 1")
@@ -460,6 +462,7 @@ def plan(
         context=context,
         drafter_model=drafter,
         spec_type=kind,
+        build_key=build_key,
     )
 
 
@@ -608,6 +611,7 @@ def gate_result(
         ("near_tie_nats", f"{the_plan.near_tie:g}"),
         ("seed", str(the_plan.seed)),
         ("acceptance", f"{drafted.draft_n_accepted}/{drafted.draft_n}"),
+        ("build_key", the_plan.build_key),
     )
     status = _overall(cases, failure)
     return GateResult(
