@@ -40,6 +40,13 @@ def test_legs_go_through_the_launcher(tiny_models: TinyModels) -> None:
     )  # fmt: skip
     assert drafted.url == "http://127.0.0.1:8002"
     assert plan.spec_type == "draft-simple"
+    assert not plan.overlap_start  # on the CPU the two servers start one after the other
+
+
+def test_off_the_cpu_both_servers_start_at_once(tiny_models: TinyModels) -> None:
+    plan = eq.plan(model=tiny_models.target, drafter=tiny_models.drafter, llama_server=Path("llama-server"), device="rocm")
+    assert plan.overlap_start
+    assert plan.launch(plan.baseline, 1).argv[plan.launch(plan.baseline, 1).argv.index("--device") + 1] == "rocm"
 
 
 def test_a_dflash_drafter_uses_serves_dflash_route(tiny_models: TinyModels, tmp_path: Path) -> None:
