@@ -128,6 +128,10 @@ class LlamaServer:
         self.stop()
 
     @property
+    def started(self) -> bool:
+        return self._proc is not None
+
+    @property
     def pid(self) -> int:
         if self._proc is None:
             raise RuntimeError(f"{self.launch.name} server was never started")
