@@ -381,8 +381,9 @@ class GatePlan:
 
     @property
     def overlap_start(self) -> bool:
-        """Start both servers at once, except on the CPU: there the two warm-ups fight for the cores (tiny target on
-        2 cores: model load 0.013 s alone, 0.53-0.61 s side by side; benchmarks/equivalence_cost.py)."""
+        """Start both servers at once, except on the CPU: there the two warm-ups fight for the cores (tiny models on
+        2 cores: model load 0.010-0.014 s alone, 0.28-0.70 s side by side; both up in 0.21-0.89 s together against
+        0.29-0.31 s in turn; benchmarks/equivalence_cost.py --overlap-start, docs/equivalence.md)."""
         return self.start_together if self.start_together is not None else self.device != "cpu"
 
     def launch(self, leg: Leg, port: int) -> ServerLaunch:
