@@ -114,3 +114,10 @@ def route_tests(session: nox.Session) -> None:
     """The no-GPU route tests of the serve launcher (hadamard_route, recipes_route)."""
     _install(session)
     session.run("pytest", "tests/route", *session.posargs)
+
+
+@nox.session(default=False)
+def equivalence(session: nox.Session) -> None:
+    """Greedy equivalence: nox -s equivalence -- --model M --drafter D [--llama-server PATH] [--spec-type T]."""
+    _install(session)
+    _ci(session, "equivalence")

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ci.errors import ConfigError, OnebitError
+from ci.results import Status
 
 log = logging.getLogger("onebit-ci")
 PROG = "onebit-ci"
@@ -287,6 +288,56 @@ def cmd_ship(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- tiny-models, equivalence ---------------------------------------------------------------------------------
+
+
+def cmd_tiny_models(args: argparse.Namespace) -> int:
+    from ci.tinymodels import write_tiny_models
+
+    models = write_tiny_models(Path(args.out))
+    print(f"tiny-models: wrote {models.target.name}, {models.drafter.name} and {models.other_target.name} in {args.out}")
+    print(models.describe())
+    return 0
+
+
+def cmd_equivalence(args: argparse.Namespace) -> int:
+    from ci import equivalence
+    from ci.command import resolve
+    from ci.errors import GateFailed, ServerFailed
+    from ci.results import write_json, write_junit
+
+    prompts = equivalence.load_prompts(Path(args.prompts)) if args.prompts else None
+    the_plan = equivalence.plan(
+        model=Path(args.model),
+        drafter=Path(args.drafter),
+        llama_server=Path(resolve(args.llama_server)),
+        spec_type=args.spec_type,
+        prompts=prompts,
+        tokens=args.tokens,
+        near_tie=args.near_tie,
+        device=args.device,
+        context=args.ctx_size,
+        build_key=args.build_key,
+    )
+    if args.out:
+        out = Path(args.out)
+    else:
+        try:
+            out = _project(args).root / "build" / "gates"
+        except ConfigError:
+            out = Path.cwd() / "build" / "gates"
+    result = equivalence.run(the_plan, out / "equivalence-logs")
+    write_json(out / "equivalence.json", result)
+    write_junit(out / "equivalence.junit.xml", [result])
+    print(result.summary)
+    for problem in result.problems:
+        print(f"  - {problem}")
+    print(f"equivalence: wrote {out / 'equivalence.json'} and {out / 'equivalence.junit.xml'}")
+    if result.ok:
+        return 0
+    return GateFailed.exit_code if result.status is Status.FAILED else ServerFailed.exit_code
+
+
 # -- the parser -----------------------------------------------------------------------------------------------
 
 
@@ -359,6 +410,26 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per test-backend-ops run (default: 600)")
     p.add_argument("--out", metavar="DIR", help="where backend_ops.json, backend_ops.junit.xml and the logs go (default: build/gates)")
     p.set_defaults(func=cmd_backend_ops)
+
+    p = sub.add_parser("tiny-models", help="write the tiny GGUF models of the gates' CPU tier (target, drafter, other target)")
+    p.add_argument("--out", required=True, help="directory to write them in")
+    p.set_defaults(func=cmd_tiny_models)
+
+    from ci.equivalence import DEFAULT_NEAR_TIE, DEFAULT_TOKENS
+
+    p = sub.add_parser("equivalence", help="greedy output with the drafter must equal the output without it, and the drafter must draft")
+    p.add_argument("--model", required=True, help="the target GGUF")
+    p.add_argument("--drafter", required=True, help="the drafter GGUF (architecture dflash goes through serve --dflash)")
+    p.add_argument("--llama-server", default="llama-server", help="the llama-server binary to test (default: llama-server on PATH)")
+    p.add_argument("--spec-type", help="serve the drafter as -md D --spec-type T (default: --dflash for a dflash drafter, else draft-simple)")
+    p.add_argument("--prompts", help="a directory of *.txt prompts replacing the committed code, prose and short")
+    p.add_argument("--tokens", type=int, default=DEFAULT_TOKENS, help=f"tokens to compare per prompt (default {DEFAULT_TOKENS})")
+    p.add_argument("--near-tie", type=float, default=DEFAULT_NEAR_TIE, metavar="NATS", help=f"a first difference at a baseline top-2 margin at or under this is a near-tie (default {DEFAULT_NEAR_TIE:g})")
+    p.add_argument("--device", default="auto", choices=["auto", "rocm", "vulkan", "cuda", "cpu"], help="serve's --device (default auto)")
+    p.add_argument("-c", "--ctx-size", type=int, default=2048, help="context size of both servers (default 2048)")
+    p.add_argument("--build-key", default="", help="the build key of the llama-server, recorded in the results")
+    p.add_argument("--out", metavar="DIR", help="where equivalence.json, equivalence.junit.xml and the server logs go (default: build/gates)")
+    p.set_defaults(func=cmd_equivalence)
     return top
 
 

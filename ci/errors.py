@@ -79,3 +79,13 @@ def describe_returncode(returncode: int) -> str:
         except ValueError:
             pass
     return f"status {returncode}"
+
+
+class ServerFailed(OnebitError):
+    """A llama-server did not come up, died, timed out or answered an HTTP error; carries its log's tail."""
+
+    exit_code = 8
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        super().__init__(message)
+        self.log_tail = log_tail

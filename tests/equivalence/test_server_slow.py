@@ -1,0 +1,53 @@
+"""The server context manager against the real CPU llama-server (started directly: the launcher is tested through
+the gate in test_gate_slow.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ci import equivalence as eq
+from ci.errors import ServerFailed
+from ci.server import LlamaServer, ServerLaunch, free_ports
+from ci.tinymodels import TinyModels
+from tests.binaries import llama_binary
+from tests.equivalence.conftest import live_processes_naming
+
+pytestmark = pytest.mark.slow
+
+
+def direct(models: TinyModels) -> ServerLaunch:
+    (port,) = free_ports(1)
+    argv = (str(llama_binary("llama-server")), "-m", str(models.target), "-ngl", "0", "-c", "512", "--host", "127.0.0.1", "--port", str(port))
+    return ServerLaunch("baseline", argv, "127.0.0.1", port)
+
+
+def test_an_http_error_is_reported_with_its_body(tiny_models: TinyModels, tmp_path: Path) -> None:
+    plan = eq.GatePlan(eq.Leg("baseline", tiny_models.target), eq.Leg("drafter", tiny_models.target), (), Path())
+    body = plan.body(eq.Prompt("short", "Q:"), eq.Resume((99_999,), 4))  # a resume with an id past the vocab
+    with LlamaServer(direct(tiny_models), tmp_path / "s.log") as server, pytest.raises(ServerFailed) as failed:
+        server.completion(body)
+    assert failed.value.message.startswith("baseline server: POST /completion: HTTP 400: ")
+    assert "Prompt contains invalid tokens" in failed.value.message
+    assert server.returncode is not None
+    assert server.leftovers() == ()
+
+
+def test_a_request_timeout_is_reported_and_the_server_reaped(tiny_models: TinyModels, tmp_path: Path) -> None:
+    plan = eq.GatePlan(eq.Leg("baseline", tiny_models.target), eq.Leg("drafter", tiny_models.target), (), Path())
+    with LlamaServer(direct(tiny_models), tmp_path / "s.log") as server, pytest.raises(ServerFailed, match=r"got no answer in 0\.001 s"):
+        server.completion(plan.body(eq.Prompt("short", "Q:"), eq.Resume((), 400)), timeout=0.001)
+    assert server.leftovers() == ()
+    assert live_processes_naming(str(tiny_models.target)) == []
+
+
+def test_stop_is_idempotent_and_reports_the_exit(tiny_models: TinyModels, tmp_path: Path) -> None:
+    server = LlamaServer(direct(tiny_models), tmp_path / "s.log")
+    assert server.stop() is None  # never started: nothing to do
+    with server:
+        assert server.processes() == ()  # llama-server is the direct child here: no descendants
+    first = server.returncode
+    assert first is not None
+    assert server.stop() == first
+    assert "cleaning up before exit" in server.log_tail()
