@@ -148,8 +148,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     )
     try:
         build.run_build(project, request, lambda line: print(line, flush=True))
-    except CommandFailed as exc:
-        sys.stderr.write(exc.tail if exc.tail.endswith("\n") else exc.tail + "\n")
+    except CommandFailed:
         log_path = (request.build_root or project.root / "build") / args.profile / build.LOG
         print(f"{PROG}: the full log: {_rel(log_path, project.root)}", file=sys.stderr)
         raise
@@ -277,13 +276,14 @@ def cmd_ship(args: argparse.Namespace) -> int:
     project = _project(args)
     results_dir = ledger.default_results_dir(project.root)
     request = BuildRequest(profile=args.profile)
-    if args.check:
-        result = ship.check(project, request, results_dir)
-        print(ship.table(result))
-        return 0 if result.ok else 7
-    result, files = ship.ship(project, request, results_dir, Path(args.dist) if args.dist else project.root / "dist")
+    result = ship.check(project, request, results_dir)
     print(ship.table(result))
-    for f in files:
+    if not result.ok:
+        raise ship.refusal(result)
+    if args.check:
+        print("ship: every gate passed for this build")
+        return 0
+    for f in ship.ship(project, result, results_dir, Path(args.dist) if args.dist else project.root / "dist"):
         print(f"ship: wrote {_rel(f, project.root)}")
     return 0
 
@@ -336,6 +336,7 @@ def cmd_equivalence(args: argparse.Namespace) -> int:
     if result.ok:
         return 0
     return GateFailed.exit_code if result.status is Status.FAILED else ServerFailed.exit_code
+
 
 
 # -- the parser -----------------------------------------------------------------------------------------------
@@ -442,6 +443,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OnebitError as exc:
         if args.debug:
             traceback.print_exc()
+        from ci.errors import CommandFailed
+
+        if isinstance(exc, CommandFailed) and exc.tail.strip():
+            sys.stderr.write(exc.tail if exc.tail.endswith("\n") else exc.tail + "\n")
         for line in exc.message.splitlines() or [""]:
             print(f"{PROG}: error: {line}", file=sys.stderr)
         return exc.exit_code

@@ -50,14 +50,19 @@ def select(names: Sequence[str]) -> tuple[str, ...]:
 # -- the route gate: the serve launcher's no-GPU tests, as one gate ------------------------------------------
 
 
-def route_gate(project: Project, out: Path) -> GateResult:
-    """``pytest tests/route`` in a child process, its JUnit read back into a GateResult."""
+SOURCE_ROOT = Path(__file__).resolve().parents[1]  # the onebit-ci checkout: the launcher and its route tests
+
+
+def route_gate(out: Path, source: Path = SOURCE_ROOT) -> GateResult:
+    """``pytest tests/route`` of this onebit-ci checkout in a child process, its JUnit read back into a GateResult."""
+    if not (source / "tests" / "route").is_dir():
+        raise ConfigError(f"{source}: no tests/route; run the gates from a checkout of onebit-ci, not an installed copy")
     junit = out / "route.pytest.junit.xml"
     junit.unlink(missing_ok=True)
     started = time.monotonic()
     done = run(
         [sys.executable, "-m", "pytest", "tests/route", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"],
-        cwd=project.root,
+        cwd=source,
         check=False,
         what="pytest tests/route",
     )
@@ -152,7 +157,7 @@ def run_gpu_tests(project: Project, request: GpuTestsRequest, say: Callable[[str
     for gate in request.gates:
         say(f"gpu_tests: {gate} ...")
         if gate == "route":
-            result = route_gate(project, out)
+            result = route_gate(out)
         elif gate == "backend_ops":
             result = backend_ops_gate(project, manifest, build_dir, out, request.timeout)
         else:

@@ -53,7 +53,9 @@ def check(project: Project, request: BuildRequest, results_dir: Path) -> ShipChe
         rec = ledger_mod.latest(ledger, gate, key)
         if rec is not None:
             state = "passed" if rec.verdict == "passed" else "failed"
-            detail = f"{rec.data.get('summary', '')} (ledger line {rec.line}, {rec.data.get('time', '')})"
+            problems = list(rec.data.get("problems", []))
+            why = f": {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "") if state == "failed" and problems else ""
+            detail = f"{rec.data.get('summary', '')}{why} (ledger line {rec.line}, {rec.data.get('time', '')})"
             standings.append(GateStanding(gate, state, detail, rec))
             continue
         others = [r for r in ledger.records if r.gate == gate]
@@ -134,7 +136,9 @@ def build_distribution(project: Project, manifest: dict[str, Any], dist: Path, b
     version = f"{base_version}+{manifest['pin']['commit'][:7]}.{manifest['build']['key'][:8]}"
     with tempfile.TemporaryDirectory(prefix="onebit-ship-") as tmp:
         stage = Path(tmp)
-        shutil.copytree(project.root / "serve", stage / "serve", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        import serve
+
+        shutil.copytree(Path(serve.__file__).parent, stage / "serve", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         (stage / "serve" / "release.json").write_text(json.dumps(manifest, indent=2) + "\n")
         packages = sorted(str(p.parent.relative_to(stage)).replace("/", ".") for p in (stage / "serve").rglob("__init__.py"))
         (stage / "pyproject.toml").write_text(PYPROJECT.format(name=DIST_NAME, version=version, packages=json.dumps(packages)))
@@ -155,16 +159,20 @@ def build_distribution(project: Project, manifest: dict[str, Any], dist: Path, b
     return [*built, release]
 
 
-def ship(project: Project, request: BuildRequest, results_dir: Path, dist: Path) -> tuple[ShipCheck, list[Path]]:
+def refusal(result: ShipCheck) -> GateFailed:
+    bad = [s for s in result.standings if s.state != "passed"]
+    return GateFailed(f"ship: refused: {len(bad)} of {len(REQUIRED_GATES)} gates have not passed for this build ({', '.join(s.gate for s in bad)})")
+
+
+def ship(project: Project, result: ShipCheck, results_dir: Path, dist: Path) -> list[Path]:
+    """Build the distribution for a passing ``result`` (a refused one raises)."""
     from importlib import metadata
 
-    result = check(project, request, results_dir)
     if not result.ok:
-        bad = [s for s in result.standings if s.state != "passed"]
-        raise GateFailed(table(result) + "\n" + f"ship: refused: {len(bad)} of {len(REQUIRED_GATES)} gates have not passed for this build")
+        raise refusal(result)
     manifest = release_manifest(project, result, results_dir)
     try:
         base = metadata.version("onebit-ci")
     except metadata.PackageNotFoundError:
         base = "0.0.0"
-    return result, build_distribution(project, manifest, dist, base)
+    return build_distribution(project, manifest, dist, base)

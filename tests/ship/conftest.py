@@ -1,15 +1,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from ci import backend_ops, equivalence, gates, tinymodels
 from ci.results import GateResult
 from tests.binaries import llama_binary
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.build.conftest import build_fork, build_project, make_build_project  # noqa: F401  (the build stage's fixtures, shared)
 
 
 @dataclass(frozen=True)
@@ -31,9 +29,7 @@ def real_gates(tmp_path_factory: pytest.TempPathFactory) -> RealGates:
     models = tinymodels.write_tiny_models(out / "models")
     plan = equivalence.plan(model=models.target, drafter=models.drafter, llama_server=llama_binary("llama-server"), tokens=32)
     eq = equivalence.run(plan, out / "eq")
-    from ci.project import Project
-
-    route = gates.route_gate(Project(ROOT), out)
+    route = gates.route_gate(out)
     for r in (route, passed, eq):
         assert r.ok, (r.gate, r.summary, r.problems)
     assert not failed.ok

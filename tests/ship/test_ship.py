@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import json
 import zipfile
-from pathlib import Path
 
 import pytest
 
@@ -36,9 +35,9 @@ def test_no_records_refuses_listing_every_gate(build_project: Project) -> None:
     r = ship(build_project)
     assert r.code == 7
     for gate in ("route", "backend_ops", "equivalence"):
-        assert f"{gate}" in r.err
-    assert r.err.count("MISSING") == 3
-    assert "ship: refused: 3 of 3 gates have not passed for this build" in r.err
+        assert f"  {gate}" in r.out
+    assert r.out.count("MISSING") == 3
+    assert "ship: refused: 3 of 3 gates have not passed for this build (route, backend_ops, equivalence)" in r.err
     assert not (build_project.root / "dist").exists()
 
 
@@ -47,8 +46,8 @@ def test_one_failed_gate_refuses(build_project: Project, real_gates: RealGates) 
     record(build_project, m, real_gates.route, real_gates.backend_ops_failed, real_gates.equivalence)
     r = ship(build_project)
     assert r.code == 7
-    assert "backend_ops  FAILED" in r.err
-    assert "GATED_DELTA_NET: 54 expected, 36 ran and passed" in r.err
+    assert "backend_ops  FAILED" in r.out
+    assert "GATED_DELTA_NET: 54 expected, 36 ran and passed" in r.out
     assert "ship: refused: 1 of 3 gates" in r.err
 
 
@@ -64,8 +63,8 @@ def test_records_for_another_key_never_count(build_project: Project, real_gates:
     record(build_project, other, real_gates.route, real_gates.backend_ops, real_gates.equivalence)
     r = ship(build_project)
     assert r.code == 7
-    assert r.err.count("STALE") == 3
-    assert "judged key 000000000000" in r.err
+    assert r.out.count("STALE") == 3
+    assert "judged key 000000000000" in r.out
 
 
 def test_a_patch_change_makes_the_build_and_then_the_records_stale(build_project: Project, build_fork: BuildFork, real_gates: RealGates) -> None:
@@ -80,7 +79,7 @@ def test_a_patch_change_makes_the_build_and_then_the_records_stale(build_project
     built(build_project)
     r = ship(build_project)
     assert r.code == 7
-    assert r.err.count("STALE") == 3
+    assert r.out.count("STALE") == 3
 
 
 def test_every_gate_passed_ships_with_the_evidence(build_project: Project, real_gates: RealGates) -> None:

@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from junitparser import JUnitXml
+
+from ci import ledger
+from tests.build.conftest import BuildFork
+from tests.build.test_build import add_fixture_patch, build_cpu
+from tests.project_fixture import Project
+
+DATA = Path(__file__).parents[1] / "backend_ops" / "data"
+
+
+def test_without_a_build_it_refuses_and_says_how_to_make_one(build_project: Project) -> None:
+    r = build_project.ci("gpu-tests", "--profile", "cpu")
+    assert r.code == 4
+    assert "no build of profile cpu (build/cpu/build.json is missing): run nox -s build -- --profile cpu" in r.err
+
+
+def test_a_stale_build_is_never_tested(build_project: Project, build_fork: BuildFork) -> None:
+    assert build_cpu(build_project).code == 0
+    add_fixture_patch(build_project, build_fork, "hello.patch", "tools/server/server.cpp", "llama-server %s", "llama-server says %s")
+    r = build_project.ci("gpu-tests", "--profile", "cpu")
+    assert r.code == 4
+    assert "the cpu build is stale" in r.err
+    assert "patches changed" in r.err
+    assert not (build_project.root / "build" / "results" / "ledger.jsonl").exists()
+
+
+def test_a_replaced_binary_is_never_tested(build_project: Project) -> None:
+    assert build_cpu(build_project).code == 0
+    tbo = build_project.root / "build" / "cpu" / "bin" / "test-backend-ops"
+    shutil.copy(tbo, tbo.with_suffix(".orig"))
+    tbo.write_bytes(tbo.read_bytes() + b"\0")
+    r = build_project.ci("gpu-tests", "--profile", "cpu")
+    assert r.code == 4
+    assert "test-backend-ops differs from its recorded sha256" in r.err
+
+
+def test_the_gates_run_on_the_build_and_land_in_the_ledger(build_project: Project) -> None:
+    """The fixture build's test-backend-ops is no llama.cpp: the real gate must say so and fail."""
+    assert build_cpu(build_project).code == 0
+    r = build_project.ci("gpu-tests", "--profile", "cpu", "--gate", "route", "--gate", "backend_ops")
+    assert r.code == 7, r.out + r.err
+    manifest = json.loads((build_project.root / "build" / "cpu" / "build.json").read_text())
+    out = build_project.root / "build" / "results" / manifest["key"][:12]
+    lines = r.out.splitlines()
+    header = next(i for i, ln in enumerate(lines) if ln.startswith("gate "))
+    assert lines[header].split()[:7] == ["gate", "verdict", "passed", "failed", "skipped", "error", "seconds"]
+    assert lines[header + 1].split()[:2] == ["route", "passed"]
+    assert lines[header + 2].split()[:2] == ["backend_ops", "FAILED"]
+    assert "gpu_tests: 1 of 2 gates did not pass: backend_ops" in r.err
+    route = json.loads((out / "route.json").read_text())
+    assert route["status"] == "passed"
+    assert route["counts"]["passed"] > 100
+    bo = json.loads((out / "backend_ops.json").read_text())
+    assert bo["status"] == "failed"
+    assert bo["problems"]
+    xml = JUnitXml.fromfile(str(out / "gpu_tests.junit.xml"))
+    assert [s.name for s in xml] == ["route", "backend_ops"]
+    records = ledger.read(build_project.root / "build" / "results" / "ledger.jsonl").records
+    assert [(rec.gate, rec.verdict) for rec in records] == [("route", "passed"), ("backend_ops", "failed")]
+    assert {rec.build_key for rec in records} == {manifest["key"]}
+    assert records[1].data["artefacts"]["junit"] == f"build/results/{manifest['key'][:12]}/backend_ops.junit.xml"
+
+
+def test_from_log_judges_a_saved_capture_with_the_pins_expectation(build_project: Project) -> None:
+    capture = DATA / "h200-cuda0.console.txt"  # the real H200 capture of upstream llama.cpp
+    r = build_project.ci("gpu-tests", "--profile", "cuda", "--from-log", str(capture))
+    assert r.code == 7
+    assert "GATED_DELTA_NET: 54 expected, 36 ran and passed" in r.out
+    records = ledger.read(build_project.root / "build" / "results" / "ledger.jsonl").records
+    assert records[-1].build_key == ""  # a log from elsewhere never counts for ship
