@@ -52,20 +52,32 @@ class Checkout:
 
 
 def checkout_commit(repo: pygit2.Repository, commit: pygit2.Commit, omit: tuple[str, ...]) -> None:
+    """HEAD detached at ``commit``, index at its tree, working tree at it but for the omitted paths.
+
+    The index is set first and the checkout then records each file it writes with its stat data: an index
+    without stat data makes ``git diff-index HEAD`` (ggml's -dirty test, run at configure time) see every file
+    as changed until something refreshes it.
+    """
     paths = included_paths(commit.tree, omit)
+    if not repo.head_is_unborn:  # files only the old commit has must go too: they are in no path of the new tree
+        paths = sorted(set(paths) | set(included_paths(repo.head.peel(pygit2.Tree), omit)))
+    index = repo.index
+    index.read_tree(commit.tree)
+    if omit:
+        mark_skip_worktree(index, omit)
+    index.write()
     strategy = CheckoutStrategy.FORCE | CheckoutStrategy.REMOVE_UNTRACKED | CheckoutStrategy.DISABLE_PATHSPEC_MATCH
-    strategy |= CheckoutStrategy.DONT_UPDATE_INDEX
     try:
         repo.checkout_tree(commit, strategy=strategy, paths=paths)
     except pygit2.GitError as exc:
         raise GitError(f"checkout of {str(commit.id)[:12]} failed: {exc}") from None
     repo.set_head(commit.id)
-    index = repo.index
-    index.read_tree(commit.tree)
     if omit:
-        mark_skip_worktree(index, omit)
+        index = repo.index
+        index.read()
+        mark_skip_worktree(index, omit)  # the checkout rewrote the index; the flags must survive it
         _sparse_config(repo, omit)
-    index.write()
+        index.write()
 
 
 SKIP_WORKTREE = 1 << 14  # GIT_INDEX_ENTRY_SKIP_WORKTREE, an extended index flag (index version 3)

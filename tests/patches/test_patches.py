@@ -218,9 +218,26 @@ def test_git_itself_sees_the_omitted_paths_as_skipped_not_deleted(project: Proje
     import subprocess
 
     assert project.ci("patches", *remote(project)).code == 0
+    # first, before anything refreshes the index: ggml's CMakeLists runs exactly this at configure time
+    clean = subprocess.run(["git", "diff-index", "--quiet", "HEAD", "--"], cwd=project.submodule, check=False)
+    assert clean.returncode == 0  # llama.cpp's build info would not say -dirty
     status = subprocess.run(["git", "status", "--porcelain"], cwd=project.submodule, capture_output=True, text=True, check=True)
     assert status.stdout == ""
     listed = subprocess.run(["git", "ls-files", "-v", "models", "docs"], cwd=project.submodule, capture_output=True, text=True, check=True)
     assert listed.stdout.splitlines() == ["S docs/build.md", "S models/ggml-vocab-tiny.gguf"]
-    clean = subprocess.run(["git", "diff-index", "--quiet", "HEAD", "--"], cwd=project.submodule, check=False)
-    assert clean.returncode == 0  # llama.cpp's build info would not say -dirty
+
+
+def test_a_moved_checkout_is_clean_for_git_too(project: Project) -> None:
+    import subprocess
+
+    from ci.checkout import Checkout
+
+    assert project.ci("patches", *remote(project)).code == 0
+    checkout = Checkout.find(project.submodule, ("models/", "docs/"))
+    assert checkout is not None
+    checkout.move_to(project.fork.c5)
+    assert (project.submodule / "common.c").is_file()
+    assert subprocess.run(["git", "diff-index", "--quiet", "HEAD", "--"], cwd=project.submodule, check=False).returncode == 0
+    checkout.move_to(project.fork.c1)
+    assert not (project.submodule / "common.c").exists()
+    assert subprocess.run(["git", "diff-index", "--quiet", "HEAD", "--"], cwd=project.submodule, check=False).returncode == 0
