@@ -38,7 +38,7 @@ def resolve(program: str | os.PathLike[str], path: str | None = None) -> str:
     name = os.fspath(program)
     if os.sep in name:
         if os.access(name, os.X_OK) and Path(name).is_file():
-            return str(Path(name).resolve())
+            return os.path.abspath(name)  # not resolve(): a venv's python is a symlink out of the venv
         raise ToolchainError(f"{name}: not an executable file")
     found = shutil.which(name, path=path)
     if found is None:

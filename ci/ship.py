@@ -173,6 +173,11 @@ def ship(project: Project, result: ShipCheck, results_dir: Path, dist: Path) -> 
     manifest = release_manifest(project, result, results_dir)
     try:
         base = metadata.version("onebit-ci")
-    except metadata.PackageNotFoundError:
-        base = "0.0.0"
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed (a GPU box, --no-venv)
+        import re
+
+        from ci.gates import SOURCE_ROOT
+
+        m = re.search(r'^version = "([^"]+)"', (SOURCE_ROOT / "pyproject.toml").read_text(), re.MULTILINE)
+        base = m.group(1) if m else "0.0.0"
     return build_distribution(project, manifest, dist, base)
