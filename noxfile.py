@@ -13,7 +13,7 @@ import nox
 
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_venv = "yes"
-nox.options.sessions = ["verify_pin"]
+nox.options.sessions = ["main_job"]
 
 ROOT = Path(__file__).parent
 # CPU llama.cpp for the slow tier; examples off: 423 s instead of 590 s on 2 cores (../shared facts, measured).
@@ -46,6 +46,13 @@ def _ci(session: nox.Session, command: str) -> None:
 
 
 @nox.session
+def main_job(session: nox.Session) -> None:
+    """The default: verify the pin; then build, run every gate and check shipping where the profile's toolchain is."""
+    _install(session)
+    _ci(session, "main-job")
+
+
+@nox.session(default=False)
 def verify_pin(session: nox.Session) -> None:
     """Check that pins.yaml, .gitmodules, the gitlink and the checkout agree."""
     _install(session)

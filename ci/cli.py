@@ -339,6 +339,42 @@ def cmd_equivalence(args: argparse.Namespace) -> int:
 
 
 
+# -- the main job -------------------------------------------------------------------------------------------
+
+
+def cmd_main_job(args: argparse.Namespace) -> int:
+    """verify_pin, then build → gpu_tests → ship --check where the profile's toolchain is, else the no-GPU gate."""
+    from ci import gates, ledger, profiles, results, toolchain
+    from ci.errors import GateFailed, ToolchainError
+
+    rc = cmd_verify_pin(args)
+    if rc:
+        return rc
+    project = _project(args)
+    profile = profiles.get(args.profile)
+    try:
+        toolchain.detect(profile, project.load_pins().build)
+        missing = ""
+    except ToolchainError as exc:
+        missing = exc.message
+    if missing:
+        print(f"main job: no {profile.name} toolchain here ({missing})")
+        print("main job: the build and the GPU gates need it; running the gate that needs no GPU: the route tests")
+        out = ledger.default_results_dir(project.root) / "no-build"
+        result = gates.route_gate(out)
+        results.write_json(out / "route.json", result)
+        results.write_junit(out / "route.junit.xml", [result])
+        ledger.append(ledger.ledger_path(ledger.default_results_dir(project.root)), result, ledger.BuildContext(profile=profile.name))
+        print(gates.summary_table([result]))
+        if not result.ok:
+            raise GateFailed(f"main job: the route gate failed: {'; '.join(result.problems[:3])}")
+        return 0
+    for step in (cmd_build, cmd_gpu_tests):
+        step(args)
+    args.check = True
+    return cmd_ship(args)
+
+
 # -- the parser -----------------------------------------------------------------------------------------------
 
 
@@ -393,6 +429,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="only say which gates passed, failed, are missing or stale")
     p.add_argument("--dist", help="where the wheel, sdist and release manifest go (default: dist/)")
     p.set_defaults(func=cmd_ship)
+
+    p = sub.add_parser("main-job", help="what nox runs by default: verify the pin; build, gate and check shipping where the toolchain is")
+    p.add_argument("--profile", default=os.environ.get("ONEBIT_PROFILE", "gfx1151"), help="the profile (default gfx1151, or $ONEBIT_PROFILE)")
+    p.add_argument("--remote", help="fetch the pinned commit from this URL or local mirror when the store lacks it")
+    p.set_defaults(
+        func=cmd_main_job, build_type="Release", define=[], target=[], build_dir=None, jobs=None, gate=[], from_log=None, from_sql=None,
+        timeout=600.0, model=None, drafter=None, tokens=None, out=None, dist=None, check=True,
+    )
 
     p = sub.add_parser("export-patches", help="write the series back from the commits of a local branch of the checkout")
     p.add_argument("--branch", required=True, help="a branch of the checkout that starts at the pin, one commit per patch")
