@@ -47,7 +47,10 @@ def scratch_project() -> Path:
 
 
 def nox(*args: str) -> list[str]:
-    """nox reusing this checkout's environments (``--envdir``), installing nothing (``-R``)."""
+    """nox reusing this checkout's environments (``--envdir``), installing nothing (``-R``); with
+    ONEBIT_BENCH_NO_VENV=1, ``--no-venv`` (a box where nothing can be installed: the running Python is used)."""
+    if os.environ.get("ONEBIT_BENCH_NO_VENV") == "1":
+        return [sys.executable, "-m", "nox", "--no-venv", *args]
     return [sys.executable, "-m", "nox", "--envdir", str(ROOT / ".nox"), "-R", *args]
 
 
