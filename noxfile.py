@@ -61,7 +61,7 @@ def verify_pin(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bump_pin(session: nox.Session) -> None:
-    """Move the pin: nox -s bump_pin -- SHA [--remote URL|PATH] [--branch B] [--allow-rollback]."""
+    """Move the pin: nox -s bump_pin -- SHA|head [--remote URL|PATH] [--branch B] [--allow-rollback]."""
     _install(session)
     _ci(session, "bump-pin")
 
@@ -99,6 +99,13 @@ def export_patches(session: nox.Session) -> None:
     """Write patches/ back from a local branch of the checkout: -- --branch B."""
     _install(session)
     _ci(session, "export-patches")
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """A/B-measure serve configs: nox -s bench -- -m M --config base= --config dflash="--dflash D" [--rounds N] [--lock P] [--json OUT]."""
+    _install(session)
+    _ci(session, "bench")
 
 
 @nox.session(default=False)

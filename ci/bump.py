@@ -130,7 +130,8 @@ class BumpPlan:
 def plan(project: Project, store: ForkStore, request: BumpRequest) -> BumpPlan:
     pins = project.load_pins()
     branch = request.branch or pins.fork.branch
-    commit = store.resolve(request.target)
+    # "head": the tip of the branch, for the scheduled bump that follows the fork (docs/ci.md)
+    commit = store.resolve(str(store.branch_tip(branch)) if request.target.lower() == "head" else request.target)
     new = str(commit.id)
     if not store.on_branch(new, branch):
         elsewhere = store.branches_containing(new)

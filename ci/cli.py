@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -259,6 +260,7 @@ def cmd_gpu_tests(args: argparse.Namespace) -> int:
             raise ConfigError("--model and --drafter go together (the equivalence gate's target and drafter)")
         done = gates.run_gpu_tests(project, request, lambda line: print(line, flush=True))
     print(gates.summary_table(done))
+    _step_summary(gates.summary_markdown(done, f"gpu_tests, profile {args.profile}"))
     failed = [r for r in done if not r.ok]
     for r in failed:
         for problem in r.problems:
@@ -267,6 +269,14 @@ def cmd_gpu_tests(args: argparse.Namespace) -> int:
         raise GateFailed(f"gpu_tests: {len(failed)} of {len(done)} gates did not pass: {', '.join(r.gate for r in failed)}")
     print(f"gpu_tests: all {len(done)} gates passed")
     return 0
+
+
+def _step_summary(markdown: str) -> None:
+    """Append to the CI job's summary page when there is one (GitHub Actions sets GITHUB_STEP_SUMMARY)."""
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(markdown + "\n")
 
 
 def cmd_ship(args: argparse.Namespace) -> int:
@@ -278,6 +288,7 @@ def cmd_ship(args: argparse.Namespace) -> int:
     request = BuildRequest(profile=args.profile)
     result = ship.check(project, request, results_dir)
     print(ship.table(result))
+    _step_summary(f"### ship, profile {args.profile}: {'every gate passed' if result.ok else 'REFUSED'}\n\n```\n{ship.table(result)}\n```\n")
     if not result.ok:
         raise ship.refusal(result)
     if args.check:
@@ -339,6 +350,67 @@ def cmd_equivalence(args: argparse.Namespace) -> int:
 
 
 
+# -- bench ----------------------------------------------------------------------------------------------------
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from ci import bench, profiles
+    from ci.command import resolve
+    from ci.files import write_json
+
+    root: Path | None = None
+    with contextlib.suppress(ConfigError):
+        root = _project(args).root
+    if args.llama_server:
+        llama_server = Path(resolve(args.llama_server))
+        device = args.device or "auto"
+    else:
+        from ci.build import BuildRequest, current_build
+
+        if root is None:
+            raise ConfigError("--llama-server PATH is required outside the project (inside it, the current build of --profile runs)")
+        manifest, _key = current_build(_project(args), BuildRequest(profile=args.profile))
+        llama_server = manifest.binary(root / "build" / args.profile, "llama-server")
+        device = args.device or profiles.get(args.profile).serve_device
+    model = Path(args.model).resolve()
+    context = args.ctx_size
+    the_plan = bench.plan(
+        model=model,
+        llama_server=llama_server,
+        configs=[bench.parse_config(c) for c in args.config],
+        device=device,
+        rounds=args.rounds,
+        prompt_reps=args.prompt_reps,
+        decode_reps=args.decode_reps,
+        decode_tokens=args.decode_tokens,
+        prompt_tokens=args.prompt_tokens,
+        context=context,
+        validate=bench.serve_dry_run(model, device, llama_server, context),
+    )
+    logs = Path(args.logs) if args.logs else (root or Path.cwd()) / "build" / "bench" / "logs"
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    with bench.box_lock(Path(args.lock) if args.lock else None, say):
+        result = bench.run(the_plan, logs, say)
+    figures = bench.print_report(result, sys.stdout)
+    if args.json:
+        write_json(Path(args.json), bench.to_json(result, figures))
+        print(f"bench: wrote {args.json}")
+    return 0
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    import json
+
+    from ci import profiles
+
+    names = [n.strip() for n in args.profiles.split(",") if n.strip()]
+    print(json.dumps(profiles.matrix(names), separators=(",", ":")))
+    return 0
+
+
 # -- the main job -------------------------------------------------------------------------------------------
 
 
@@ -388,7 +460,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_verify_pin)
 
     p = sub.add_parser("bump-pin", help="move the pin to another commit of the pinned branch")
-    p.add_argument("commit", help="the new commit: full or abbreviated (4+ hex digits)")
+    p.add_argument("commit", help="the new commit: full or abbreviated (4+ hex digits), or head: the tip of the branch")
     p.add_argument("--remote", help="fetch from this URL or local mirror instead of pins.yaml's fork.url")
     p.add_argument("--branch", help="the branch the new pin must be on (default: pins.yaml's fork.branch)")
     p.add_argument("--allow-rollback", action="store_true", help="allow a commit behind or beside the current pin")
@@ -438,6 +510,10 @@ def parser() -> argparse.ArgumentParser:
         timeout=600.0, model=None, drafter=None, tokens=None, out=None, dist=None, check=True,
     )
 
+    p = sub.add_parser("matrix", help="the GitHub Actions matrix of the GPU job, as JSON: a runner and device per profile")
+    p.add_argument("--profiles", default="gfx1151", help="comma-separated profiles (default gfx1151)")
+    p.set_defaults(func=cmd_matrix)
+
     p = sub.add_parser("export-patches", help="write the series back from the commits of a local branch of the checkout")
     p.add_argument("--branch", required=True, help="a branch of the checkout that starts at the pin, one commit per patch")
     p.set_defaults(func=cmd_export_patches)
@@ -475,6 +551,25 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--build-key", default="", help="the build key of the llama-server, recorded in the results")
     p.add_argument("--out", metavar="DIR", help="where equivalence.json, equivalence.junit.xml and the server logs go (default: build/gates)")
     p.set_defaults(func=cmd_equivalence)
+
+    from ci import bench
+
+    p = sub.add_parser("bench", help="A/B-measure 1bit serve configs (the first is the baseline), interleaved round by round on fresh servers")
+    p.add_argument("-m", "--model", required=True, help="the model every config serves")
+    p.add_argument("--config", action="append", default=[], metavar="NAME=ARGS", help='1bit serve arguments of one config, the first the baseline: --config base= --config dflash="--dflash D.gguf"')
+    p.add_argument("--llama-server", help="this llama-server (default: the current build of --profile)")
+    p.add_argument("--profile", default="gfx1151", help="whose build's llama-server runs when --llama-server is not given (default gfx1151)")
+    p.add_argument("--device", choices=["auto", "rocm", "vulkan", "cuda", "cpu"], help="serve's --device (default: the profile's; auto with --llama-server)")
+    p.add_argument("--rounds", type=int, default=bench.DEFAULT_ROUNDS, help=f"rounds, each running every config once (default {bench.DEFAULT_ROUNDS})")
+    p.add_argument("--prompt-reps", type=int, default=bench.DEFAULT_PROMPT_REPS, help=f"long-prompt requests per run (default {bench.DEFAULT_PROMPT_REPS})")
+    p.add_argument("--decode-reps", type=int, default=bench.DEFAULT_DECODE_REPS, help=f"requests per decode prompt per run (default {bench.DEFAULT_DECODE_REPS})")
+    p.add_argument("--decode-tokens", type=int, default=bench.DEFAULT_DECODE_TOKENS, help=f"tokens generated per decode request (default {bench.DEFAULT_DECODE_TOKENS})")
+    p.add_argument("--prompt-tokens", type=int, default=bench.DEFAULT_PROMPT_TOKENS, help=f"tokens of the long prompt (default {bench.DEFAULT_PROMPT_TOKENS})")
+    p.add_argument("-c", "--ctx-size", type=int, default=bench.DEFAULT_CONTEXT, help=f"every server's context (default {bench.DEFAULT_CONTEXT})")
+    p.add_argument("--lock", metavar="PATH", help="hold an exclusive lock on PATH for the whole run (a shared box); a second bench waits")
+    p.add_argument("--json", metavar="OUT", help="write the record (configs, every sample, the figures) here")
+    p.add_argument("--logs", metavar="DIR", help="the servers' logs (default: build/bench/logs)")
+    p.set_defaults(func=cmd_bench)
     return top
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci import ledger, results
+from ci import ledger, profiles, results
 from ci.build import BuildRequest, Manifest, current_build
 from ci.command import run
 from ci.errors import ConfigError
@@ -132,7 +132,7 @@ def equivalence_gate(project: Project, manifest: Manifest, build_dir: Path, out:
     if model is None or drafter is None:
         models = tinymodels.write_tiny_models(build_dir / "tiny-models")
         model, drafter = models.target, models.drafter
-    device = {"ROCm0": "rocm", "CUDA0": "cuda", "Vulkan0": "vulkan", "CPU": "cpu"}.get(manifest.device, "cpu")
+    device = profiles.get(manifest.profile).serve_device
     the_plan = equivalence.plan(
         model=model,
         drafter=drafter,
@@ -190,6 +190,22 @@ def summary_table(gate_results: Sequence[GateResult]) -> str:
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1] for row in rows)
+
+
+def summary_markdown(gate_results: Sequence[GateResult], title: str) -> str:
+    """The summary table as GitHub markdown, for a CI job's summary page (``$GITHUB_STEP_SUMMARY``)."""
+    lines = [f"### {title}", "", "| gate | verdict | passed | failed | skipped | error | seconds | summary |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in gate_results:
+        counts = " | ".join(str(r.count(k)) for k in ("passed", "failed", "skipped", "error"))
+        verdict = r.status.value if r.ok else f"**{r.status.value.upper()}**"
+        lines.append(f"| {r.gate} | {verdict} | {counts} | {r.seconds:.1f} | {_cell(r.summary)} |")
+    for r in gate_results:
+        lines += [f"- {r.gate}: {_cell(p.splitlines()[0] if p else p)}" for p in r.problems[:10]]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def _rel(path: Path, root: Path) -> str:

@@ -6,6 +6,7 @@ Flags that belong to a pin (the fork's option names, ``-DGGML_HIP_ROCMI4_W4A4=ON
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ci.errors import ConfigError
@@ -23,6 +24,11 @@ class Profile:
     device: str  # the name test-backend-ops -b and llama-server --device take
     flags: tuple[str, ...]
     about: str
+
+    @property
+    def serve_device(self) -> str:
+        """The serve launcher's ``--device`` for this profile's builds."""
+        return {"hip": "rocm", "cuda": "cuda", "vulkan": "vulkan"}.get(self.backend, "cpu")
 
 
 def _hip(arch: str, about: str) -> Profile:
@@ -59,6 +65,26 @@ def get(name: str) -> Profile:
         return PROFILES[name]
     except KeyError:
         raise ConfigError(f'--profile {name}: unknown profile{did_you_mean(name, PROFILES)}; known: {", ".join(PROFILES)}') from None
+
+
+def runner_labels(profile: Profile) -> list[str]:
+    """The labels of the self-hosted runner that builds and tests ``profile`` (docs/ci.md): a HIP profile wants a
+    runner with that GPU (``gfx1151``), the others one with their backend (``cuda``, ``vulkan``); the CPU profile
+    runs anywhere."""
+    if profile.backend == "cpu":
+        return ["ubuntu-latest"]
+    return ["self-hosted", "linux", profile.name if profile.backend == "hip" else profile.backend]
+
+
+def matrix(names: Sequence[str]) -> dict[str, list[dict[str, object]]]:
+    """The GitHub Actions matrix of the GPU job: one entry per profile, with its runner labels and device."""
+    chosen = [get(n) for n in names]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(f"--profiles: {name} given twice")
+    if not chosen:
+        raise ConfigError("--profiles: no profile given (e.g. --profiles gfx1151,cuda)")
+    return {"include": [{"profile": p.name, "device": p.device, "runs-on": runner_labels(p)} for p in chosen]}
 
 
 def merge_flags(*groups: tuple[str, ...]) -> tuple[str, ...]:

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from ci.tinymodels import TinyModels, write_tiny_models
 from tests.project_fixture import Fork, Project, make_fork, make_project
 
 
@@ -37,3 +38,9 @@ def fork(tmp_path_factory: pytest.TempPathFactory) -> Fork:
 def project(tmp_path: Path, fork: Fork) -> Project:
     """An onebit-ci project repository pinned to ``fork.c1``, the submodule not checked out."""
     return make_project(tmp_path / "project", fork, fork.c1)
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
+    """The gates' tiny GGUF models (target, drafter, other target), written once per run."""
+    return write_tiny_models(tmp_path_factory.mktemp("tiny-models"))

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from ci.equivalence import Completion, Prompt, parse_completion
-from ci.tinymodels import TinyModels, write_tiny_models
 
 DATA = Path(__file__).parent / "data"
 
@@ -33,11 +32,6 @@ class Recorded:
 @pytest.fixture(scope="session")
 def recorded() -> Recorded:
     return Recorded()
-
-
-@pytest.fixture(scope="session")
-def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
-    return write_tiny_models(tmp_path_factory.mktemp("tiny-models"))
 
 
 def live_processes_naming(text: str) -> list[str]:

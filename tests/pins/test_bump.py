@@ -48,6 +48,21 @@ def test_the_same_commit_says_so_and_changes_nothing(project: Project) -> None:
     assert not (project.root / "build" / "bump-report.md").exists()
 
 
+def test_head_is_the_tip_of_the_pinned_branch(project: Project) -> None:
+    r = bump(project, "head")
+    assert r.code == 0, r.err
+    assert f"bump_pin: {project.fork.c1[:7]} -> {project.fork.c6[:7]}" in r.out
+    assert project.gitlink() == project.fork.c6
+
+
+def test_head_of_another_branch_is_still_checked_against_the_pin(project: Project) -> None:
+    before = project.state()
+    r = bump(project, "HEAD", "--branch", "nope")
+    assert r.code == 3
+    assert 'branch "nope" is not in the fork' in r.err
+    assert project.state() == before
+
+
 def test_an_ambiguous_prefix_lists_the_candidates(project: Project) -> None:
     a, b = project.fork.ambiguous
     before = project.state()

@@ -1,0 +1,447 @@
+"""``nox -s bench``: A/B measurements of ``1bit serve`` configurations, the baseline measured in the same run.
+
+The engine's tools/bench.py, done here. Each config is a set of ``1bit serve`` arguments; the first is the
+baseline. Rounds interleave the configs (A B A B), each run on a fresh server started through the launcher and
+stopped and reaped afterwards, so a drifting box (heat, another job) spreads over every config alike. A run
+measures prompt t/s over one long prompt of an exact token count and decode t/s on the committed code, prose
+and short prompts (greedy, ``ignore_eos``, so every sample decodes the same number of tokens); the server's own
+``timings`` give the rates. ``--lock PATH`` holds an exclusive flock for the whole run (a shared GPU box).
+
+Plan apart from run: :func:`parse_config` and :func:`plan` are pure; :func:`run` starts the servers;
+:func:`summarise` and :func:`table` turn the samples into the figures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import io
+import logging
+import os
+import platform
+import shlex
+import statistics
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from ci.equivalence import Prompt, load_prompts
+from ci.errors import ConfigError, ServerFailed
+from ci.server import LlamaServer, ServerLaunch, free_ports, launcher_argv
+
+log = logging.getLogger("onebit-ci")
+
+# what the engine's bench measured: a 1,838-token prompt (best / median of 5), 256 decode tokens (best of 3)
+DEFAULT_PROMPT_TOKENS = 1800
+DEFAULT_ROUNDS = 2
+DEFAULT_PROMPT_REPS = 5
+DEFAULT_DECODE_REPS = 3
+DEFAULT_DECODE_TOKENS = 256
+DEFAULT_CONTEXT = 4096
+SEED = 42
+PROMPT = "prompt"
+# options the bench sets itself on every server: a config that sets them would measure something else
+OWNED = {"-m": "the model is the bench's -m", "--model": "the model is the bench's -m", "--host": "the bench listens on 127.0.0.1",
+         "--port": "the bench picks free ports", "--llama-server": "the bench's --llama-server or --profile picks it",
+         "--dry-run": "a dry run starts no server", "--profile": "the bench's --profile picks the build"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One ``--config NAME=ARGS``: ``1bit serve`` options, then after ``--`` llama-server's own."""
+
+    name: str
+    serve_options: tuple[str, ...] = ()
+    extra: tuple[str, ...] = ()
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        return (*self.serve_options, "--", *self.extra) if self.extra else self.serve_options
+
+    def show(self) -> str:
+        return shlex.join(self.args) or "(serve's defaults)"
+
+
+def parse_config(text: str) -> BenchConfig:
+    """``NAME=ARGS`` (``base=`` is serve's defaults); a :class:`ConfigError` naming the config otherwise."""
+    name, sep, rest = text.partition("=")
+    if not sep or not name or not all(c.isalnum() or c in "-_." for c in name):
+        raise ConfigError(f'--config "{text}": not NAME=ARGS (e.g. --config base= --config dflash="--dflash D.gguf")')
+    try:
+        words = shlex.split(rest)
+    except ValueError as exc:
+        raise ConfigError(f'--config {name}: "{rest}": {exc}') from None
+    serve_options, extra = (words[: words.index("--")], words[words.index("--") + 1 :]) if "--" in words else (words, [])
+    for word in serve_options:
+        flag = word.split("=", 1)[0]
+        if flag in OWNED:
+            raise ConfigError(f"--config {name}: {flag} is not a config's to set ({OWNED[flag]})")
+    return BenchConfig(name, tuple(serve_options), tuple(extra))
+
+
+@dataclass(frozen=True)
+class Run:
+    """One server's life: a config in a round."""
+
+    round: int
+    config: BenchConfig
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    model: Path
+    llama_server: Path
+    configs: tuple[BenchConfig, ...]
+    device: str = "auto"
+    rounds: int = DEFAULT_ROUNDS
+    prompt_reps: int = DEFAULT_PROMPT_REPS
+    decode_reps: int = DEFAULT_DECODE_REPS
+    decode_tokens: int = DEFAULT_DECODE_TOKENS
+    prompt_tokens: int = DEFAULT_PROMPT_TOKENS
+    context: int = DEFAULT_CONTEXT
+    prompts: tuple[Prompt, ...] = ()
+    health_timeout: float = 300.0  # a 27B model loads in tens of seconds
+    request_timeout: float = 600.0
+
+    @property
+    def baseline(self) -> BenchConfig:
+        return self.configs[0]
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return (PROMPT, *(f"decode {p.name}" for p in self.prompts))
+
+    def schedule(self) -> tuple[Run, ...]:
+        """Round by round, every config in order: A B A B."""
+        return tuple(Run(r, c) for r in range(1, self.rounds + 1) for c in self.configs)
+
+    def launch(self, run: Run, port: int) -> ServerLaunch:
+        argv = launcher_argv(
+            model=self.model,
+            llama_server=self.llama_server,
+            port=port,
+            device=self.device,
+            context=self.context,
+            serve_options=run.config.serve_options,
+            extra=run.config.extra,
+        )
+        return ServerLaunch(f"{run.config.name} (round {run.round})", argv, "127.0.0.1", port)
+
+    def prompt_body(self, ids: Sequence[int]) -> dict[str, Any]:
+        """Prompt speed: the whole prompt each time (``cache_prompt`` false), one token generated."""
+        return {"prompt": list(ids), "n_predict": 1, "temperature": 0, "top_k": 1, "seed": SEED, "cache_prompt": False}
+
+    def decode_body(self, prompt: Prompt) -> dict[str, Any]:
+        """Decode speed: greedy, exactly ``decode_tokens`` generated (``ignore_eos``)."""
+        return {
+            "prompt": prompt.text,
+            "n_predict": self.decode_tokens,
+            "temperature": 0,
+            "top_k": 1,
+            "seed": SEED,
+            "cache_prompt": False,
+            "ignore_eos": True,
+        }
+
+
+def plan(
+    *,
+    model: Path,
+    llama_server: Path,
+    configs: Sequence[BenchConfig],
+    device: str = "auto",
+    rounds: int = DEFAULT_ROUNDS,
+    prompt_reps: int = DEFAULT_PROMPT_REPS,
+    decode_reps: int = DEFAULT_DECODE_REPS,
+    decode_tokens: int = DEFAULT_DECODE_TOKENS,
+    prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
+    context: int = DEFAULT_CONTEXT,
+    prompts: Sequence[Prompt] | None = None,
+    validate: Callable[[BenchConfig], None] | None = None,
+) -> BenchPlan:
+    if not configs:
+        raise ConfigError('no --config: give the baseline first, e.g. --config base= --config dflash="--dflash D.gguf"')
+    names = [c.name for c in configs]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(f"--config {name}: given twice")
+    for flag, value in (("--rounds", rounds), ("--prompt-reps", prompt_reps), ("--decode-reps", decode_reps),
+                        ("--decode-tokens", decode_tokens), ("--prompt-tokens", prompt_tokens)):  # fmt: skip
+        if value < 1:
+            raise ConfigError(f"{flag} {value}: must be at least 1")
+    if prompt_tokens + 1 > context:
+        raise ConfigError(f"--prompt-tokens {prompt_tokens}: does not fit the context -c {context}; raise -c or lower --prompt-tokens")
+    if not model.is_file():
+        raise ConfigError(f"-m {model}: no such file")
+    for config in configs:
+        if validate is not None:
+            validate(config)
+    return BenchPlan(
+        model=model,
+        llama_server=llama_server,
+        configs=tuple(configs),
+        device=device,
+        rounds=rounds,
+        prompt_reps=prompt_reps,
+        decode_reps=decode_reps,
+        decode_tokens=decode_tokens,
+        prompt_tokens=prompt_tokens,
+        context=context,
+        prompts=tuple(prompts) if prompts is not None else load_prompts(),
+    )
+
+
+def serve_dry_run(model: Path, device: str, llama_server: Path, context: int) -> Callable[[BenchConfig], None]:
+    """A validator that runs ``1bit serve --dry-run`` in-process on a config: a bad drafter, an unknown option or a
+    refused route stops the bench before any server starts, with the launcher's own message."""
+
+    def check(config: BenchConfig) -> None:
+        from serve.cli import serve
+        from serve.errors import ServeError
+
+        argv = ["-m", str(model), "--device", device, "--llama-server", str(llama_server), "-c", str(context), *config.serve_options, "--dry-run"]
+        if config.extra:
+            argv += ["--", *config.extra]
+        try:
+            serve(argv, os.environ, Path.cwd(), io.StringIO(), io.StringIO())
+        except ServeError as exc:
+            raise ConfigError(f"--config {config.name}: 1bit serve: {exc.line}") from None
+
+    return check
+
+
+# -- the lock ---------------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def box_lock(path: Path | None, say: Callable[[str], None]) -> Iterator[None]:
+    """An exclusive flock on ``path`` for the whole block; a second holder waits and says who holds it."""
+    if path is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            say(f"bench: waiting for the lock {path} (held by {holder})")
+            t0 = time.monotonic()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            say(f"bench: got the lock {path} after {time.monotonic() - t0:.1f} s")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {platform.node()} since {_now()}\n".encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)  # closing the descriptor releases the flock
+
+
+# -- the run ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sample:
+    round: int
+    config: str
+    metric: str  # "prompt", "decode code", ...
+    rep: int
+    tokens: int  # prompt tokens processed, or tokens generated
+    ms: float  # the server's own timing of that phase
+    seconds: float  # wall time of the request, measured here
+    draft_n: int = 0
+    draft_n_accepted: int = 0
+
+    @property
+    def tps(self) -> float:
+        return 1000.0 * self.tokens / self.ms if self.ms > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "round": self.round, "config": self.config, "metric": self.metric, "rep": self.rep, "tokens": self.tokens,
+            "ms": round(self.ms, 3), "tps": round(self.tps, 3), "seconds": round(self.seconds, 4),
+            "draft_n": self.draft_n, "draft_n_accepted": self.draft_n_accepted,
+        }  # fmt: skip
+
+
+def sample_from(answer: Mapping[str, Any], run: Run, metric: str, rep: int, seconds: float, server: str) -> Sample:
+    """One sample from a ``/completion`` answer's ``timings``; a :class:`ServerFailed` when they are missing."""
+    t = answer.get("timings")
+    if not isinstance(t, Mapping):
+        raise ServerFailed(f"{server} server: the /completion answer has no timings")
+    prompt = metric == PROMPT
+    tokens, ms = (t.get("prompt_n"), t.get("prompt_ms")) if prompt else (t.get("predicted_n"), t.get("predicted_ms"))
+    if not isinstance(tokens, int) or not isinstance(ms, int | float) or ms <= 0:
+        raise ServerFailed(f"{server} server: the /completion answer's timings lack {'prompt' if prompt else 'predicted'}_n/_ms: {dict(t)}")
+    return Sample(run.round, run.config.name, metric, rep, tokens, float(ms), seconds, int(t.get("draft_n", 0)), int(t.get("draft_n_accepted", 0)))
+
+
+@dataclass(frozen=True)
+class ServerRun:
+    round: int
+    config: str
+    start_seconds: float
+    log: str
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    plan: BenchPlan
+    samples: tuple[Sample, ...]
+    servers: tuple[ServerRun, ...]
+    started: str
+    finished: str
+    seconds: float
+
+
+ServerFactory = Callable[[ServerLaunch, Path, float], LlamaServer]
+
+
+def _default_server(launch: ServerLaunch, log_path: Path, health_timeout: float) -> LlamaServer:
+    return LlamaServer(launch, log_path, health_timeout=health_timeout)
+
+
+def prompt_ids(server: LlamaServer, prompts: Sequence[Prompt], count: int) -> tuple[int, ...]:
+    """Exactly ``count`` token ids of the model's own tokenizer: the prompts' text, repeated as often as needed."""
+    text = "\n\n".join(p.text for p in prompts)
+    ids = server.post("/tokenize", {"content": text}, 60.0).get("tokens")
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, int) for i in ids):
+        raise ServerFailed(f"{server.launch.name} server: /tokenize gave no token ids for the long prompt")
+    return tuple(ids[k % len(ids)] for k in range(count))
+
+
+def run(the_plan: BenchPlan, logs: Path, say: Callable[[str], None], factory: ServerFactory = _default_server) -> BenchResult:
+    """Every run of the schedule on a fresh server, always stopped and reaped."""
+    t0 = time.monotonic()
+    started = _now()
+    samples: list[Sample] = []
+    servers: list[ServerRun] = []
+    ids: tuple[int, ...] = ()
+    schedule = the_plan.schedule()
+    for k, r in enumerate(schedule, 1):
+        log_path = logs / f"round{r.round}-{r.config.name}.log"
+        launch = the_plan.launch(r, free_ports(1)[0])
+        say(f"bench: [{k}/{len(schedule)}] round {r.round}, {r.config.name}: {r.config.show()}")
+        with factory(launch, log_path, the_plan.health_timeout) as server:
+            servers.append(ServerRun(r.round, r.config.name, server.seconds_to_healthy, str(log_path)))
+            if not ids:
+                ids = prompt_ids(server, the_plan.prompts, the_plan.prompt_tokens)
+            for rep in range(1, the_plan.prompt_reps + 1):
+                samples.append(_ask(server, the_plan.prompt_body(ids), r, PROMPT, rep, the_plan.request_timeout))
+            for prompt in the_plan.prompts:
+                for rep in range(1, the_plan.decode_reps + 1):
+                    samples.append(_ask(server, the_plan.decode_body(prompt), r, f"decode {prompt.name}", rep, the_plan.request_timeout))
+        mine = [s for s in samples if s.round == r.round and s.config == r.config.name]
+        say("bench:   " + ", ".join(f"{m} {max(s.tps for s in mine if s.metric == m):.1f} t/s" for m in the_plan.metrics))
+    return BenchResult(the_plan, tuple(samples), tuple(servers), started, _now(), time.monotonic() - t0)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _ask(server: LlamaServer, body: Mapping[str, Any], r: Run, metric: str, rep: int, timeout: float) -> Sample:
+    t0 = time.monotonic()
+    answer = server.completion(body, timeout=timeout)
+    return sample_from(answer, r, metric, rep, time.monotonic() - t0, server.launch.name)
+
+
+# -- the figures (pure) ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Figure:
+    config: str
+    metric: str
+    best: float
+    median: float
+    samples: int
+    change_pct: float | None  # the median against the baseline's median; None for the baseline itself
+    acceptance: float | None = None  # draft_n_accepted / draft_n over the samples, when anything was drafted
+
+    def cell(self) -> str:
+        text = f"{self.best:.1f} / {self.median:.1f}"
+        return text if self.change_pct is None else f"{text} ({self.change_pct:+.1f}%)"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"best": round(self.best, 3), "median": round(self.median, 3), "samples": self.samples}
+        out["change_pct"] = None if self.change_pct is None else round(self.change_pct, 2)
+        if self.acceptance is not None:
+            out["acceptance"] = round(self.acceptance, 4)
+        return out
+
+
+def summarise(the_plan: BenchPlan, samples: Sequence[Sample]) -> tuple[Figure, ...]:
+    """Best and median t/s per config and metric over every round, and the median's change against the baseline's."""
+    out = []
+    base: dict[str, float] = {}
+    for config in the_plan.configs:
+        for metric in the_plan.metrics:
+            mine = [s for s in samples if s.config == config.name and s.metric == metric]
+            if not mine:
+                continue
+            rates = [s.tps for s in mine]
+            median = statistics.median(rates)
+            if config is the_plan.baseline:
+                base[metric] = median
+            change = None if config is the_plan.baseline or not base.get(metric) else 100.0 * (median / base[metric] - 1.0)
+            drafted = sum(s.draft_n for s in mine)
+            accepted = sum(s.draft_n_accepted for s in mine) / drafted if drafted else None
+            out.append(Figure(config.name, metric, max(rates), median, len(mine), change, accepted))
+    return tuple(out)
+
+
+def table(the_plan: BenchPlan, figures: Sequence[Figure]) -> str:
+    """The engine's table: a row per config, ``best / median`` t/s per metric, the change against the baseline."""
+    rows = [["config", *the_plan.metrics]]
+    by = {(f.config, f.metric): f for f in figures}
+    for config in the_plan.configs:
+        rows.append([config.name, *(by[(config.name, m)].cell() if (config.name, m) in by else "-" for m in the_plan.metrics)])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+def to_json(result: BenchResult, figures: Sequence[Figure]) -> dict[str, Any]:
+    p = result.plan
+    return {
+        "model": str(p.model),
+        "llama_server": str(p.llama_server),
+        "device": p.device,
+        "configs": [{"name": c.name, "args": list(c.args)} for c in p.configs],
+        "baseline": p.baseline.name,
+        "rounds": p.rounds,
+        "prompt_reps": p.prompt_reps,
+        "decode_reps": p.decode_reps,
+        "decode_tokens": p.decode_tokens,
+        "prompt_tokens": p.prompt_tokens,
+        "context": p.context,
+        "prompts": [pr.name for pr in p.prompts],
+        "started": result.started,
+        "finished": result.finished,
+        "seconds": round(result.seconds, 3),
+        "host": platform.node(),
+        "servers": [{"round": s.round, "config": s.config, "start_seconds": round(s.start_seconds, 3), "log": s.log} for s in result.servers],
+        "samples": [s.to_json() for s in result.samples],
+        "figures": {c.name: {f.metric: f.to_json() for f in figures if f.config == c.name} for c in p.configs},
+    }
+
+
+def print_report(result: BenchResult, out: TextIO) -> tuple[Figure, ...]:
+    figures = summarise(result.plan, result.samples)
+    p = result.plan
+    print(
+        f"bench: {p.model.name}, {p.rounds} round(s) x {len(p.configs)} config(s); t/s best / median; prompt {p.prompt_tokens} tokens "
+        f"x {p.prompt_reps}, decode {p.decode_tokens} tokens x {p.decode_reps}; change: median against {p.baseline.name}'s",
+        file=out,
+    )
+    print(table(p, figures), file=out)
+    for f in figures:
+        if f.acceptance is not None and f.metric != PROMPT:
+            print(f"bench: {f.config} {f.metric}: acceptance {100 * f.acceptance:.1f}%", file=out)
+    return figures

