@@ -112,7 +112,7 @@ def included_paths(tree: pygit2.Tree, omit: tuple[str, ...], prefix: str = "") -
     """Paths that cover ``tree`` except the omitted ones, as few as possible (whole directories)."""
     wanted = [o for o in omit if o.startswith(prefix)]
     if not wanted:
-        return [prefix.rstrip("/")] if prefix else [e.name for e in tree]
+        return [prefix.rstrip("/")] if prefix else [str(e.name) for e in tree]
     out: list[str] = []
     for entry in tree:
         full = f"{prefix}{entry.name}"

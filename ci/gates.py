@@ -177,7 +177,7 @@ def run_gpu_tests(project: Project, request: GpuTestsRequest, say: Callable[[str
 
 
 def summary_table(gate_results: Sequence[GateResult]) -> str:
-    rows = [("gate", "verdict", "passed", "failed", "skipped", "error", "seconds", "summary")]
+    rows: list[tuple[str, ...]] = [("gate", "verdict", "passed", "failed", "skipped", "error", "seconds", "summary")]
     for r in gate_results:
         rows.append(
             (

@@ -53,8 +53,8 @@ class Patch:
 
     def paths(self) -> set[str]:
         out: set[str] = set()
-        for p in self.diff():
-            out |= {p.delta.old_file.path, p.delta.new_file.path}
+        for d in self.diff().deltas:
+            out |= {d.old_file.path, d.new_file.path}
         return out
 
     @property
@@ -170,10 +170,10 @@ def check_paths(series: Series, tree: pygit2.Tree, workdir: Path | None, omit: t
         display = f"patches/{patch.name}"
         raw = {g for m in PATH_LINE_RE.finditer(patch.diff_text) for g in m.groups() if g and g != "/dev/null"}
         parsed: set[str] = set()
-        for p in patch.diff():
-            parsed |= {p.delta.old_file.path, p.delta.new_file.path}
-            if p.delta.new_file.mode == FileMode.LINK and p.delta.status is not DeltaStatus.DELETED:
-                raise Refused(f"{display}: adds a symbolic link {p.delta.new_file.path}; patches may not create links (they could point outside the checkout)")
+        for d in patch.diff().deltas:
+            parsed |= {d.old_file.path, d.new_file.path}
+            if d.new_file.mode == FileMode.LINK and d.status is not DeltaStatus.DELETED:
+                raise Refused(f"{display}: adds a symbolic link {d.new_file.path}; patches may not create links (they could point outside the checkout)")
         for path in sorted(raw | parsed):
             problem = _escape(path, tree, workdir)
             if problem is None and any(path.startswith(o) for o in omit):
@@ -313,6 +313,8 @@ def _conflict_detail(repo: pygit2.Repository, diff: pygit2.Diff) -> str:
     """The first file and hunk of ``diff`` whose preimage is not in the index (libgit2 says only "hunk at line")."""
     index = repo.index
     for p in diff:
+        if p is None:  # libgit2 made no patch for this delta (binary): nothing to locate
+            continue
         path = p.delta.old_file.path
         if p.delta.status is DeltaStatus.ADDED:
             if path in index:
@@ -320,7 +322,9 @@ def _conflict_detail(repo: pygit2.Repository, diff: pygit2.Diff) -> str:
             continue
         if path not in index:
             return f"{path}: the file does not exist"
-        lines = repo[index[path].id].data.decode("utf-8", "replace").splitlines(keepends=True)
+        blob = repo[index[path].id]
+        assert isinstance(blob, pygit2.Blob)
+        lines = blob.data.decode("utf-8", "replace").splitlines(keepends=True)
         for n, hunk in enumerate(p.hunks, 1):
             pre = [ln.content for ln in hunk.lines if ln.origin in (" ", "-")]
             if not _contains(lines, pre):
@@ -469,8 +473,7 @@ def changed_paths(repo: pygit2.Repository, omit: tuple[str, ...]) -> set[str]:
 def _against(repo: pygit2.Repository, expected: pygit2.Tree, pin_tree: pygit2.Tree, changed: set[str]) -> list[str]:
     """How the work tree (pin + ``changed``) differs from ``expected``; empty when it is exactly that tree."""
     series_paths: dict[str, str | None] = {}
-    for p in pin_tree.diff_to_tree(expected):
-        d = p.delta
+    for d in pin_tree.diff_to_tree(expected).deltas:
         if d.status is DeltaStatus.DELETED:
             series_paths[d.old_file.path] = None
         else:

@@ -256,6 +256,7 @@ def _child(node: yaml.Node | None, key: str, name: str, parent: str = "") -> yam
         raise ConfigError(f"{name}: {parent or 'top level'}: expected a mapping")
     for k, v in node.value:
         if isinstance(k, yaml.ScalarNode) and k.value == key:
+            assert isinstance(v, yaml.Node)
             return v
     raise ConfigError(f"{name}: {where}: is required")
 

@@ -81,7 +81,7 @@ def read_gitmodules(path: Path) -> dict[str, Submodule]:
         return {}
     try:
         config = pygit2.Config(str(path))
-        entries = [(e.name, e.value) for e in config]
+        entries = [(e.name, e.value) for e in config if e.value is not None]
     except pygit2.GitError as exc:
         raise ConfigError(f"{path.name}: cannot be parsed ({exc})") from None
     raw: dict[str, dict[str, str]] = {}

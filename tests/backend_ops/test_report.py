@@ -22,7 +22,7 @@ def junit(tmp_path: Path, result: GateResult) -> TestSuite:
 
 
 def properties(suite: TestSuite) -> dict[str, str]:
-    return {p.name: p.value for p in suite.properties()}  # type: ignore[no-untyped-call]  # junitparser ships no annotation for it
+    return {p.name: p.value for p in suite.properties()}
 
 
 def outcomes(suite: TestSuite) -> dict[str, list[tuple[str, str]]]:

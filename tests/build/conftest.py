@@ -26,7 +26,7 @@ def build_fork(tmp_path_factory: pytest.TempPathFactory) -> BuildFork:
     files: dict[str, Any] = {str(p.relative_to(FIXTURE)): p.read_bytes() for p in FIXTURE.rglob("*") if p.is_file()}
     files |= {"models/ggml-vocab-big.gguf": b"GGUF", "docs/index.md": "# docs\n"}
     b = RepoBuilder(tmp_path_factory.mktemp("buildfork") / "fork.git", bare=True)
-    return BuildFork(b.repo.path and Path(b.repo.path), b.commit("fixture project", files), b)
+    return BuildFork(Path(b.repo.path), b.commit("fixture project", files), b)
 
 
 @pytest.fixture

@@ -145,7 +145,7 @@ def add_fixture_patch(project: Project, fork: BuildFork, name: str, path: str, o
     patches = project.root / "patches"
     patches.mkdir(exist_ok=True)
     holder = type("F", (), {"builder": fork.builder})()
-    (patches / name).write_bytes(make_patch_text(holder, fork.f0, {path: text}))  # type: ignore[arg-type]
+    (patches / name).write_bytes(make_patch_text(holder, fork.f0, {path: text}))
     series = patches / "series"
     series.write_text((series.read_text() if series.is_file() else "") + name + "\n")
 
@@ -203,7 +203,7 @@ def test_a_failing_compile_leaves_no_manifest(build_project: Project, build_fork
     patches.mkdir()
     holder = type("F", (), {"builder": build_fork.builder})()
     broken = {"tools/server/server.cpp": "int main() { this is not C++ }\n"}
-    (patches / "broken.patch").write_bytes(make_patch_text(holder, build_fork.f0, broken))  # type: ignore[arg-type]
+    (patches / "broken.patch").write_bytes(make_patch_text(holder, build_fork.f0, broken))
     (patches / "series").write_text("broken.patch\n")
     r = build_cpu(build_project)
     assert r.code == 6

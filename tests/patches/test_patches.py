@@ -202,12 +202,12 @@ def test_reverse_diff_undoes_the_change(project: Project, add_patch: MakePatch) 
     (p,) = patches.load_series(project.root / "patches").patches
     forward = p.diff()
     backward = pygit2.Diff.parse_diff(patches.reverse_diff(p.diff_text))
-    assert {(d.delta.new_file.path, d.delta.status) for d in forward} == {
+    assert {(d.new_file.path, d.status) for d in forward.deltas} == {
         ("ggml/src/new.c", pygit2.enums.DeltaStatus.ADDED),
         ("README.md", pygit2.enums.DeltaStatus.DELETED),
         ("ggml/src/delta.c", pygit2.enums.DeltaStatus.MODIFIED),
     }
-    assert {(d.delta.new_file.path, d.delta.status) for d in backward} == {
+    assert {(d.new_file.path, d.status) for d in backward.deltas} == {
         ("ggml/src/new.c", pygit2.enums.DeltaStatus.DELETED),
         ("README.md", pygit2.enums.DeltaStatus.ADDED),
         ("ggml/src/delta.c", pygit2.enums.DeltaStatus.MODIFIED),
