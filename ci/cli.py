@@ -127,6 +127,7 @@ def cmd_export_patches(args: argparse.Namespace) -> int:
         print(f"  {name}")
     for name in plan.stale:
         print(f"  removed {name}")
+    print(patches.back_to_series(project, args.branch))
     return 0
 
 

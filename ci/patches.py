@@ -16,7 +16,7 @@ import hashlib
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path, PurePosixPath
@@ -217,6 +217,7 @@ class Verdict:
     patch: str
     fate: Fate
     detail: str = ""  # for a conflict: the file and the hunk; for upstream: how it was recognised
+    moved: str = ""  # the patch's diff with its hunks moved to where they apply (relocate), when they had to move
 
     def line(self) -> str:
         return f"{self.patch}: {self.fate.value}" + (f" ({self.detail})" if self.detail else "")
@@ -279,12 +280,13 @@ def classify(store: pygit2.Repository, base: str, series: Series, since: str | N
     with scratch_index(store, commit) as repo:
         for patch in series.patches:
             diff = patch.diff()
-            if repo.applies(diff, ApplyLocation.INDEX):
-                repo.apply(diff, ApplyLocation.INDEX)
-                verdicts.append(Verdict(patch.name, Fate.APPLIES))
+            applied = _applies_somewhere(repo, patch.diff_text)
+            if applied is not None:
+                text, notes = applied
+                repo.apply(pygit2.Diff.parse_diff(text), ApplyLocation.INDEX)
+                verdicts.append(Verdict(patch.name, Fate.APPLIES, "; ".join(notes), text if notes else ""))
                 continue
-            reverse = pygit2.Diff.parse_diff(reverse_diff(patch.diff_text))
-            if repo.applies(reverse, ApplyLocation.INDEX):
+            if _applies_somewhere(repo, reverse_diff(patch.diff_text)) is not None:
                 verdicts.append(Verdict(patch.name, Fate.UPSTREAM, "its change is already in the tree"))
                 continue
             pid = str(diff.patchid)
@@ -294,6 +296,94 @@ def classify(store: pygit2.Repository, base: str, series: Series, since: str | N
             verdicts.append(Verdict(patch.name, Fate.CONFLICTS, _conflict_detail(repo, diff)))
         tree = str(repo.index.write_tree())
     return SeriesPlan(base, series.digest, tuple(verdicts), tree)
+
+
+def _applies_somewhere(repo: pygit2.Repository, diff_text: str) -> tuple[str, list[str]] | None:
+    """The diff text that applies to the index, as given or with its hunks relocated, and where they moved; None
+    when neither applies. libgit2 looks for a hunk only where its header says; git apply also tries offsets."""
+    if repo.applies(pygit2.Diff.parse_diff(diff_text), ApplyLocation.INDEX):
+        return diff_text, []
+    moved, notes = relocate(diff_text, lambda path: _index_lines(repo, path))
+    if notes and repo.applies(pygit2.Diff.parse_diff(moved), ApplyLocation.INDEX):
+        return moved, notes
+    return None
+
+
+def _index_lines(repo: pygit2.Repository, path: str) -> list[str] | None:
+    if path not in repo.index:
+        return None
+    blob = repo[repo.index[path].id]
+    assert isinstance(blob, pygit2.Blob)
+    return blob.data.decode("utf-8", "surrogateescape").splitlines(keepends=True)
+
+
+HUNK_RE = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@")
+
+
+def relocate(diff_text: str, read: Callable[[str], list[str] | None]) -> tuple[str, list[str]]:
+    """Move each hunk to where its preimage (context and removed lines) is in the file ``read`` returns: the place
+    its header says, else the nearest one after the hunk before it, forward first, with the offset of the hunk
+    before it as the starting point (git apply's search, without fuzz). Returns the rewritten diff and a note per
+    hunk that moved; a hunk found nowhere is left as it is, for the apply to fail on."""
+    lines = diff_text.splitlines(keepends=True)
+    notes: list[str] = []
+    path: str | None = None
+    content: list[str] | None = None
+    offset = floor = number = 0
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("diff --git "):
+            path, content, offset, floor, number = None, None, 0, 0, 0
+        elif line.startswith("--- ") and path is None:
+            old = line[4:].rstrip("\r\n")
+            path = old[2:] if old.startswith("a/") else None
+            content = read(path) if path is not None else None
+        elif (m := HUNK_RE.match(line)) is not None:
+            number += 1
+            end = i + 1
+            while end < len(lines) and not lines[end].startswith(("@@ ", "diff --git ")):
+                end += 1
+            pre = _preimage(lines[i + 1 : end])
+            start = int(m.group(1)) - 1
+            at = _find(content, pre, start + offset, floor) if content is not None and pre else None
+            if at is not None and path is not None:
+                shift = at - start
+                if shift:
+                    new_start = int(m.group(3)) + shift
+                    lines[i] = f"@@ -{at + 1}{m.group(2) or ''} +{new_start}{m.group(4) or ''} @@{line[m.end() :]}"
+                    notes.append(f"{path}: hunk {number} at offset {shift:+d} lines")
+                offset, floor = shift, at + len(pre)
+            i = end
+            continue
+        i += 1
+    return "".join(lines), notes
+
+
+def _preimage(body: list[str]) -> list[str]:
+    out: list[str] = []
+    for k, line in enumerate(body):
+        if line[:1] in (" ", "-"):
+            text = line[1:]
+            if k + 1 < len(body) and body[k + 1].startswith("\\"):  # "\ No newline at end of file"
+                text = text[:-1] if text.endswith("\n") else text
+            out.append(text)
+    return out
+
+
+def _find(content: list[str], pre: list[str], hint: int, floor: int) -> int | None:
+    n = len(pre)
+
+    def fits(at: int) -> bool:
+        return floor <= at <= len(content) - n and content[at : at + n] == pre
+
+    if fits(hint):
+        return hint
+    for d in range(1, len(content) + 1):
+        for at in (hint + d, hint - d):
+            if fits(at):
+                return at
+    return None
 
 
 def _range_patch_ids(store: pygit2.Repository, since: str, until: str) -> dict[str, str]:
@@ -504,7 +594,7 @@ def apply_to_workdir(repo: pygit2.Repository, series: Series, plan: SeriesPlan, 
     try:
         for patch, verdict in zip(series.patches, plan.verdicts, strict=True):
             if verdict.fate is Fate.APPLIES:
-                repo.apply(patch.diff(), ApplyLocation.WORKDIR)
+                repo.apply(pygit2.Diff.parse_diff(verdict.moved) if verdict.moved else patch.diff(), ApplyLocation.WORKDIR)
         pin_tree = repo[pin].peel(pygit2.Tree)
         after = _against(repo, repo[plan.tree].peel(pygit2.Tree), pin_tree, changed_paths(repo, omit))
         if after:
@@ -618,6 +708,26 @@ def write_export(project: Project, plan: ExportPlan) -> None:
         write_atomic(directory / SERIES_FILE, plan.series_text)
         for name in plan.stale:
             (directory / name).unlink()
+
+
+def back_to_series(project: Project, branch: str) -> str:
+    """After an export, put the checkout back at the pin with the new series applied (what every other session
+    expects) when that loses nothing: HEAD is the exported branch, which keeps the commits, and nothing is
+    uncommitted. Otherwise leave it as it is and say how to go back."""
+    from ci.checkout import Checkout
+
+    pins = project.load_pins()
+    checkout = Checkout.find(project.root / pins.submodule, pins.omit)
+    back = f"git -C {pins.submodule} switch --detach {pins.fork.short}, then nox -s patches"
+    if checkout is None:
+        return f"export_patches: {pins.submodule} is not checked out"
+    repo = checkout.repo
+    if repo.head_is_detached or repo.head.shorthand != branch:
+        return f"export_patches: the checkout is not on {branch}, so it was left as it is; to build the series: {back}"
+    if changed_paths(repo, pins.omit):
+        return f"export_patches: the checkout has uncommitted changes, so it was left on {branch}; to build the series: {back}"
+    checkout.move_to(pins.fork.commit)
+    return f"{apply_series(project)} (the checkout is back at the pin; branch {branch} keeps the commits)"
 
 
 def format_patch(repo: pygit2.Repository, commit: pygit2.Commit) -> bytes:

@@ -48,12 +48,34 @@ def test_export_writes_one_patch_per_commit_in_order_and_they_apply(checked_out:
     assert text.startswith("From ")
     assert "Subject: [PATCH] ggml: fix delta one\n" in text
     assert " ggml/src/delta.c | 2 +-\n" in text
+    # the checkout is back at the pin with the new series applied, and the branch keeps its commits
+    assert "patches: applied 2 patches" in r.out
+    assert "(the checkout is back at the pin; branch fixes keeps the commits)" in r.out
+    repo = pygit2.Repository(str(project.submodule))
+    assert repo.head_is_detached
+    assert str(repo.head.target) == project.fork.c1
+    assert (project.submodule / "ggml/src/delta.c").read_text() == second
+    assert "refs/heads/fixes" in repo.references
+    assert project.ci("verify-pin").code == 0
+    assert "already applied" in project.ci("patches").out
     checkout = Checkout.find(project.submodule, ("models/", "docs/"))
     assert checkout is not None
     checkout.move_to(project.fork.c1)
     r = project.ci("patches")
     assert r.code == 0, r.err
     assert (project.submodule / "ggml/src/delta.c").read_text() == second
+
+
+def test_uncommitted_work_keeps_the_checkout_on_the_branch(checked_out: Project) -> None:
+    project = checked_out
+    tip = commit_in_checkout(project, "fixes", "ggml: fix delta one" + TRAILERS, {"ggml/src/delta.c": DELTA_AT_C1.replace("x + 1;", "x + 100;")})
+    (project.submodule / "README.md").write_text("not yet committed\n")
+    r = project.ci("export-patches", "--branch", "fixes")
+    assert r.code == 0, r.err
+    assert "export_patches: the checkout has uncommitted changes, so it was left on fixes; to build the series: git -C third_party/llama.cpp-rocmfpx switch --detach" in r.out
+    repo = pygit2.Repository(str(project.submodule))
+    assert str(repo.head.target) == tip
+    assert (project.submodule / "README.md").read_text() == "not yet committed\n"
 
 
 def test_a_commit_without_the_trailers_is_refused_and_nothing_written(checked_out: Project) -> None:

@@ -98,6 +98,38 @@ def test_crlf_content_is_patched_byte_for_byte(project: Project, add_patch: Make
     assert (project.submodule / "tools/win.txt").read_bytes() == b"first\r\nSECOND\r\nthird\r\n"
 
 
+def test_a_hunk_whose_context_moved_applies_at_its_offset_as_git_apply_does(project: Project, fork_patch_on: MakePatch) -> None:
+    # made against a delta.c that lacks its first 5 lines: at the pin the same context sits 5 lines further down,
+    # where `git apply` finds it ("Hunk #1 succeeded at 8 (offset 5 lines)") and libgit2 alone does not
+    short = "".join(DELTA_AT_C1.splitlines(keepends=True)[5:])
+    (project.root / "patches").mkdir()
+    (project.root / "patches" / "series").write_text("# order of the patches\n")
+    fork_patch_on("moved.patch", {"ggml/src/delta.c": short.replace("x + 9;", "x + 90;")}, on={"ggml/src/delta.c": short})
+    assert "@@ -2,6 +2,6 @@" in (project.root / "patches" / "moved.patch").read_text()
+    r = project.ci("patches", "--check", *remote(project))
+    assert r.code == 0, r.err
+    assert "  moved.patch: applies (ggml/src/delta.c: hunk 1 at offset +5 lines)\n" in r.out
+    r = project.ci("patches")
+    assert r.code == 0, r.err
+    assert (project.submodule / "ggml/src/delta.c").read_text() == DELTA_AT_C1.replace("x + 9;", "x + 90;")
+    assert "is already applied" in project.ci("patches").out
+
+
+def test_relocate_moves_each_hunk_to_where_its_preimage_is_nearest_the_header() -> None:
+    lines = [f"l{i}\n" for i in range(10)]
+    diff = "diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -3,2 +3,2 @@\n l2\n-l3\n+L3\n@@ -7,2 +7,2 @@\n l6\n-l7\n+L7\n"
+    assert patches.relocate(diff, lambda path: lines) == (diff, [])  # in place: unchanged
+    moved, notes = patches.relocate(diff, lambda path: ["new\n", "new\n", *lines] if path == "f" else None)
+    assert moved == diff.replace("@@ -3,2 +3,2 @@", "@@ -5,2 +5,2 @@").replace("@@ -7,2 +7,2 @@", "@@ -9,2 +9,2 @@")
+    assert notes == ["f: hunk 1 at offset +2 lines", "f: hunk 2 at offset +2 lines"]
+    # "l2 l3" twice: 2 lines before the header's place and 7 after; the nearer wins, as in git apply
+    moved, notes = patches.relocate(diff, lambda path: ["l2\n", "l3\n", *(["n\n"] * 5), *lines])
+    assert "@@ -1,2 +1,2 @@\n l2\n-l3" in moved
+    assert notes == ["f: hunk 1 at offset -2 lines", "f: hunk 2 at offset +7 lines"]
+    assert patches.relocate(diff, lambda path: None) == (diff, [])  # a file that is not there: left to fail
+    assert patches.relocate(diff, lambda path: ["other\n"]) == (diff, [])  # a preimage found nowhere: left to fail
+
+
 def test_a_patch_file_rewritten_with_crlf_gets_a_clear_error(project: Project, add_patch: MakePatch) -> None:
     name = add_patch("fix-delta.patch", FIX)
     path = project.root / "patches" / name
