@@ -288,8 +288,9 @@ def cmd_ship(args: argparse.Namespace) -> int:
     results_dir = ledger.default_results_dir(project.root)
     request = BuildRequest(profile=args.profile)
     result = ship.check(project, request, results_dir)
-    print(ship.table(result))
-    _step_summary(f"### ship, profile {args.profile}: {'every gate passed' if result.ok else 'REFUSED'}\n\n```\n{ship.table(result)}\n```\n")
+    table = ship.table(result)
+    print(table)
+    _step_summary(f"### ship, profile {args.profile}: {'every gate passed' if result.ok else 'REFUSED'}\n\n```\n{table}\n```\n")
     if not result.ok:
         raise ship.refusal(result)
     if args.check:
@@ -359,19 +360,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from ci.command import resolve
     from ci.files import write_json
 
-    root: Path | None = None
+    project = None
     with contextlib.suppress(ConfigError):
-        root = _project(args).root
+        project = _project(args)
+    root: Path | None = project.root if project is not None else None
     if args.llama_server:
         llama_server = Path(resolve(args.llama_server))
         device = args.device or "auto"
     else:
         from ci.build import BuildRequest, current_build
 
-        if root is None:
+        if project is None:
             raise ConfigError("--llama-server PATH is required outside the project (inside it, the current build of --profile runs)")
-        manifest, _key = current_build(_project(args), BuildRequest(profile=args.profile))
-        llama_server = manifest.binary(root / "build" / args.profile, "llama-server")
+        manifest, _key = current_build(project, BuildRequest(profile=args.profile))
+        llama_server = manifest.binary(project.root / "build" / args.profile, "llama-server")
         device = args.device or profiles.get(args.profile).serve_device
     model = Path(args.model).resolve()
     context = args.ctx_size

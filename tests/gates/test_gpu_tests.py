@@ -4,6 +4,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from junitparser import JUnitXml
 
 from ci import ledger
@@ -74,3 +75,17 @@ def test_from_log_judges_a_saved_capture_with_the_pins_expectation(build_project
     assert "GATED_DELTA_NET: 54 expected, 36 ran and passed" in r.out
     records = ledger.read(build_project.root / "build" / "results" / "ledger.jsonl").records
     assert records[-1].build_key == ""  # a log from elsewhere never counts for ship
+
+
+def test_on_github_actions_the_table_goes_to_the_job_summary(build_project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    summary = tmp_path / "step-summary.md"
+    summary.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    r = build_project.ci("gpu-tests", "--profile", "cuda", "--from-log", str(DATA / "h200-cuda0.console.txt"))
+    assert r.code == 7
+    text = summary.read_text()
+    assert text.startswith("earlier step\n### gpu_tests, profile cuda\n\n| gate | verdict | passed | failed | skipped | error | seconds | summary |\n")
+    row = next(line for line in text.splitlines() if line.startswith("| backend_ops |"))
+    assert row.startswith("| backend_ops | **FAILED** | 36 | 0 | 0 | 0 | ")
+    assert "- backend_ops: GATED_DELTA_NET: 54 expected, 36 ran and passed" in text
+

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -30,9 +31,13 @@ def ship(project: Project, *args: str):  # type: ignore[no-untyped-def]
     return project.ci("ship", "--profile", "cpu", *args)
 
 
-def test_no_records_refuses_listing_every_gate(build_project: Project) -> None:
+def test_no_records_refuses_listing_every_gate(build_project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     built(build_project)
+    summary = tmp_path / "step-summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))  # on GitHub Actions the table goes to the job summary too
     r = ship(build_project)
+    assert summary.read_text().startswith("### ship, profile cpu: REFUSED\n\n```\nship: build ")
+    assert summary.read_text().count("MISSING") == 3
     assert r.code == 7
     for gate in ("route", "backend_ops", "equivalence"):
         assert f"  {gate}" in r.out
