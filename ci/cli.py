@@ -375,7 +375,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         manifest, _key = current_build(project, BuildRequest(profile=args.profile))
         llama_server = manifest.binary(project.root / "build" / args.profile, "llama-server")
         device = args.device or profiles.get(args.profile).serve_device
-    model = Path(args.model).resolve()
+    if not Path(args.model).is_file():
+        raise ConfigError(f"-m {args.model}: no such file")
+    model = Path(args.model).resolve()  # the JSON record names it in full
     context = args.ctx_size
     the_plan = bench.plan(
         model=model,
