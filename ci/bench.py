@@ -17,7 +17,6 @@ import contextlib
 import datetime
 import fcntl
 import io
-import logging
 import os
 import platform
 import shlex
@@ -30,9 +29,7 @@ from typing import Any, TextIO
 
 from ci.equivalence import Prompt, load_prompts
 from ci.errors import ConfigError, ServerFailed
-from ci.server import LlamaServer, ServerLaunch, free_ports, launcher_argv
-
-log = logging.getLogger("onebit-ci")
+from ci.server import LAUNCHER, LlamaServer, ServerFactory, ServerLaunch, default_server, free_ports, launcher_argv
 
 # what the engine's bench measured: a 1,838-token prompt (best / median of 5), 256 decode tokens (best of 3)
 DEFAULT_PROMPT_TOKENS = 1800
@@ -160,7 +157,6 @@ def plan(
     prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
     context: int = DEFAULT_CONTEXT,
     prompts: Sequence[Prompt] | None = None,
-    validate: Callable[[BenchConfig], None] | None = None,
 ) -> BenchPlan:
     if not configs:
         raise ConfigError('no --config: give the baseline first, e.g. --config base= --config dflash="--dflash D.gguf"')
@@ -176,9 +172,6 @@ def plan(
         raise ConfigError(f"--prompt-tokens {prompt_tokens}: does not fit the context -c {context}; raise -c or lower --prompt-tokens")
     if not model.is_file():
         raise ConfigError(f"-m {model}: no such file")
-    for config in configs:
-        if validate is not None:
-            validate(config)
     return BenchPlan(
         model=model,
         llama_server=llama_server,
@@ -194,23 +187,19 @@ def plan(
     )
 
 
-def serve_dry_run(model: Path, device: str, llama_server: Path, context: int) -> Callable[[BenchConfig], None]:
-    """A validator that runs ``1bit serve --dry-run`` in-process on a config: a bad drafter, an unknown option or a
-    refused route stops the bench before any server starts, with the launcher's own message."""
+def check_configs(the_plan: BenchPlan) -> None:
+    """Each config's own launch line through ``1bit serve --dry-run``, in-process: a bad drafter, an unknown option
+    or a refused route stops the bench before any server starts, with the launcher's own message."""
+    from serve.cli import serve
+    from serve.errors import ServeError
 
-    def check(config: BenchConfig) -> None:
-        from serve.cli import serve
-        from serve.errors import ServeError
-
-        argv = ["-m", str(model), "--device", device, "--llama-server", str(llama_server), "-c", str(context), *config.serve_options, "--dry-run"]
-        if config.extra:
-            argv += ["--", *config.extra]
+    for config in the_plan.configs:
+        args = list(the_plan.launch(Run(0, config), 8080).argv[1 + len(LAUNCHER) :])  # a dry run binds no port
+        cut = args.index("--") if "--" in args else len(args)
         try:
-            serve(argv, os.environ, Path.cwd(), io.StringIO(), io.StringIO())
+            serve([*args[:cut], "--dry-run", *args[cut:]], os.environ, Path.cwd(), io.StringIO(), io.StringIO())
         except ServeError as exc:
             raise ConfigError(f"--config {config.name}: 1bit serve: {exc.line}") from None
-
-    return check
 
 
 # -- the lock ---------------------------------------------------------------------------------------------------
@@ -300,13 +289,6 @@ class BenchResult:
     seconds: float
 
 
-ServerFactory = Callable[[ServerLaunch, Path, float], LlamaServer]
-
-
-def _default_server(launch: ServerLaunch, log_path: Path, health_timeout: float) -> LlamaServer:
-    return LlamaServer(launch, log_path, health_timeout=health_timeout)
-
-
 def prompt_ids(server: LlamaServer, prompts: Sequence[Prompt], count: int) -> tuple[int, ...]:
     """Exactly ``count`` token ids of the model's own tokenizer: the prompts' text, repeated as often as needed."""
     text = "\n\n".join(p.text for p in prompts)
@@ -316,7 +298,7 @@ def prompt_ids(server: LlamaServer, prompts: Sequence[Prompt], count: int) -> tu
     return tuple(ids[k % len(ids)] for k in range(count))
 
 
-def run(the_plan: BenchPlan, logs: Path, say: Callable[[str], None], factory: ServerFactory = _default_server) -> BenchResult:
+def run(the_plan: BenchPlan, logs: Path, say: Callable[[str], None], factory: ServerFactory = default_server) -> BenchResult:
     """Every run of the schedule on a fresh server, always stopped and reaped."""
     t0 = time.monotonic()
     started = _now()

@@ -377,10 +377,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         device = args.device or profiles.get(args.profile).serve_device
     if not Path(args.model).is_file():
         raise ConfigError(f"-m {args.model}: no such file")
-    model = Path(args.model).resolve()  # the JSON record names it in full
-    context = args.ctx_size
     the_plan = bench.plan(
-        model=model,
+        model=Path(args.model).resolve(),  # the JSON record names it in full
         llama_server=llama_server,
         configs=[bench.parse_config(c) for c in args.config],
         device=device,
@@ -389,9 +387,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         decode_reps=args.decode_reps,
         decode_tokens=args.decode_tokens,
         prompt_tokens=args.prompt_tokens,
-        context=context,
-        validate=bench.serve_dry_run(model, device, llama_server, context),
+        context=args.ctx_size,
     )
+    bench.check_configs(the_plan)
     logs = Path(args.logs) if args.logs else (root or Path.cwd()) / "build" / "bench" / "logs"
 
     def say(line: str) -> None:

@@ -17,7 +17,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -25,7 +25,7 @@ from typing import Any
 
 from ci.errors import ConfigError, ServerFailed
 from ci.results import CaseResult, GateResult, Status, case_counts
-from ci.server import LlamaServer, ServerLaunch, free_ports, launcher_argv
+from ci.server import LlamaServer, ServerFactory, ServerLaunch, default_server, free_ports, launcher_argv
 
 log = logging.getLogger("onebit-ci")
 
@@ -476,15 +476,8 @@ def plan(
 
 # -- the run ----------------------------------------------------------------------------------------------------
 
-ServerFactory = Callable[[ServerLaunch, Path, float], LlamaServer]
-
-
-def _default_server(launch: ServerLaunch, log_path: Path, health_timeout: float) -> LlamaServer:
-    return LlamaServer(launch, log_path, health_timeout=health_timeout)
-
-
 @contextlib.contextmanager
-def servers(the_plan: GatePlan, logs: Path, factory: ServerFactory = _default_server) -> Iterator[tuple[LlamaServer, LlamaServer]]:
+def servers(the_plan: GatePlan, logs: Path, factory: ServerFactory = default_server) -> Iterator[tuple[LlamaServer, LlamaServer]]:
     """Both legs' servers, always stopped and reaped; started together unless on the CPU (:attr:`GatePlan.overlap_start`)."""
     ports = free_ports(2)
     with contextlib.ExitStack() as stack:
@@ -534,7 +527,7 @@ def judge_prompt(the_plan: GatePlan, prompt: Prompt, baseline: LlamaServer, draf
         segments.append(Segment(len(step.prefix), a, b))
 
 
-def run(the_plan: GatePlan, logs: Path, factory: ServerFactory = _default_server) -> GateResult:
+def run(the_plan: GatePlan, logs: Path, factory: ServerFactory = default_server) -> GateResult:
     """Start both servers, judge every prompt, stop them; a server problem is an ERROR verdict with its log tail."""
     t0 = time.monotonic()
     verdicts: list[PromptVerdict] = []

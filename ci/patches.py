@@ -410,11 +410,9 @@ def _conflict_detail(repo: pygit2.Repository, diff: pygit2.Diff) -> str:
             if path in index:
                 return f"{path}: the file it adds already exists"
             continue
-        if path not in index:
+        lines = _index_lines(repo, path)
+        if lines is None:
             return f"{path}: the file does not exist"
-        blob = repo[index[path].id]
-        assert isinstance(blob, pygit2.Blob)
-        lines = blob.data.decode("utf-8", "replace").splitlines(keepends=True)
         for n, hunk in enumerate(p.hunks, 1):
             pre = [ln.content for ln in hunk.lines if ln.origin in (" ", "-")]
             if not _contains(lines, pre):

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -35,6 +35,7 @@ from ci.errors import ServerFailed, describe_returncode
 log = logging.getLogger("onebit-ci")
 
 LOCALHOST = "127.0.0.1"
+LAUNCHER = ("-m", "serve", "serve")  # after the interpreter: ``python -m serve serve ARGS``
 LOG_TAIL_LINES = 25
 BODY_LIMIT = 2000
 
@@ -70,11 +71,15 @@ def launcher_argv(
     python: str = sys.executable,
 ) -> tuple[str, ...]:
     """The serve launcher's command line for one server (issue 5's CLI): ``python -m serve serve ... -- EXTRA``."""
-    argv = [python, "-m", "serve", "serve", "-m", str(model), "--device", device, "--llama-server", str(llama_server)]
+    argv = [python, *LAUNCHER, "-m", str(model), "--device", device, "--llama-server", str(llama_server)]
     argv += ["--host", host, "--port", str(port), "-c", str(context), *serve_options]
     if extra:
         argv += ["--", *extra]
     return tuple(argv)
+
+
+def default_server(launch: ServerLaunch, log_path: Path, health_timeout: float) -> LlamaServer:
+    return LlamaServer(launch, log_path, health_timeout=health_timeout)
 
 
 def free_ports(count: int, host: str = LOCALHOST) -> tuple[int, ...]:
@@ -284,6 +289,10 @@ class LlamaServer:
                 return "".join(deque(fh, maxlen=lines))
         except FileNotFoundError:
             return ""
+
+
+# what the gates and the bench start their servers with; tests pass one that records or breaks the servers
+ServerFactory = Callable[[ServerLaunch, Path, float], LlamaServer]
 
 
 def _exited(pid: int, seconds: float) -> bool:

@@ -109,15 +109,18 @@ def test_a_missing_model_is_named(tmp_path: Path) -> None:
 
 
 def test_each_config_goes_through_serves_dry_run_first(tiny_models: TinyModels) -> None:
-    check = bench.serve_dry_run(tiny_models.target, "cpu", Path("/bin/true"), 4096)
-    check(bench.parse_config("base="))
-    check(bench.parse_config(f"drafted=-- -md {tiny_models.drafter} --spec-type draft-simple"))
+    def check(config: str) -> None:
+        the_plan = bench.plan(model=tiny_models.target, llama_server=Path("/bin/true"), configs=[bench.parse_config("base="), bench.parse_config(config)],
+                              device="cpu", prompts=PROMPTS)  # fmt: skip
+        bench.check_configs(the_plan)
+
+    check(f"drafted=-- -md {tiny_models.drafter} --spec-type draft-simple")
     with pytest.raises(ConfigError) as exc:
-        check(bench.parse_config(f"dflash=--dflash {tiny_models.drafter}"))
+        check(f"dflash=--dflash {tiny_models.drafter}")
     assert exc.value.message.startswith("--config dflash: 1bit serve: ")
     assert "dflash" in exc.value.message.split("1bit serve: ", 1)[1]
     with pytest.raises(ConfigError, match=r"--config typo: 1bit serve: .*--mtp-maxx"):
-        check(bench.parse_config("typo=--mtp-maxx 4"))
+        check("typo=--mtp-maxx 4")
 
 
 def _sample(config: str, metric: str, tps: float, rep: int = 1, drafted: tuple[int, int] = (0, 0)) -> bench.Sample:
