@@ -46,8 +46,9 @@ def main() -> None:
     # the same commands by hand first (they also warm the page cache for the source, if anything, in nox's favour
     # only for reads; the compile is CPU-bound), from the flags the orchestration would pass
     from ci import build as build_mod  # the flags exactly as the orchestration computes them
-    from ci import patches, profiles, toolchain
-    from ci.project import Project
+    from ci import patches
+    from ci.build import profiles, toolchain
+    from ci.pin.project import Project
 
     proj = Project(project)
     pins = proj.load_pins()

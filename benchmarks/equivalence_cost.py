@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ci import equivalence as eq  # noqa: E402 -- after the path set-up, so the checkout's ci/ is the one measured
-from ci.server import LlamaServer, ServerLaunch, free_ports  # noqa: E402
-from ci.tinymodels import write_tiny_models  # noqa: E402
+from ci.gates.llama import LlamaServer, ServerLaunch, free_ports  # noqa: E402
+from ci.gates.tinymodels import write_tiny_models  # noqa: E402
 
 STAMP = re.compile(r"^(\d+)\.(\d{2})\.(\d{3})\.(\d{3}) ")
 

@@ -25,19 +25,24 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from ci.equivalence import Prompt, load_prompts
+from ci import defaults
 from ci.errors import ConfigError, ServerFailed
-from ci.server import LAUNCHER, LlamaServer, ServerFactory, ServerLaunch, default_server, free_ports, launcher_argv
+from ci.files import write_json
+from ci.gates.equivalence import load_prompts
+from ci.gates.equivalence_judge import Prompt
+from ci.gates.llama import LAUNCHER, LlamaServer, ServerFactory, ServerLaunch, default_server, free_ports, launcher_argv
 
-# what the engine's bench measured: a 1,838-token prompt (best / median of 5), 256 decode tokens (best of 3)
-DEFAULT_PROMPT_TOKENS = 1800
-DEFAULT_ROUNDS = 2
-DEFAULT_PROMPT_REPS = 5
-DEFAULT_DECODE_REPS = 3
-DEFAULT_DECODE_TOKENS = 256
-DEFAULT_CONTEXT = 4096
+if TYPE_CHECKING:
+    from ci.build.context import Context
+
+DEFAULT_PROMPT_TOKENS = defaults.BENCH_PROMPT_TOKENS
+DEFAULT_ROUNDS = defaults.BENCH_ROUNDS
+DEFAULT_PROMPT_REPS = defaults.BENCH_PROMPT_REPS
+DEFAULT_DECODE_REPS = defaults.BENCH_DECODE_REPS
+DEFAULT_DECODE_TOKENS = defaults.BENCH_DECODE_TOKENS
+DEFAULT_CONTEXT = defaults.BENCH_CONTEXT
 SEED = 42
 PROMPT = "prompt"
 # options the bench sets itself on every server: a config that sets them would measure something else
@@ -427,3 +432,29 @@ def print_report(result: BenchResult, out: TextIO) -> tuple[Figure, ...]:
         if f.acceptance is not None and f.metric != PROMPT:
             print(f"bench: {f.config} {f.metric}: acceptance {100 * f.acceptance:.1f}%", file=out)
     return figures
+
+
+def llama_server_of(find: Callable[[], Context], profile: str) -> tuple[Path, str, Path]:
+    """The current build's llama-server for ``profile``, its serve device, and the project's root."""
+    from ci.build.stage import current_build
+
+    try:
+        ctx = find()
+    except ConfigError:
+        raise ConfigError("--llama-server PATH is required outside the project (inside it, the current build of --profile runs)") from None
+    build = current_build(ctx, profile)
+    return build.manifest.binary(build.build_dir, "llama-server"), ctx.profile(profile).serve_device, ctx.root
+
+
+def session(bench_plan: BenchPlan, logs: Path, lock: Path | None, json_out: Path | None, say: Callable[[str], None]) -> int:
+    """``nox -s bench``: the configs interleaved round by round, the report, and the JSON record."""
+    check_configs(bench_plan)
+    with box_lock(lock, say):
+        result = run(bench_plan, logs, say)
+    out = io.StringIO()
+    figures = print_report(result, out)
+    say(out.getvalue().rstrip("\n"))
+    if json_out is not None:
+        write_json(json_out, to_json(result, figures))
+        say(f"bench: wrote {json_out}")
+    return 0

@@ -57,11 +57,13 @@ def run(
     log_file: IO[str] | None = None,
     on_line: Callable[[str], None] | None = None,
     what: str | None = None,
+    stdin: Path | None = None,
 ) -> Completed:
     """Run ``argv`` to completion and return its combined output.
 
     ``log_file`` receives every line as it comes; ``on_line`` is called per line (progress display).
-    ``env`` replaces the environment when given. A timeout kills the process and, with ``check``, raises.
+    ``env`` replaces the environment when given; ``stdin`` is a file the program reads. A timeout kills the process
+    and, with ``check``, raises.
     Ctrl-C is passed to the child (same process group) and re-raised once it has exited.
     """
     args = [os.fspath(a) for a in argv]
@@ -70,17 +72,22 @@ def run(
     display = shlex.join([os.fspath(argv[0]), *args[1:]])
     if not quiet:
         log.info("$ %s", display)
-    proc = subprocess.Popen(
-        args,
-        cwd=cwd,
-        env=dict(env) if env is not None else None,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        bufsize=1,
-    )
+    source = stdin.open("rb") if stdin is not None else None
+    try:
+        proc = subprocess.Popen(
+            args,
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            stdin=source if source is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
+        )
+    finally:
+        if source is not None:
+            source.close()
     lines: list[str] = []
     tail: deque[str] = deque(maxlen=TAIL_LINES)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 from ci.errors import ConfigError
@@ -128,3 +129,26 @@ class Section:
         for name in self.data:
             if name not in self._known:
                 raise self.error(f"unknown key{did_you_mean(str(name), self._known)}", str(name))
+
+
+# -- strict loaders: a key given twice is an error in every file the project reads ------------------------------
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f'the key "{k}" is given twice')
+        out[k] = v
+    return out
+
+
+def parse_json(text: str | bytes) -> Any:
+    """``json.loads`` that refuses a key given twice (ValueError)."""
+    import json
+
+    return json.loads(text, object_pairs_hook=_no_duplicates)
+
+
+def load_json(path: Path) -> Any:
+    return parse_json(path.read_bytes())

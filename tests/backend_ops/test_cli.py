@@ -12,8 +12,8 @@ import pytest
 
 from ci.cli import main
 from ci.errors import ConfigError, GateFailed
-from tests.backend_ops.common import CAPTURE_COMMIT, DATA, OP
-from tests.project_fixture import FORK_URL, PINS_TEMPLATE
+from tests.support.backend_ops import CAPTURE_COMMIT, DATA, OP
+from tests.support.project import FORK_URL, PINS_TEMPLATE
 
 
 @dataclass(frozen=True)

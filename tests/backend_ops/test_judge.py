@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from ci.backend_ops import ConsoleRun, DirtyRule, GateSpec, Outcome, SqlRun, judge, judge_log, parse_console, parse_sql
+from ci.gates.backend_ops import ConsoleRun, DirtyRule, GateSpec, Outcome, SqlRun, judge, judge_log, parse_console, parse_sql
 from ci.errors import ConfigError
-from ci.results import GateResult, Status
-from tests.backend_ops.common import CAPTURE_COMMIT, DATA, ENGINE_PIN, OP, text
+from ci.gates.results import GateResult, Status
+from tests.support.backend_ops import CAPTURE_COMMIT, DATA, ENGINE_PIN, OP, text
 
 FORK_SQL = "h200-cuda0-rocmfpx-c14872f.sql.txt"
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ci.backend_ops import CaseStatus, parse_console, parse_sql, strip_ansi
-from tests.backend_ops import derive
-from tests.backend_ops.common import OP, UPSTREAM_CASES, console, sql, text
+from ci.gates.backend_ops import CaseStatus, parse_console, parse_sql, strip_ansi
+from tests.support import derive
+from tests.support.backend_ops import OP, UPSTREAM_CASES, console, sql, text
 
 
 def test_derived_logs_are_current() -> None:

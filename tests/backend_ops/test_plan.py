@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ci.backend_ops import GateSpec, plan
+from ci.gates.backend_ops import GateSpec, plan
 from ci.errors import ConfigError
 
 BINARY = "build/rocm/bin/test-backend-ops"  # need not exist: nothing runs
@@ -60,7 +60,7 @@ def test_bad_specs_are_refused(pinned: str | None, expected: dict[str, int], mes
 def test_the_dirty_rule_follows_the_patches_unless_it_is_given() -> None:
     assert GateSpec.make("ROCm0", {"GATED_DELTA_NET": 54}, "8ABD563", patched=True).dirty.value == "dirty"
     assert GateSpec.make("ROCm0", {"GATED_DELTA_NET": 54}, "8abd563", patched=False).dirty.value == "clean"
-    from ci.backend_ops import DirtyRule
+    from ci.gates.backend_ops import DirtyRule
 
     spec = GateSpec.make("ROCm0", {"GATED_DELTA_NET": 54}, "8abd563", patched=False, dirty=DirtyRule.DIRTY)
     assert spec.dirty is DirtyRule.DIRTY

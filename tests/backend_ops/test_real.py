@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from ci import command
-from ci.backend_ops import CaseStatus, judge_log, parse_console, run_gate
+from ci.gates.backend_ops import CaseStatus, judge_log, parse_console, run_gate
 from ci.cli import main
-from tests.backend_ops.common import ENGINE_PIN, OP
-from tests.binaries import llama_binary
+from tests.support.backend_ops import ENGINE_PIN, OP
+from tests.support.binaries import llama_binary
 
 pytestmark = pytest.mark.slow
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from junitparser import Error, Failure, JUnitXml, Skipped, TestSuite
 
-from ci import results
-from ci.backend_ops import judge_log
-from ci.results import GateResult
-from tests.backend_ops.common import CAPTURE_COMMIT, DATA, OP
+from ci.gates import results
+from ci.gates.backend_ops import judge_log
+from ci.gates.results import GateResult
+from tests.support.backend_ops import CAPTURE_COMMIT, DATA, OP
 
 
 def junit(tmp_path: Path, result: GateResult) -> TestSuite:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ci.backend_ops import plan, run_gate
-from tests.backend_ops.common import CAPTURE_COMMIT, DATA, OP
+from ci.gates.backend_ops import plan, run_gate
+from tests.support.backend_ops import CAPTURE_COMMIT, DATA, OP
 
 STAND_IN = """\
 #!{python}

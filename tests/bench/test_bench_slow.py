@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from ci.cli import main
-from ci.tinymodels import TinyModels
-from tests.binaries import llama_binary
-from tests.equivalence.conftest import live_processes_naming
+from ci.gates.tinymodels import TinyModels
+from tests.support.binaries import llama_binary
+from tests.support.processes import live_processes_naming
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from ci import bench
-from ci.equivalence import Prompt
+from ci.gates.equivalence import Prompt
 from ci.errors import ConfigError, ServerFailed
-from ci.tinymodels import TinyModels
+from ci.gates.tinymodels import TinyModels
 
 PROMPTS = (Prompt("code", "def f():"), Prompt("prose", "Once"), Prompt("short", "Hi"))
 

@@ -1,21 +1,22 @@
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from ci import build, profiles
-from ci.pins import BuildConfig
-from ci.toolchain import Tool, Toolchain, detect
-from tests.build.conftest import BuildFork
-from tests.patches.conftest import make_patch_text
-from tests.project_fixture import Project
+from ci.build import cmake, flags, profiles
+from ci.build.manifest import build_key, sha256_file
+from ci.build.toolchain import Tool, Toolchain, detect
+from ci.pin.pins import BuildConfig, parse
+from tests.support.build import BuildFork, add_fixture_patch, build_cpu, manifest, run_binary
+from tests.support.patches import add_to_series, make_patch_text
+from tests.support.project import Project, pins_text
 
 SRC = Path("/src/llama.cpp-rocmfpx")
 OUT = Path("/out")
@@ -26,13 +27,12 @@ def tools(*extra: Tool) -> Toolchain:
     return Toolchain(base + extra, ("-DCMAKE_MAKE_PROGRAM=/usr/bin/ninja",))
 
 
-def argv_of(name: str, pins_flags: BuildConfig, toolchain: Toolchain, defines: tuple[str, ...] = ()) -> tuple[str, ...]:
-    from tests.pins.test_pins import GOOD, load
-
-    pins = load(GOOD)
+def argv_of(name: str, pins_flags: BuildConfig, toolchain: Toolchain, defines: tuple[str, ...] = (), local: tuple[str, ...] = ()) -> tuple[str, ...]:
+    pins = parse(pins_text("a" * 40), Path("pins.yaml"))
     pins = type(pins)(**{**pins.__dict__, "build": pins_flags})
     profile = profiles.get(name)
-    return build.configure_argv(profile, build.profile_flags(profile, pins, defines), toolchain, SRC, OUT / name, "Release")
+    merged = flags.flags_for(profile, pins, local, flags.one_off_flags(defines)).merged
+    return cmake.configure_argv(merged, toolchain, SRC, OUT / name, "Release")
 
 
 HEAD = ("/usr/bin/cmake", "-S", str(SRC), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_MAKE_PROGRAM=/usr/bin/ninja")
@@ -76,36 +76,22 @@ def test_a_define_overrides_in_place_and_the_hip_compiler_is_handed_to_cmake() -
 
 
 def test_the_key_separates_configure_from_build_parts() -> None:
-    cpu = profiles.get("cpu")
-    a = build.build_key(cpu, COMMON, tools(), "Release", "a" * 40, "s1", ("llama-server",))
-    b = build.build_key(cpu, COMMON, tools(), "Release", "a" * 40, "s2", ("llama-server",))
-    c = build.build_key(cpu, (*COMMON, "-DX=1"), tools(), "Release", "a" * 40, "s1", ("llama-server",))
-    d = build.build_key(cpu, COMMON, tools(Tool("cxx", "/usr/bin/g++", "13.2.0")), "Release", "a" * 40, "s1", ("llama-server",))
+    ident = tools().identity()
+    a = build_key("cpu", COMMON, ident, "Release", "a" * 40, "s1", ("llama-server",))
+    b = build_key("cpu", COMMON, ident, "Release", "a" * 40, "s2", ("llama-server",))
+    c = build_key("cpu", (*COMMON, "-DX=1"), ident, "Release", "a" * 40, "s1", ("llama-server",))
+    d = build_key("cpu", COMMON, tools(Tool("cxx", "/usr/bin/g++", "13.2.0")).identity(), "Release", "a" * 40, "s1", ("llama-server",))
     assert a.configure == b.configure
     assert a.full != b.full
     assert a.configure != c.configure
     assert a.configure != d.configure
-    assert a.full == build.build_key(cpu, COMMON, tools(), "Release", "a" * 40, "s1", ("llama-server",)).full
+    assert a.full == build_key("cpu", COMMON, ident, "Release", "a" * 40, "s1", ("llama-server",)).full
     # the pin and a series that changes ggml/ are baked in at configure time (ggml's build commit)
-    assert a.configure != build.build_key(cpu, COMMON, tools(), "Release", "b" * 40, "s1", ("llama-server",)).configure
-    assert a.configure != build.build_key(cpu, COMMON, tools(), "Release", "a" * 40, "s1", ("llama-server",), ggml_dirty=True).configure
+    assert a.configure != build_key("cpu", COMMON, ident, "Release", "b" * 40, "s1", ("llama-server",)).configure
+    assert a.configure != build_key("cpu", COMMON, ident, "Release", "a" * 40, "s1", ("llama-server",), ggml_dirty=True).configure
 
 
 # -- real builds of the fixture project with the cpu profile -------------------------------------------------
-
-
-def build_cpu(project: Project, *args: str):  # type: ignore[no-untyped-def]
-    return project.ci("build", "--profile", "cpu", "--remote", str(project.fork.path), *args)
-
-
-def manifest(project: Project) -> dict:  # type: ignore[type-arg]
-    return json.loads((project.root / "build" / "cpu" / "build.json").read_text())  # type: ignore[no-any-return]
-
-
-def run_binary(project: Project, name: str) -> str:
-    m = manifest(project)
-    path = project.root / "build" / "cpu" / m["binaries"][name]["path"]
-    return subprocess.run([str(path)], capture_output=True, text=True, check=True).stdout
 
 
 def test_a_cpu_build_compiles_for_real_and_writes_the_manifest(build_project: Project) -> None:
@@ -135,19 +121,9 @@ def test_an_unchanged_key_is_a_no_op_that_says_why(build_project: Project) -> No
     r = build_cpu(build_project)
     assert r.code == 0, r.err
     assert "build: up to date: key " in r.out
-    assert "and its 2 binaries and 1 libraries match their sha256" in r.out
+    assert "and its 2 binaries and 1 libraries are as recorded" in r.out
     assert "configure:" not in r.out
     assert (build_project.root / "build" / "cpu" / "build.log").read_bytes() == log_before
-
-
-def add_fixture_patch(project: Project, fork: BuildFork, name: str, path: str, old: str, new: str) -> None:
-    text = (project.root / "third_party/llama.cpp-rocmfpx" / path).read_text().replace(old, new)
-    patches = project.root / "patches"
-    patches.mkdir(exist_ok=True)
-    holder = type("F", (), {"builder": fork.builder})()
-    (patches / name).write_bytes(make_patch_text(holder, fork.f0, {path: text}))
-    series = patches / "series"
-    series.write_text((series.read_text() if series.is_file() else "") + name + "\n")
 
 
 def test_a_patch_change_rebuilds_without_configuring_again(build_project: Project, build_fork: BuildFork) -> None:
@@ -194,26 +170,22 @@ def test_a_replaced_binary_is_stale_and_made_again(build_project: Project) -> No
     assert r.code == 0, r.err
     assert "llama-server differs from its recorded sha256" in r.out
     assert run_binary(build_project, "llama-server") == "llama-server fixture\n"
-    assert build.sha256_file(server) == manifest(build_project)["binaries"]["llama-server"]["sha256"]
+    assert sha256_file(server) == manifest(build_project)["binaries"]["llama-server"]["sha256"]
 
 
 def test_a_failing_compile_leaves_no_manifest(build_project: Project, build_fork: BuildFork) -> None:
     assert build_cpu(build_project).code == 0
-    patches = build_project.root / "patches"
-    patches.mkdir()
-    holder = type("F", (), {"builder": build_fork.builder})()
     broken = {"tools/server/server.cpp": "int main() { this is not C++ }\n"}
-    (patches / "broken.patch").write_bytes(make_patch_text(holder, build_fork.f0, broken))
-    (patches / "series").write_text("broken.patch\n")
+    add_to_series(build_project.root, "broken.patch", make_patch_text(build_fork.builder, build_fork.f0, broken))
     r = build_cpu(build_project)
     assert r.code == 6
     assert r.err.endswith("onebit-ci: error: build (cmake --build) exited with status 1\n")
     assert "server.cpp" in r.err  # the tail of the log
-    assert "the full log: build/cpu/build.log" in r.err
+    assert "build: the full log: build/cpu/build.log" in r.out
     assert not (build_project.root / "build" / "cpu" / "build.json").exists()
 
 
-def test_a_flag_cmake_does_not_use_is_an_error(make_build_project) -> None:  # type: ignore[no-untyped-def]
+def test_a_flag_cmake_does_not_use_is_an_error(make_build_project: Callable[..., Project]) -> None:
     project = make_build_project("build:\n  flags: [-DLLAMA_CURL=OFF]\n")
     r = build_cpu(project)
     assert r.code == 2
@@ -222,7 +194,7 @@ def test_a_flag_cmake_does_not_use_is_an_error(make_build_project) -> None:  # t
     assert not (project.root / "build" / "cpu" / "build.json").exists()
 
 
-def test_a_toolchain_older_than_the_pins_minimum_is_refused(make_build_project) -> None:  # type: ignore[no-untyped-def]
+def test_a_toolchain_older_than_the_pins_minimum_is_refused(make_build_project: Callable[..., Project]) -> None:
     project = make_build_project('build:\n  toolchain:\n    cmake: "99.0"\n')
     r = build_cpu(project)
     assert r.code == 5
@@ -305,7 +277,7 @@ CMake Warning:
 def test_deprecated_and_unused_flags_are_caught_in_real_cmake_output() -> None:
     # the first warning as llama.cpp #8155 quotes it; the second as the ROCmFPX fork's llama_option_depr words it
     flags = ("-DLLAMA_CUDA=ON", "-DLLAMA_CURL=OFF", "-DGGML_HIPBLAS=ON", "-DGGML_CUDA=ON")
-    assert build.ignored_flags(DEPRECATED, flags) == [
+    assert cmake.ignored_flags(DEPRECATED, flags) == [
         "-DLLAMA_CUDA=ON (deprecated: LLAMA_CUDA is deprecated and will be removed in the future. Use GGML_CUDA instead)",
         "-DLLAMA_CURL=OFF (deprecated: LLAMA_CURL is deprecated and will be ignored)",
         "-DGGML_HIPBLAS=ON (not used by the project)",

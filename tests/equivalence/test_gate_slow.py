@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from ci import equivalence as eq
+from ci.gates import equivalence as eq
 from ci.cli import main
-from ci.results import Status
-from ci.server import LlamaServer, ServerLaunch, group_members
-from ci.tinymodels import TinyModels
-from tests.binaries import llama_binary
-from tests.equivalence.conftest import live_processes_naming
+from ci.gates.results import Status
+from ci.gates.llama import LlamaServer, ServerLaunch, group_members
+from ci.gates.tinymodels import TinyModels
+from tests.support.binaries import llama_binary
+from tests.support.processes import live_processes_naming
 
 pytestmark = pytest.mark.slow
 

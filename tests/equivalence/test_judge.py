@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from ci.equivalence import (
+from ci.gates.equivalence import (
     DEFAULT_NEAR_TIE,
     NEVER_DRAFTED,
     Completion,
@@ -20,8 +20,8 @@ from ci.equivalence import (
     parse_completion,
 )
 from ci.errors import ServerFailed
-from ci.results import Status
-from tests.equivalence.conftest import Recorded
+from ci.gates.results import Status
+from tests.support.equivalence import Recorded
 
 
 def flip(c: Completion, at: int, baseline: Completion) -> Completion:

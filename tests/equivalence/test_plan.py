@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from ci import equivalence as eq
+from ci.gates import equivalence as eq
 from ci.errors import ConfigError, ServerFailed
-from ci.results import Status, write_json, write_junit
-from ci.tinymodels import TinyModels
-from tests.equivalence.conftest import Recorded
+from ci.gates.results import Status, write_json, write_junit
+from ci.gates.tinymodels import TinyModels
+from tests.support.equivalence import Recorded
 
 
 def dflash_drafter(path: Path) -> Path:

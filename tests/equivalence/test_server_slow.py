@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from ci import equivalence as eq
+from ci.gates import equivalence as eq
 from ci.errors import ServerFailed
-from ci.server import LlamaServer, ServerLaunch, free_ports
-from ci.tinymodels import TinyModels
-from tests.binaries import llama_binary
-from tests.equivalence.conftest import live_processes_naming
+from ci.gates.llama import LlamaServer, ServerLaunch, free_ports
+from ci.gates.tinymodels import TinyModels
+from tests.support.binaries import llama_binary
+from tests.support.processes import live_processes_naming
 
 pytestmark = pytest.mark.slow
 

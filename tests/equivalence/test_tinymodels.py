@@ -6,9 +6,9 @@ import pytest
 import requests
 
 from ci.cli import main
-from ci.server import LlamaServer, ServerLaunch, free_ports
-from ci.tinymodels import BOS_ID, DRAFTER, EOS_ID, TARGET, TinyModels, sha256, vocab, write_model
-from tests.binaries import llama_binary
+from ci.gates.llama import LlamaServer, ServerLaunch, free_ports
+from ci.gates.tinymodels import BOS_ID, DRAFTER, EOS_ID, TARGET, TinyModels, sha256, vocab, write_model
+from tests.support.binaries import llama_binary
 
 
 def test_same_spec_same_bytes(tmp_path: Path) -> None:

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from ci import ledger
-from tests.project_fixture import Project
+from ci.release import ledger
+from tests.support.project import Project
 
 
 def test_without_the_toolchain_it_verifies_and_runs_the_no_gpu_gate(build_project: Project, monkeypatch: pytest.MonkeyPatch) -> None:

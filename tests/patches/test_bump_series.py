@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pygit2
 
-from tests.patches.conftest import MakePatch
-from tests.project_fixture import DELTA_AT_C1, Project
+from tests.support.fixtures import MakePatch
+from tests.support.project import DELTA_AT_C1, Project
 
 UPSTREAMED = {"ggml/src/delta.c": DELTA_AT_C1.replace("x + 7;", "x + 77;")}  # what c5 does
 CONFLICTS_AT_C5 = {"ggml/src/delta.c": DELTA_AT_C1.replace("x + 7;", "x + 70;")}

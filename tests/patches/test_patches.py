@@ -1,14 +1,15 @@
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pygit2
 import pytest
 
-from ci import patches
 from ci.errors import ConfigError
-from tests.patches.conftest import MakePatch
-from tests.project_fixture import DELTA_AT_C1, DELTA_C, Project
+from ci.source.series import load_series
+from tests.support.fixtures import MakePatch
+from tests.support.project import DELTA_AT_C1, DELTA_C, Project
 
 AT_PIN = DELTA_AT_C1
 FIX = {"ggml/src/delta.c": AT_PIN.replace("x + 1;", "x + 100;")}
@@ -19,21 +20,31 @@ def remote(project: Project) -> tuple[str, str]:
     return ("--remote", str(project.fork.path))
 
 
-def workdir_status(project: Project) -> dict[str, int]:
-    repo = pygit2.Repository(str(project.submodule))
-    return {p: f for p, f in repo.status().items() if not (f == pygit2.enums.FileStatus.WT_DELETED and p.startswith(("models/", "docs/")))}
+def git(project: Project, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=project.submodule, capture_output=True, text=True, check=True).stdout
+
+
+def staged(project: Project) -> list[str]:
+    """What the series changed (staged against HEAD, the pin), as ``git diff --cached`` lists it."""
+    return git(project, "diff", "--cached", "--name-status").splitlines()
+
+
+def unstaged(project: Project) -> list[str]:
+    """Work made on top of pin + series: what ``git status`` shows besides the staged series."""
+    return [ln for ln in git(project, "status", "--porcelain", "--untracked-files=all").splitlines() if ln[1] != " "]
 
 
 def test_the_series_applies_to_a_fresh_checkout_at_the_pin(project: Project, add_patch: MakePatch) -> None:
     add_patch("fix-delta.patch", FIX)
     r = project.ci("patches", *remote(project))
     assert r.code == 0, r.err
-    assert r.out.startswith("patches: applied 1 patch (")
+    assert r.out.startswith(f"patches: checked out third_party/llama.cpp-rocmfpx at {project.fork.c1[:7]} (leaving out models/, docs/) and applied 1 patch (")
     assert (project.submodule / "ggml/src/delta.c").read_text() == FIX["ggml/src/delta.c"]
     assert not (project.submodule / "models").exists()
     repo = pygit2.Repository(str(project.submodule))
     assert str(repo.head.target) == project.fork.c1
-    assert workdir_status(project) == {"ggml/src/delta.c": pygit2.enums.FileStatus.WT_MODIFIED}
+    assert staged(project) == ["M\tggml/src/delta.c"]  # the series is the index's; the user's work shows unstaged
+    assert unstaged(project) == []
 
 
 def test_dependent_patches_apply_in_series_order(project: Project, add_patch: MakePatch, fork_patch_on: MakePatch) -> None:
@@ -64,22 +75,93 @@ def test_a_conflicting_patch_names_the_patch_file_and_hunk_and_applies_nothing(p
     assert r.code == 4
     assert "patches/stale.patch: conflicts (ggml/src/delta.c: hunk 1 (@@ -3,7 +3,7 @@) does not match)" in r.err
     assert "nothing was applied" in r.err
-    assert workdir_status(project) == {}
+    assert not (project.submodule / ".git").exists()  # refused before the checkout was made
     r = project.ci("patches", "--check")
     assert r.code == 4
     assert "  fix-delta.patch: applies\n  stale.patch: conflicts (ggml/src/delta.c: hunk 1" in r.out
 
 
-def test_a_dirty_checkout_is_refused_and_kept(project: Project, add_patch: MakePatch) -> None:
+def test_a_hand_edit_is_refused_with_the_file_named_and_kept(project: Project, add_patch: MakePatch) -> None:
     assert project.ci("patches", *remote(project)).code == 0  # empty series: a checkout at the pin
     (project.submodule / "README.md").write_text("someone's work\n")
+    (project.submodule / "notes.txt").write_text("an untracked file of theirs\n")
     add_patch("fix-delta.patch", FIX)
     r = project.ci("patches")
     assert r.code == 4
-    assert "neither clean at the pin" in r.err
-    assert "differs README.md" in r.err
+    assert "third_party/llama.cpp-rocmfpx: at " in r.err
+    assert "holds changes this tool did not make (README.md, notes.txt); nothing was touched" in r.err
+    assert "commit or stash them (git -C third_party/llama.cpp-rocmfpx stash -u)" in r.err
+    assert "nox -s patches -- --reset" in r.err
     assert (project.submodule / "README.md").read_text() == "someone's work\n"
+    assert (project.submodule / "notes.txt").read_text() == "an untracked file of theirs\n"
     assert (project.submodule / "ggml/src/delta.c").read_text() == AT_PIN
+    # the same edit on top of an applied series is refused too, and kept
+    (project.submodule / "README.md").write_text("fork\n")
+    (project.submodule / "notes.txt").unlink()
+    assert project.ci("patches").code == 0
+    (project.submodule / "ggml/src/delta.c").write_text("edited by hand\n")
+    add_patch("readme.patch", {"README.md": "changed\n"})
+    r = project.ci("patches")
+    assert r.code == 4
+    assert "(ggml/src/delta.c)" in r.err
+    assert (project.submodule / "ggml/src/delta.c").read_text() == "edited by hand\n"
+
+
+def test_reset_discards_the_hand_edit_on_purpose(project: Project, add_patch: MakePatch) -> None:
+    assert project.ci("patches", *remote(project)).code == 0
+    (project.submodule / "README.md").write_text("someone's work\n")
+    (project.submodule / "notes.txt").write_text("untracked\n")
+    add_patch("fix-delta.patch", FIX)
+    r = project.ci("patches", "--reset")
+    assert r.code == 0, r.err
+    assert "discarded changes to 2 files (README.md, notes.txt); applied 1 patch" in r.out
+    assert (project.submodule / "README.md").read_text() == "fork\n"
+    assert not (project.submodule / "notes.txt").exists()
+    assert (project.submodule / "ggml/src/delta.c").read_text() == FIX["ggml/src/delta.c"]
+
+
+def test_an_edited_patch_re_applies_without_complaint(project: Project, add_patch: MakePatch) -> None:
+    add_patch("fix-delta.patch", FIX)
+    assert project.ci("patches", *remote(project)).code == 0
+    # edit the patch: the checkout is pin + the series this tool applied, so it moves to the new one
+    add_patch("fix-delta.patch", FIX_AGAIN)
+    (project.root / "patches" / "series").write_text("fix-delta.patch\n")
+    r = project.ci("patches")
+    assert r.code == 0, r.err
+    assert r.out.startswith("patches: applied 1 patch (")
+    assert (project.submodule / "ggml/src/delta.c").read_text() == FIX_AGAIN["ggml/src/delta.c"]
+    # swap it for another patch altogether
+    (project.root / "patches" / "series").write_text("readme.patch\n")
+    add_patch("readme.patch", {"README.md": "changed\n"})
+    (project.root / "patches" / "series").write_text("readme.patch\n")
+    r = project.ci("patches")
+    assert r.code == 0, r.err
+    assert (project.submodule / "ggml/src/delta.c").read_text() == AT_PIN
+    assert (project.submodule / "README.md").read_text() == "changed\n"
+    assert staged(project) == ["M\tREADME.md"]
+
+
+def test_a_pin_the_store_never_fetched_is_fetched_before_the_checkout_moves(project: Project, tmp_path: Path) -> None:
+    assert project.ci("patches", *remote(project)).code == 0
+    # a teammate's bump, pulled: pins.yaml and the gitlink name a commit of a mirror this store has never seen
+    mirror = tmp_path / "teammate.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(project.fork.path), str(mirror)], check=True)
+    work = tmp_path / "work"
+    subprocess.run(["git", "clone", "-q", str(mirror), str(work)], check=True)
+    (work / "later.c").write_text("int later;\n")
+    subprocess.run(["git", "add", "later.c"], cwd=work, check=True)
+    subprocess.run(["git", "commit", "-qm", "the teammate's change"], cwd=work, check=True)
+    subprocess.run(["git", "push", "-q", "origin", "HEAD:main"], cwd=work, check=True)
+    new = subprocess.run(["git", "rev-parse", "HEAD"], cwd=work, capture_output=True, text=True, check=True).stdout.strip()
+    project.pins.write_text(project.pins.read_text().replace(project.fork.c1, new))
+    index = project.repo.index
+    index.add(pygit2.IndexEntry("third_party/llama.cpp-rocmfpx", pygit2.Oid(hex=new), pygit2.enums.FileMode.COMMIT))
+    index.write()
+    r = project.ci("patches", "--remote", str(mirror))
+    assert r.code == 0, r.err
+    assert "Traceback" not in r.err
+    assert git(project, "rev-parse", "HEAD").strip() == new
+    assert (project.submodule / "later.c").read_text() == "int later;\n"
 
 
 def test_a_patch_that_adds_and_deletes_files(project: Project, add_patch: MakePatch) -> None:
@@ -113,21 +195,6 @@ def test_a_hunk_whose_context_moved_applies_at_its_offset_as_git_apply_does(proj
     assert r.code == 0, r.err
     assert (project.submodule / "ggml/src/delta.c").read_text() == DELTA_AT_C1.replace("x + 9;", "x + 90;")
     assert "is already applied" in project.ci("patches").out
-
-
-def test_relocate_moves_each_hunk_to_where_its_preimage_is_nearest_the_header() -> None:
-    lines = [f"l{i}\n" for i in range(10)]
-    diff = "diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -3,2 +3,2 @@\n l2\n-l3\n+L3\n@@ -7,2 +7,2 @@\n l6\n-l7\n+L7\n"
-    assert patches.relocate(diff, lambda path: lines) == (diff, [])  # in place: unchanged
-    moved, notes = patches.relocate(diff, lambda path: ["new\n", "new\n", *lines] if path == "f" else None)
-    assert moved == diff.replace("@@ -3,2 +3,2 @@", "@@ -5,2 +5,2 @@").replace("@@ -7,2 +7,2 @@", "@@ -9,2 +9,2 @@")
-    assert notes == ["f: hunk 1 at offset +2 lines", "f: hunk 2 at offset +2 lines"]
-    # "l2 l3" twice: 2 lines before the header's place and 7 after; the nearer wins, as in git apply
-    moved, notes = patches.relocate(diff, lambda path: ["l2\n", "l3\n", *(["n\n"] * 5), *lines])
-    assert "@@ -1,2 +1,2 @@\n l2\n-l3" in moved
-    assert notes == ["f: hunk 1 at offset -2 lines", "f: hunk 2 at offset +7 lines"]
-    assert patches.relocate(diff, lambda path: None) == (diff, [])  # a file that is not there: left to fail
-    assert patches.relocate(diff, lambda path: ["other\n"]) == (diff, [])  # a preimage found nowhere: left to fail
 
 
 def test_a_patch_file_rewritten_with_crlf_gets_a_clear_error(project: Project, add_patch: MakePatch) -> None:
@@ -167,7 +234,7 @@ def test_a_patch_that_escapes_is_refused_before_anything_is_written(project: Pro
 
 
 def test_a_patch_that_adds_a_symlink_is_refused(project: Project, add_patch: MakePatch) -> None:
-    from tests.gitrepo import Symlink
+    from tests.support.gitrepo import Symlink
 
     add_patch("link.patch", {"escape": Symlink(b"/etc")})
     r = project.ci("patches", *remote(project))
@@ -189,7 +256,7 @@ def test_series_file_errors(tmp_path: Path, series: str, message: str) -> None:
     (d / "a.patch").write_text("x")
     (d / "series").write_text(series)
     with pytest.raises(ConfigError) as exc:
-        patches.load_series(d)
+        load_series(d)
     assert message in exc.value.message
 
 
@@ -204,13 +271,13 @@ def test_series_file_errors(tmp_path: Path, series: str, message: str) -> None:
 def test_patch_header_errors(project: Project, add_patch: MakePatch, kwargs: dict[str, str], message: str) -> None:
     add_patch("p.patch", FIX, **kwargs)
     with pytest.raises(ConfigError) as exc:
-        patches.load_series(project.root / "patches")
+        load_series(project.root / "patches")
     assert message in exc.value.message
 
 
 def test_the_header_is_read(project: Project, add_patch: MakePatch) -> None:
     add_patch("p.patch", FIX, subject="ggml: a long subject that git folds", upstream="not-needed: the fork already has it in main")
-    (p,) = patches.load_series(project.root / "patches").patches
+    (p,) = load_series(project.root / "patches").patches
     assert p.subject == "ggml: a long subject that git folds"
     assert p.upstream == "not-needed: the fork already has it in main"
     assert p.drop_when == "the pin includes ggml-org/llama.cpp#1"
@@ -220,35 +287,29 @@ def test_the_series_digest_covers_names_bytes_and_order(project: Project, add_pa
     add_patch("a.patch", FIX)
     add_patch("b.patch", {"README.md": "changed\n"})
     d = project.root / "patches"
-    first = patches.load_series(d).digest
+    first = load_series(d).digest
     (d / "series").write_text("b.patch\na.patch\n")
-    assert patches.load_series(d).digest != first
+    assert load_series(d).digest != first
     (d / "series").write_text("a.patch\nb.patch\n")
-    assert patches.load_series(d).digest == first
+    assert load_series(d).digest == first
     (d / "b.patch").write_bytes((d / "b.patch").read_bytes() + b"\n")
-    assert patches.load_series(d).digest != first
+    assert load_series(d).digest != first
 
 
-def test_reverse_diff_undoes_the_change(project: Project, add_patch: MakePatch) -> None:
-    add_patch("p.patch", {"ggml/src/new.c": "int added;\n", "README.md": None, "ggml/src/delta.c": FIX["ggml/src/delta.c"]})
-    (p,) = patches.load_series(project.root / "patches").patches
-    forward = p.diff()
-    backward = pygit2.Diff.parse_diff(patches.reverse_diff(p.diff_text))
-    assert {(d.new_file.path, d.status) for d in forward.deltas} == {
-        ("ggml/src/new.c", pygit2.enums.DeltaStatus.ADDED),
-        ("README.md", pygit2.enums.DeltaStatus.DELETED),
-        ("ggml/src/delta.c", pygit2.enums.DeltaStatus.MODIFIED),
-    }
-    assert {(d.new_file.path, d.status) for d in backward.deltas} == {
-        ("ggml/src/new.c", pygit2.enums.DeltaStatus.DELETED),
-        ("README.md", pygit2.enums.DeltaStatus.ADDED),
-        ("ggml/src/delta.c", pygit2.enums.DeltaStatus.MODIFIED),
-    }
+def test_a_patch_already_in_the_tree_is_upstream_by_git_apply_reverse(project: Project, add_patch: MakePatch) -> None:
+    add_patch("done.patch", {"README.md": "fork\nserver\n"})  # c2 makes exactly this change
+    assert project.ci("bump-pin", project.fork.c2[:8], *remote(project)).code == 4  # refused without the flag
+    r = project.ci("patches", "--check")
+    assert r.code == 0, r.out  # at c1 it still applies
+    (project.root / "patches" / "series").write_text("done.patch\n")
+    r = project.ci("bump-pin", project.fork.c2[:8], "--drop-upstreamed", *remote(project))
+    assert r.code == 0, r.err
+    assert "done.patch: already upstream, dropped from the series" in r.out
+    report = (project.root / "build" / "bump-report.md").read_text()
+    assert "`done.patch`: already upstream, dropped from the series by this bump (its change is already in the tree)" in report
 
 
 def test_git_itself_sees_the_omitted_paths_as_skipped_not_deleted(project: Project) -> None:
-    import subprocess
-
     assert project.ci("patches", *remote(project)).code == 0
     # first, before anything refreshes the index: ggml's CMakeLists runs exactly this at configure time
     clean = subprocess.run(["git", "diff-index", "--quiet", "HEAD", "--"], cwd=project.submodule, check=False)
@@ -260,16 +321,11 @@ def test_git_itself_sees_the_omitted_paths_as_skipped_not_deleted(project: Proje
 
 
 def test_a_moved_checkout_is_clean_for_git_too(project: Project) -> None:
-    import subprocess
-
-    from ci.checkout import Checkout
-
     assert project.ci("patches", *remote(project)).code == 0
-    checkout = Checkout.find(project.submodule, ("models/", "docs/"))
-    assert checkout is not None
-    checkout.move_to(project.fork.c5)
+    assert project.ci("bump-pin", project.fork.c5[:8], *remote(project)).code == 0
     assert (project.submodule / "common.c").is_file()
     assert subprocess.run(["git", "diff-index", "--quiet", "HEAD", "--"], cwd=project.submodule, check=False).returncode == 0
-    checkout.move_to(project.fork.c1)
+    assert project.ci("bump-pin", project.fork.c1[:8], "--allow-rollback", *remote(project)).code == 0
     assert not (project.submodule / "common.c").exists()
     assert subprocess.run(["git", "diff-index", "--quiet", "HEAD", "--"], cwd=project.submodule, check=False).returncode == 0
+    assert not (project.submodule / "models").exists()

@@ -7,7 +7,7 @@ import pygit2
 import pytest
 
 from ci import files
-from tests.project_fixture import Project
+from tests.support.project import Project
 
 
 def bump(project: Project, *args: str):  # type: ignore[no-untyped-def]
@@ -153,12 +153,13 @@ def test_a_write_error_half_way_restores_pins_yaml(project: Project, monkeypatch
     def failing(path: Path, data: bytes | str, *, mode: int | None = None) -> None:
         calls.append(path)
         if path.name == ".gitmodules" and len(calls) == 2:
-            raise OSError(28, "No space left on device")
+            raise OSError(28, "No space left on device", str(path))
         real(path, data, mode=mode)
 
-    monkeypatch.setattr("ci.bump.write_atomic", failing)
-    with pytest.raises(OSError, match="No space left"):
-        bump(project, project.fork.c5[:7], "--branch", "many")
+    monkeypatch.setattr("ci.pin.bump.write_atomic", failing)
+    r = bump(project, project.fork.c5[:7], "--branch", "many")
+    assert r.code == 74
+    assert r.err.endswith(f"onebit-ci: error: {project.root / '.gitmodules'}: No space left on device\n")
     assert calls[0].name == "pins.yaml"
     assert project.state() == before
 
@@ -173,12 +174,8 @@ def test_switching_branch_rewrites_gitmodules_too(project: Project) -> None:
 
 
 def test_a_checked_out_submodule_moves_with_the_pin(project: Project) -> None:
-    from ci.checkout import materialize
-    from ci.fork import ForkStore
-
     assert bump(project, project.fork.c2[:8]).code == 0
-    store = ForkStore.open(project.root / ".git" / "modules" / "third_party" / "llama.cpp-rocmfpx")
-    materialize(store, project.submodule, project.fork.c2, ("models/", "docs/"))
+    assert project.ci("patches").code == 0
     assert (project.submodule / "README.md").read_text() == "fork\nserver\n"
     assert not (project.submodule / "models").exists()
     r = bump(project, project.fork.c4[:8])
@@ -188,16 +185,12 @@ def test_a_checked_out_submodule_moves_with_the_pin(project: Project) -> None:
 
 
 def test_a_checkout_with_local_changes_is_refused(project: Project) -> None:
-    from ci.checkout import materialize
-    from ci.fork import ForkStore
-
     assert bump(project, project.fork.c2[:8]).code == 0
-    store = ForkStore.open(project.root / ".git" / "modules" / "third_party" / "llama.cpp-rocmfpx")
-    materialize(store, project.submodule, project.fork.c2, ("models/", "docs/"))
+    assert project.ci("patches").code == 0
     (project.submodule / "README.md").write_text("my work\n")
     before = project.state()
     r = bump(project, project.fork.c4[:8])
     assert r.code == 4
-    assert f"the pin cannot move: the checkout is neither clean at {project.fork.c2[:7]} nor pin + series (differs README.md)" in r.err
+    assert f"third_party/llama.cpp-rocmfpx: at {project.fork.c2[:7]}, holds changes this tool did not make (README.md); nothing was touched" in r.err
     assert project.state() == before
     assert (project.submodule / "README.md").read_text() == "my work\n"

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from ci import pins
+from ci.pin import pins
 from ci.errors import ConfigError
-from tests.project_fixture import FORK_URL, PINS_TEMPLATE
+from tests.support.project import FORK_URL, PINS_TEMPLATE
 
 SHA = "8abd563db5a3666adbd6eaa50c6826dfbe9abfef"
 GOOD = PINS_TEMPLATE.format(url=FORK_URL, commit=SHA)

@@ -2,16 +2,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from serve.cli import main
-from tests.route.gguf_files import make
+from tests.support.gguf_files import make
+from tests.support.route import ERROR_PREFIX, DryRun
 
-ERROR_PREFIX = "1bit serve: error: "
 
 
 @pytest.fixture(autouse=True)
@@ -26,23 +25,6 @@ def _route_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def gguf_file(tmp_path: Path) -> Callable[[str], str]:
     """``gguf_file("rotated-moe")`` -> ``"rotated-moe.gguf"``, written in the case's directory."""
     return lambda kind: make(kind, tmp_path)
-
-
-@dataclass(frozen=True)
-class DryRun:
-    argv: list[str]
-    env: dict[str, str]
-    notes: list[str]
-    recipes: list[str]
-    stderr: str
-
-    @property
-    def args(self) -> list[str]:
-        """argv without the program."""
-        return self.argv[1:]
-
-    def recipe_lines(self) -> list[str]:
-        return [line for line in self.stderr.splitlines() if line.startswith("1bit serve: recipe ")]
 
 
 def _with_dry_run(args: tuple[str, ...]) -> list[str]:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from serve.cli import main
-from tests.route.conftest import DryRun
+from tests.support.route import DryRun
 
 DryRunFn = Callable[..., DryRun]
 ErrorFn = Callable[..., tuple[int, str]]

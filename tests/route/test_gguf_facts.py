@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from serve.facts import GGUFFacts, read_facts, read_header
-from tests.route.gguf_files import KINDS, make, write_gguf
+from tests.support.gguf_files import KINDS, make, write_gguf
 
 ErrorFn = Callable[..., tuple[int, str]]
 FileFn = Callable[[str], str]

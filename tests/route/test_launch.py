@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from serve.cli import main
-from tests.route.conftest import ERROR_PREFIX, DryRun
-from tests.route.stand_in import EXIT_ON_SIGNAL, free_port, is_running, wait_until_healthy, write_manifest, write_stand_in
+from tests.support.route import ERROR_PREFIX, DryRun
+from tests.support.stand_in import EXIT_ON_SIGNAL, free_port, is_running, wait_until_healthy, write_manifest, write_stand_in
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -145,7 +145,7 @@ def test_root_is_found_upwards_and_from_onebit_ci_root(tmp_path: Path, dry_run: 
     (root / "pins.yaml").write_text("")
     binary = write_stand_in(root / "build" / "vulkan" / "llama-server", tmp_path / "record.json")
     write_manifest(root, "vulkan", binary)
-    from tests.route.gguf_files import make
+    from tests.support.gguf_files import make
 
     model = make("plain", root / "models")
     monkeypatch.chdir(root / "models")

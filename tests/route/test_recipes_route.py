@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from serve import recipes
-from tests.route.conftest import DryRun
+from tests.support.route import DryRun
 
 ROCM = ["--device", "ROCm0", "-ngl", "99", "--jinja", "--host", "127.0.0.1", "--port", "8080"]
 

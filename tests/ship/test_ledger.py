@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from ci import ledger
+from ci.release import ledger
 from ci.errors import ConfigError
-from ci.results import GateResult, Status
+from ci.gates.results import GateResult, Status
 
 CONTEXT = ledger.BuildContext("k" * 64, "p" * 40, "s" * 64, "cpu", "CPU")
 

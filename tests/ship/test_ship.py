@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from ci import ledger
-from tests.build.conftest import BuildFork
-from tests.build.test_build import add_fixture_patch, build_cpu
-from tests.project_fixture import Project
+from ci.release import ledger
+from tests.support.build import BuildFork
+from tests.support.build import add_fixture_patch, build_cpu
+from tests.support.project import Project
 from tests.ship.conftest import RealGates
 
 pytestmark = pytest.mark.slow

@@ -1,0 +1,265 @@
+"""``nox -s build``'s CMake part: the plan (pure: flags, argv, key) apart from running it.
+
+A build whose key matches its manifest, with every recorded binary and library as recorded, is a no-op;
+otherwise CMake is configured again only when the configure part of the key changed. The manifest is written,
+atomically, only after a successful build, and removed before one starts, so a failed or interrupted build never
+leaves a manifest claiming success.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from ci.build import profiles as profiles_mod
+from ci.build.flags import Flags
+from ci.build.manifest import MANIFEST, Artifact, BuildKey, Manifest, build_key
+from ci.build.profiles import Profile
+from ci.pin.pins import cmake_flag_name as flag_name
+from ci.build.toolchain import Toolchain
+from ci.command import run
+from ci.errors import CommandFailed, ConfigError, OnebitError
+from ci.files import write_atomic
+
+log = logging.getLogger("onebit-ci")
+
+CONFIGURED = ".onebit-configured"
+LOG = "build.log"
+BUILD_TYPES = ("Release", "RelWithDebInfo", "Debug", "MinSizeRel")
+UNUSED_RE = re.compile(r"Manually-specified variables were not used by the project:\s*\n((?:\s*\n)*(?:[ \t]+\S[^\n]*\n)+)")
+PROGRESS_RE = re.compile(r"^\[(\d+)/(\d+)\] ")
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    profile: str = profiles_mod.DEFAULT_PROFILE
+    build_type: str = "Release"
+    defines: tuple[str, ...] = ()  # -DNAME=VALUE for this build alone, over the profile's, the pin's and the machine's
+    targets: tuple[str, ...] = ()  # default: pins.yaml build.targets
+    remote: str | None = None
+    build_root: Path | None = None
+    jobs: int | None = None
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """Everything a build will run, computed without running it."""
+
+    profile: Profile
+    source: Path
+    build_dir: Path
+    flags: Flags
+    cmake_flags: tuple[str, ...]  # every -D flag we pass: CMake must use each one
+    configure_argv: tuple[str, ...]
+    build_argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    targets: tuple[str, ...]
+    key: BuildKey
+    pin: str
+    series_digest: str
+    series_names: tuple[str, ...]
+    toolchain: Toolchain
+    build_type: str
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.build_dir / MANIFEST
+
+
+@dataclass(frozen=True)
+class Decision:
+    up_to_date: bool
+    reconfigure: bool
+    reasons: tuple[str, ...]
+    stale: tuple[Path, ...] = ()  # artifacts that differ from the manifest: removed so ninja makes them again
+
+
+def configure_argv(flags: tuple[str, ...], toolchain: Toolchain, source: Path, build_dir: Path, build_type: str) -> tuple[str, ...]:
+    cmake = toolchain.tool("cmake").path
+    return (cmake, "-S", str(source), "-B", str(build_dir), "-G", "Ninja", f"-DCMAKE_BUILD_TYPE={build_type}", *toolchain.cmake_flags, *flags)
+
+
+def build_argv(toolchain: Toolchain, build_dir: Path, targets: tuple[str, ...], jobs: int | None) -> tuple[str, ...]:
+    argv = [toolchain.tool("cmake").path, "--build", str(build_dir), "--target", *targets]
+    if jobs:
+        argv += ["-j", str(jobs)]
+    return tuple(argv)
+
+
+def plan(
+    *,
+    profile: Profile,
+    flags: Flags,
+    toolchain: Toolchain,
+    source: Path,
+    build_dir: Path,
+    pin: str,
+    series_digest: str,
+    series_names: tuple[str, ...],
+    ggml_dirty: bool,
+    targets: tuple[str, ...],
+    build_type: str = "Release",
+    jobs: int | None = None,
+) -> BuildPlan:
+    if build_type not in BUILD_TYPES:
+        raise ConfigError(f"--build-type {build_type}: not one of {', '.join(BUILD_TYPES)}")
+    merged = flags.merged
+    key = build_key(profile.name, merged, toolchain.identity(), build_type, pin, series_digest, targets, ggml_dirty)
+    return BuildPlan(
+        profile=profile,
+        source=source,
+        build_dir=build_dir,
+        flags=flags,
+        cmake_flags=(f"-DCMAKE_BUILD_TYPE={build_type}", *toolchain.cmake_flags, *merged),
+        configure_argv=configure_argv(merged, toolchain, source, build_dir, build_type),
+        build_argv=build_argv(toolchain, build_dir, targets, jobs),
+        env=toolchain.env,
+        targets=targets,
+        key=key,
+        pin=pin,
+        series_digest=series_digest,
+        series_names=series_names,
+        toolchain=toolchain,
+        build_type=build_type,
+    )
+
+
+def decide(plan: BuildPlan, old: Manifest | None) -> Decision:
+    """Up to date, or what changed; and whether CMake must be configured again."""
+    stamp = plan.build_dir / CONFIGURED
+    configured = stamp.read_text().strip() if stamp.is_file() and (plan.build_dir / "CMakeCache.txt").is_file() else ""
+    reconfigure = configured != plan.key.configure
+    if old is None:
+        return Decision(False, reconfigure, ("no manifest: never built, or the last build did not finish",))
+    if old.key != plan.key.full:
+        changed = [k for k, v in plan.key.parts if old.key_parts.get(k) != v]
+        return Decision(False, reconfigure, tuple(f"{k} changed" for k in changed) or ("the key changed",))
+    wrong = old.problems(plan.build_dir)
+    if wrong:
+        # ninja goes by mtime: a replaced file newer than its inputs would be kept, so a differing one is removed
+        stale = tuple(plan.build_dir / {**old.binaries, **old.libraries}[name].path for name, why in wrong if why != "is missing")
+        return Decision(False, reconfigure, tuple(f"{name} {why}" for name, why in wrong), stale)
+    return Decision(True, False, ())
+
+
+# -- running it -----------------------------------------------------------------------------------------------
+
+
+
+class Progress:
+    """ninja's ``[n/N]`` as a line per tenth, so a log stays readable and a person sees it move."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+        self.shown = -1
+
+    def __call__(self, line: str) -> None:
+        m = PROGRESS_RE.match(line)
+        if not m:
+            return
+        n, total = int(m.group(1)), int(m.group(2))
+        tenth = (10 * n) // total
+        if tenth > self.shown:
+            self.shown = tenth
+            self.say(f"build: [{n}/{total}] {100 * n // total}%")
+
+
+def ignored_flags(output: str, flags: tuple[str, ...]) -> list[str]:
+    """Our flags that CMake did not use, or that the project calls deprecated (llama.cpp #8155, #15245: a
+    deprecated or renamed flag configured fine and built for the CPU alone)."""
+    m = UNUSED_RE.search(output)
+    unused = {ln.strip() for ln in m.group(1).splitlines() if ln.strip()} if m else set()
+    out = []
+    for f in flags:
+        name = flag_name(f)
+        if name in unused:
+            out.append(f"{f} (not used by the project)")
+        elif re.search(rf"\b{re.escape(name)} is deprecated", output):
+            out.append(f"{f} (deprecated: {_deprecation(output, name)})")
+    return out
+
+
+def _deprecation(output: str, name: str) -> str:
+    m = re.search(rf"\b{re.escape(name)} is deprecated[^\n]*(?:\n\s*\n\s*(Use \S+ instead))?", output)
+    if not m:
+        return "the project says so"
+    return " ".join(x.strip() for x in (m.group(0).split("\n")[0], m.group(1) or "") if x)
+
+
+def execute(plan: BuildPlan, decision: Decision, say: Callable[[str], None]) -> Manifest:
+    plan.build_dir.mkdir(parents=True, exist_ok=True)
+    plan.manifest_path.unlink(missing_ok=True)
+    for path in decision.stale:
+        path.unlink(missing_ok=True)
+    env = {**os.environ, **dict(plan.env)}
+    started = time.monotonic()
+    with (plan.build_dir / LOG).open("w") as log_file:
+        if decision.reconfigure:
+            (plan.build_dir / CONFIGURED).unlink(missing_ok=True)
+            t = time.monotonic()
+            done = _step(plan.configure_argv, env, log_file, "configure", None)
+            ignored = ignored_flags(done, plan.cmake_flags)
+            if ignored:
+                raise ConfigError(
+                    f"configure: {'; '.join(ignored)}: a flag this pin does not have silently changes the build "
+                    f"(llama.cpp #8155, #15245); fix {plan.flags.where(ignored[0].split(' ', 1)[0])}"
+                )
+            write_atomic(plan.build_dir / CONFIGURED, plan.key.configure + "\n")
+            say(f"configure: done in {time.monotonic() - t:.1f} s")
+        else:
+            say("configure: reused (the configure part of the key is unchanged)")
+        t = time.monotonic()
+        _step(plan.build_argv, env, log_file, "build", Progress(say))
+        say(f"build: done in {time.monotonic() - t:.1f} s")
+    binaries = {name: Artifact.of(plan.build_dir, _find_binary(plan.build_dir, name)) for name in plan.targets}
+    libraries = {p.name: Artifact.of(plan.build_dir, p) for p in sorted((plan.build_dir / "bin").glob("lib*.so*")) if p.is_file() and not p.is_symlink()}
+    manifest = Manifest(
+        key=plan.key.full,
+        configure_key=plan.key.configure,
+        profile=plan.profile.name,
+        device=plan.profile.device,
+        pin={"commit": plan.pin},
+        patches={"digest": plan.series_digest, "names": list(plan.series_names)},
+        flags=plan.cmake_flags,
+        local_flags=plan.flags.local,
+        one_off_flags=plan.flags.one_off,
+        toolchain=plan.toolchain.identity(),
+        build_type=plan.build_type,
+        targets=plan.targets,
+        binaries=binaries,
+        libraries=libraries,
+        key_parts=dict(plan.key.parts),
+        seconds=time.monotonic() - started,
+        built_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        host=platform.node(),
+        ccache=plan.toolchain.ccache,
+    )
+    manifest.write(plan.manifest_path)
+    return manifest
+
+
+def _step(argv: tuple[str, ...], env: dict[str, str], log_file: IO[str], what: str, on_line: Callable[[str], None] | None) -> str:
+    log_file.write(f"$ {' '.join(argv)}\n")
+    log_file.flush()
+    try:
+        return run(argv, env=env, log_file=log_file, on_line=on_line, what=what).output
+    except CommandFailed as exc:
+        raise CommandFailed(exc.argv, exc.returncode, exc.tail, what=f"{what} ({' '.join(os.path.basename(a) for a in argv[:2])})") from None
+
+
+def _find_binary(build_dir: Path, name: str) -> Path:
+    direct = build_dir / "bin" / name
+    if direct.is_file():
+        return direct
+    found = [p for p in build_dir.rglob(name) if p.is_file() and os.access(p, os.X_OK)]
+    if len(found) != 1:
+        raise OnebitError(f"build: target {name} built, but {'no' if not found else 'more than one'} {name} binary found under {build_dir}")
+    return found[0]
+

@@ -1,0 +1,122 @@
+"""A build's CMake flags and where each comes from: the profile, the pin (pins.yaml), the machine, this build.
+
+Flags that belong to a machine (a GPU arch, a toolchain path) are the machine's *local flags*: the variable
+``ONEBIT_CMAKE_ARGS`` and the git-ignored file ``cmake-args.local`` at the project's root (one or more flags a
+line, ``#`` comments). Every command that computes a build key reads them (build, gpu_tests, ship, the main job),
+so a build that needed one is gated and shipped like any other. A ``-D`` given to ``nox -s build`` alone is a
+one-off: it is in that build's key and manifest, and a later gpu_tests names it when it refuses the build.
+
+Every flag is checked before anything is touched.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ci.build.profiles import PROFILES, Profile
+from ci.errors import ConfigError
+from ci.pin.pins import Pins, cmake_flag_name
+from ci.schema import did_you_mean
+
+COMMON_FLAGS = ("-DLLAMA_BUILD_TESTS=ON", "-DLLAMA_BUILD_SERVER=ON")
+LOCAL_VAR = "ONEBIT_CMAKE_ARGS"
+LOCAL_FILE = "cmake-args.local"
+
+
+@dataclass(frozen=True)
+class Flags:
+    """The -D flags of one build, by source, in the order they override each other."""
+
+    common: tuple[str, ...] = COMMON_FLAGS
+    profile: tuple[str, ...] = ()
+    pin: tuple[str, ...] = ()
+    pin_profile: tuple[str, ...] = ()
+    local: tuple[str, ...] = ()
+    one_off: tuple[str, ...] = ()
+
+    @property
+    def merged(self) -> tuple[str, ...]:
+        return merge_flags(self.common, self.profile, self.pin, self.pin_profile, self.local, self.one_off)
+
+    def where(self, flag: str) -> str:
+        """Where to fix ``flag`` (the source whose value won)."""
+        name = cmake_flag_name(flag)
+        for group, place in (
+            (self.one_off, "the -D given to build"),
+            (self.local, f"{LOCAL_VAR} or {LOCAL_FILE}"),
+            (self.pin_profile, "pins.yaml build.profiles"),
+            (self.pin, "pins.yaml build.flags"),
+        ):
+            if any(cmake_flag_name(f) == name for f in group):
+                return place
+        return "the profile (ci/build/profiles.py)"
+
+
+def merge_flags(*groups: tuple[str, ...]) -> tuple[str, ...]:
+    """``-DNAME=VALUE`` flags in order, a later group's value for a NAME replacing an earlier one in place."""
+    order: list[str] = []
+    values: dict[str, str] = {}
+    for group in groups:
+        for flag in group:
+            name = cmake_flag_name(flag)
+            if name not in values:
+                order.append(name)
+            values[name] = flag
+    return tuple(values[n] for n in order)
+
+
+def local_flags(root: Path, env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The machine's own flags: ``cmake-args.local``, then ``ONEBIT_CMAKE_ARGS`` over it; each one checked."""
+    env = os.environ if env is None else env
+    out: list[str] = []
+    path = root / LOCAL_FILE
+    if path.is_file():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{LOCAL_FILE}: cannot be read ({exc})") from None
+        for n, line in enumerate(text.splitlines(), 1):
+            out += _checked(_split(line.split("#", 1)[0], f"{LOCAL_FILE}:{n}"), f"{LOCAL_FILE}:{n}")
+    if env.get(LOCAL_VAR, "").strip():
+        out += _checked(_split(env[LOCAL_VAR], LOCAL_VAR), LOCAL_VAR)
+    return tuple(out)
+
+
+def one_off_flags(defines: tuple[str, ...]) -> tuple[str, ...]:
+    """``-D NAME=VALUE`` of the command line (given without the -D), checked."""
+    return _checked(tuple(d if d.startswith("-D") else f"-D{d}" for d in defines), "-D")
+
+
+def _split(text: str, where: str) -> tuple[str, ...]:
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc} (quote a value with spaces as -DNAME=\"a b\")") from None
+
+
+def _checked(flags: tuple[str, ...], where: str) -> tuple[str, ...]:
+    for flag in flags:
+        try:
+            cmake_flag_name(flag)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc.message}") from None
+    return flags
+
+
+def profile_of(name: str, pins: Pins) -> Profile:
+    """The profile ``name``; also checks pins.yaml's per-profile flags name known profiles."""
+    for key, _ in pins.build.profile_flags:
+        if key not in PROFILES:
+            raise ConfigError(f"pins.yaml: build.profiles.{key}: unknown profile{did_you_mean(key, PROFILES)}; known: {', '.join(PROFILES)}")
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ConfigError(f'--profile {name}: unknown profile{did_you_mean(name, PROFILES)}; known: {", ".join(PROFILES)}') from None
+
+
+def flags_for(profile: Profile, pins: Pins, local: tuple[str, ...], one_off: tuple[str, ...] = ()) -> Flags:
+    return Flags(COMMON_FLAGS, profile.flags, pins.build.flags, pins.build.flags_for(profile.name), local, one_off)

@@ -1,0 +1,221 @@
+"""A build's identity and its record: the build key, and ``build.json`` with every binary's sha256.
+
+The key covers what decides the binaries: the pinned commit, the patch series, the profile's flags (the
+machine's local flags and a one-off ``-D`` included), the toolchain (compiler paths and versions) and the build
+type, plus the targets. The configure part of the key (everything but the series and targets, and whether the
+series changes ``ggml/``) says whether CMake must run again.
+
+Each artifact keeps its (size, mtime_ns, inode) beside its sha256, as git's index does: a later check re-hashes
+only a file whose stat data changed, so a no-op build reads no binary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ci.errors import ConfigError, Refused
+from ci.files import write_atomic
+from ci.schema import load_json
+
+MANIFEST = "build.json"
+SCHEMA = 2
+READABLE = (1, 2)  # schema 1 had no stat data: its artifacts are hashed once more
+
+
+@dataclass(frozen=True)
+class BuildKey:
+    configure: str
+    full: str
+    parts: tuple[tuple[str, str], ...]
+
+    @property
+    def short(self) -> str:
+        return self.full[:12]
+
+
+def build_key(
+    profile: str,
+    flags: Sequence[str],
+    toolchain: Mapping[str, str],
+    build_type: str,
+    pin: str,
+    series_digest: str,
+    targets: Sequence[str],
+    ggml_dirty: bool = False,
+) -> BuildKey:
+    """The pin and whether the series changes ggml/ are in the configure part: ggml's CMakeLists bakes
+    ``git rev-parse --short HEAD`` and ``-dirty`` (``git diff-index HEAD -- ggml``) into the binaries when it is
+    configured, and test-backend-ops reports that string as build_commit."""
+    configure_parts = {"profile": profile, "flags": " ".join(flags), "build_type": build_type, "generator": "Ninja"}
+    configure_parts |= {f"toolchain.{k}": v for k, v in sorted(toolchain.items())}
+    configure_parts |= {"pin": pin, "ggml_dirty": "yes" if ggml_dirty else "no"}
+    configure = _digest(configure_parts)
+    parts = {**configure_parts, "patches": series_digest, "targets": " ".join(targets)}
+    return BuildKey(configure=configure, full=_digest({"configure": configure, **parts}), parts=tuple(parts.items()))
+
+
+def _digest(parts: Mapping[str, str]) -> str:
+    return hashlib.sha256(json.dumps(dict(parts), sort_keys=True).encode()).hexdigest()
+
+
+# -- artifacts --------------------------------------------------------------------------------------------------
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Artifact:
+    path: str  # relative to the manifest's directory
+    sha256: str
+    stat: tuple[int, int, int] = (0, 0, 0)  # (size, mtime_ns, inode) when the sha256 was taken
+
+    @classmethod
+    def of(cls, root: Path, path: Path) -> Artifact:
+        st = path.stat()
+        return cls(os.path.relpath(path, root), sha256_file(path), (st.st_size, st.st_mtime_ns, st.st_ino))
+
+    def check(self, root: Path) -> str | None:
+        """None when the file is as recorded; else what is wrong. Hashes only when the stat data moved."""
+        path = root / self.path
+        try:
+            st = path.stat()
+        except OSError:
+            return "is missing"
+        if not path.is_file():
+            return "is missing"
+        if (st.st_size, st.st_mtime_ns, st.st_ino) == self.stat:
+            return None
+        return None if sha256_file(path) == self.sha256 else "differs from its recorded sha256"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "sha256": self.sha256, "stat": list(self.stat)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Artifact:
+        stat = data.get("stat") or (0, 0, 0)
+        return cls(str(data["path"]), str(data["sha256"]), (int(stat[0]), int(stat[1]), int(stat[2])))
+
+
+@dataclass(frozen=True)
+class Manifest:
+    key: str
+    configure_key: str
+    profile: str
+    device: str
+    pin: dict[str, str]
+    patches: dict[str, Any]
+    flags: tuple[str, ...]
+    toolchain: dict[str, str]
+    build_type: str
+    targets: tuple[str, ...]
+    binaries: dict[str, Artifact]
+    libraries: dict[str, Artifact] = field(default_factory=dict)
+    key_parts: dict[str, str] = field(default_factory=dict)
+    local_flags: tuple[str, ...] = ()  # the machine's own (ONEBIT_CMAKE_ARGS, the local flags file)
+    one_off_flags: tuple[str, ...] = ()  # given to this build alone with -D
+    seconds: float = 0.0
+    built_at: str = ""
+    host: str = ""
+    ccache: str | None = None
+
+    @property
+    def pin_commit(self) -> str:
+        return self.pin["commit"]
+
+    @property
+    def series_digest(self) -> str:
+        return str(self.patches["digest"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "key": self.key,
+            "configure_key": self.configure_key,
+            "profile": self.profile,
+            "device": self.device,
+            "pin": self.pin,
+            "patches": self.patches,
+            "flags": list(self.flags),
+            "local_flags": list(self.local_flags),
+            "one_off_flags": list(self.one_off_flags),
+            "toolchain": self.toolchain,
+            "build_type": self.build_type,
+            "targets": list(self.targets),
+            "binaries": {k: a.to_json() for k, a in self.binaries.items()},
+            "libraries": {k: a.to_json() for k, a in self.libraries.items()},
+            "key_parts": self.key_parts,
+            "seconds": round(self.seconds, 1),
+            "built_at": self.built_at,
+            "host": self.host,
+            "ccache": self.ccache,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Manifest:
+        def artifacts(d: Mapping[str, Any]) -> dict[str, Artifact]:
+            return {k: Artifact.from_json(v) for k, v in d.items()}
+
+        return cls(
+            key=data["key"],
+            configure_key=data["configure_key"],
+            profile=data["profile"],
+            device=data["device"],
+            pin=dict(data["pin"]),
+            patches=dict(data["patches"]),
+            flags=tuple(data["flags"]),
+            local_flags=tuple(data.get("local_flags", ())),
+            one_off_flags=tuple(data.get("one_off_flags", ())),
+            toolchain=dict(data["toolchain"]),
+            build_type=data["build_type"],
+            targets=tuple(data["targets"]),
+            binaries=artifacts(data["binaries"]),
+            libraries=artifacts(data.get("libraries", {})),
+            key_parts=dict(data.get("key_parts", {})),
+            seconds=float(data.get("seconds", 0.0)),
+            built_at=data.get("built_at", ""),
+            host=data.get("host", ""),
+            ccache=data.get("ccache"),
+        )
+
+    def binary(self, manifest_dir: Path, name: str) -> Path:
+        try:
+            return manifest_dir / self.binaries[name].path
+        except KeyError:
+            raise Refused(f"the {self.profile} build has no {name}; add it to pins.yaml build.targets and build again") from None
+
+    def problems(self, manifest_dir: Path) -> list[tuple[str, str]]:
+        """(artifact, what is wrong) for every binary and library that is not as recorded."""
+        out = []
+        for name, art in {**self.binaries, **self.libraries}.items():
+            wrong = art.check(manifest_dir)
+            if wrong:
+                out.append((name, wrong))
+        return out
+
+    def write(self, path: Path) -> None:
+        write_atomic(path, json.dumps(self.to_json(), indent=2) + "\n")
+
+
+def read_manifest(path: Path) -> Manifest | None:
+    """The manifest at ``path``, None when there is none; a damaged one is reported, never trusted."""
+    if not path.is_file():
+        return None
+    try:
+        data = load_json(path)
+        if not isinstance(data, dict) or data.get("schema") not in READABLE:
+            raise ValueError(f"schema {data.get('schema') if isinstance(data, dict) else None}, expected {SCHEMA}")
+        return Manifest.from_json(data)
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise ConfigError(f"{path}: not a build manifest of this version ({exc}); build again (nox -s build) to replace it") from None

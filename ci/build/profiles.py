@@ -1,0 +1,85 @@
+"""Build profiles: which backend, which CMake flags, which device the gates test. Pure data.
+
+Flags that belong to a pin (the fork's option names, ``-DGGML_HIP_ROCMI4_W4A4=ON``) live in pins.yaml's
+``build`` section, never here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ci.errors import ConfigError
+from ci.schema import did_you_mean
+
+DEFAULT_PROFILE = "gfx1151"
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    backend: str  # "hip", "cuda", "vulkan", "cpu": which toolchain it needs
+    device: str  # the name test-backend-ops -b and llama-server --device take
+    flags: tuple[str, ...]
+    about: str
+
+    @property
+    def serve_device(self) -> str:
+        """The serve launcher's ``--device`` for this profile's builds."""
+        return {"hip": "rocm", "cuda": "cuda", "vulkan": "vulkan"}.get(self.backend, "cpu")
+
+
+def _hip(arch: str, about: str) -> Profile:
+    return Profile(
+        name=arch,
+        backend="hip",
+        device="ROCm0",
+        flags=(
+            "-DGGML_HIP=ON",
+            f"-DGPU_TARGETS={arch}",
+            f"-DCMAKE_HIP_ARCHITECTURES={arch}",
+            # hipBLAS gave wrong GEMMs on gfx1151 (ROCm/rocm-libraries#11530): MMQ kernels instead
+            "-DGGML_HIP_FORCE_MMQ=ON",
+        ),
+        about=about,
+    )
+
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        _hip("gfx1151", "AMD Strix Halo (RDNA 3.5), the engine's box: HIP through ROCm"),
+        _hip("gfx1100", "RDNA3 (RX 7900): HIP through ROCm"),
+        _hip("gfx1201", "RDNA4 (RX 9070): HIP through ROCm"),
+        Profile("cuda", "cuda", "CUDA0", ("-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90"), "NVIDIA, sm_90 (H100/H200) unless overridden"),
+        Profile("vulkan", "vulkan", "Vulkan0", ("-DGGML_VULKAN=ON",), "any Vulkan GPU"),
+        Profile("cpu", "cpu", "CPU", (), "the CPU alone (CI, and the reference path)"),
+    )
+}
+
+
+def get(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ConfigError(f'--profile {name}: unknown profile{did_you_mean(name, PROFILES)}; known: {", ".join(PROFILES)}') from None
+
+
+def runner_labels(profile: Profile) -> list[str]:
+    """The labels of the self-hosted runner that builds and tests ``profile`` (docs/ci.md): a HIP profile wants a
+    runner with that GPU (``gfx1151``), the others one with their backend (``cuda``, ``vulkan``); the CPU profile
+    runs anywhere."""
+    if profile.backend == "cpu":
+        return ["ubuntu-latest"]
+    return ["self-hosted", "linux", profile.name if profile.backend == "hip" else profile.backend]
+
+
+def matrix(names: Sequence[str]) -> dict[str, list[dict[str, object]]]:
+    """The GitHub Actions matrix of the GPU job: one entry per profile, with its runner labels and device."""
+    chosen = [get(n) for n in names]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(f"--profiles: {name} given twice")
+    if not chosen:
+        raise ConfigError("--profiles: no profile given (e.g. --profiles gfx1151,cuda)")
+    return {"include": [{"profile": p.name, "device": p.device, "runs-on": runner_labels(p)} for p in chosen]}

@@ -1,0 +1,112 @@
+"""``nox -s build``: pin → source (checkout + patches) → toolchain → configure → compile → manifest, under a build key;
+and the check every later stage makes first: is the profile's build exactly the current one?"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ci.build.cmake import LOG, BuildPlan, BuildRequest, decide, execute
+from ci.build.context import Context
+from ci.build.manifest import Manifest, read_manifest
+from ci.errors import CommandFailed, Refused
+from ci.pin.verify import verify
+from ci.source.sync import sync
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    manifest: Manifest
+    up_to_date: bool
+    plan: BuildPlan
+    reasons: tuple[str, ...]
+
+
+def run_build(ctx: Context, request: BuildRequest, say: Callable[[str], None]) -> BuildOutcome:
+    """verify the pin → checkout at pin + series → toolchain → (configure) → compile → manifest."""
+    with _timed(say, "verify pin"):
+        check = verify(ctx.project, checkout_head=False)
+        if not check.ok:
+            raise Refused("the pin does not verify: " + "; ".join(check.problems) + "; run nox -s verify_pin")
+        profile = ctx.profile(request.profile)
+        build_plan = ctx.build_plan(request)  # every flag checked before anything is touched
+    with _timed(say, "toolchain"):
+        tools = ctx.toolchain(profile)
+        say(f"toolchain: {tools.describe()}; ccache: {tools.ccache or 'not found'}")
+    with _timed(say, "checkout and patches"):
+        say(sync(ctx.source(), remote=request.remote).describe())
+    old = read_manifest(build_plan.manifest_path)
+    decision = decide(build_plan, old)
+    if decision.up_to_date and old is not None:
+        say(
+            f"build: up to date: key {build_plan.key.short} (pin {ctx.pins.fork.short}, patches {ctx.series.digest[:12]}, "
+            f"profile {profile.name}, {tools.describe()}) matches {_rel(build_plan.manifest_path, ctx.root)}, "
+            f"and its {len(old.binaries)} binaries and {len(old.libraries)} libraries are as recorded"
+        )
+        return BuildOutcome(old, True, build_plan, ())
+    say(f"build: building {profile.name} (key {build_plan.key.short}): {'; '.join(decision.reasons)}")
+    try:
+        with _timed(say, "configure and compile"):
+            manifest = execute(build_plan, decision, say)
+    except CommandFailed:
+        say(f"build: the full log: {_rel(build_plan.build_dir / LOG, ctx.root)}")
+        raise
+    say(f"build: wrote {_rel(build_plan.manifest_path, ctx.root)}; log: {_rel(build_plan.build_dir / LOG, ctx.root)}")
+    return BuildOutcome(manifest, False, build_plan, decision.reasons)
+
+
+@dataclass(frozen=True)
+class CurrentBuild:
+    manifest: Manifest
+    build_dir: Path
+
+    @property
+    def key(self) -> str:
+        return self.manifest.key
+
+
+def current_build(ctx: Context, profile_name: str) -> CurrentBuild:
+    """The profile's build when it is exactly the current one; Refused otherwise.
+
+    The key is computed from what is here now (pins.yaml, the series, the machine's flags, the toolchain), so a
+    pin bump or a patch edited since the build makes it stale, and so does a binary replaced since.
+    """
+    build_plan = ctx.build_plan(BuildRequest(profile=profile_name))
+    profile = build_plan.profile
+    old = read_manifest(build_plan.manifest_path)
+    hint = f"run nox -s build -- --profile {profile.name}"
+    if old is None:
+        raise Refused(f"no build of profile {profile.name} ({_rel(build_plan.manifest_path, ctx.root)} is missing): {hint}")
+    decision = decide(build_plan, old)
+    if not decision.up_to_date:
+        missing = [f for f in old.one_off_flags if f not in build_plan.cmake_flags]
+        if missing and old.key != build_plan.key.full:
+            raise Refused(
+                f"the {profile.name} build was made with {' '.join(missing)}, which this run does not have: "
+                f"put it in ONEBIT_CMAKE_ARGS or cmake-args.local (the machine's flags, read by every session), then {hint}"
+            )
+        raise Refused(f"the {profile.name} build is stale (key {old.key[:12]}, current {build_plan.key.short}: {'; '.join(decision.reasons)}): {hint}")
+    return CurrentBuild(old, build_plan.build_dir)
+
+
+class _timed:
+    """A step line with its duration, printed when the step ends (or fails)."""
+
+    def __init__(self, say: Callable[[str], None], name: str) -> None:
+        self.say, self.name = say, name
+
+    def __enter__(self) -> None:
+        self.t = time.monotonic()
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        state = "done" if kind is None else "FAILED"
+        self.say(f"step: {self.name}: {state} in {time.monotonic() - self.t:.2f} s")
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,385 @@
+"""What test-backend-ops prints, parsed: the console output and the ``--output sql`` rows.
+
+Formats, as upstream's ``tests/test-backend-ops.cpp`` prints them (console printer):
+
+- ``Testing N devices``, then per device ``Backend i/N: NAME`` and either ``  Skipping`` / ``  Skipping CPU
+  backend`` or the cases, ``  N/M tests passed``, an optional ``Failing tests:`` list and ``  Backend NAME: OK|FAIL``;
+  at the end ``N/M backends passed`` and ``OK`` or ``FAIL``. ``OK``/``FAIL`` are ANSI-coloured.
+- A case is ``  OP(params): OK|FAIL|not supported [DEVICE]``. The case line is printed after the case has run, and
+  what the comparison found (``[OP] ERR = ... > ...``, ``[OP] NaN at index ...``, ``[OP] inf mismatch: ...``) was
+  printed before it, so a failure's message precedes the case on the same line.
+- stdout is flushed after each ``  OP(params): `` and nothing else; stderr is not buffered. Through a pipe, a
+  backend's stderr line can land between a case's ``: `` and its status, which then stands alone on a later line;
+  and a process that aborts loses the status of the last case it printed (still in stdout's buffer).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+
+OP_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_TESTING_RE = re.compile(r"^Testing (\d+) devices?$")
+_HEADER_RE = re.compile(r"^Backend (\d+)/(\d+): (\S.*)$")
+_SKIP_RE = re.compile(r"^  (Skipping.*)$")
+_DESCRIPTION_RE = re.compile(r"^  Device description: (.*)$")
+_MEMORY_RE = re.compile(r"^  Device memory: ")
+_TESTS_PASSED_RE = re.compile(r"^  (\d+)/(\d+) tests passed$")
+_FAILING_RE = re.compile(r"^Failing tests:$")
+_BACKEND_STATUS_RE = re.compile(r"^  Backend (\S+): (OK|FAIL)$")
+_BACKENDS_PASSED_RE = re.compile(r"^(\d+)/(\d+) backends passed$")
+_VERDICT_RE = re.compile(r"^(OK|FAIL)$")
+# the first "  OP(" on the line starts the case; anything before it is what the comparison printed
+_CASE_RE = re.compile(r"^(?P<pre>.*?)  (?P<op>[A-Z][A-Z0-9_]*)\((?P<params>.*?)\):(?: (?P<rest>.*))?$")
+_NOT_SUPPORTED_RE = re.compile(r"^not supported \[(?P<reason>[^\]]*)\]$")
+_OTHER_MODES = {"perf": re.compile(r"^\d+ runs - "), "support": re.compile(r"^(?:NOT )?SUPPORTED$")}
+_INSERT_RE = re.compile(r"^INSERT INTO test_backend_ops \((?P<columns>[^)]*)\) VALUES \((?P<values>.*)\);$")
+_CREATE_RE = re.compile(r"^CREATE TABLE IF NOT EXISTS test_backend_ops \($")
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI_RE.sub("", text)
+
+
+# -- the console output -------------------------------------------------------------------------------------
+
+
+class CaseMark(Enum):
+    OK = "OK"
+    FAIL = "FAIL"
+    NOT_SUPPORTED = "not supported"
+    NO_STATUS = "no status"  # the case line was printed, its OK/FAIL never came (the run was cut short)
+
+
+@dataclass(frozen=True)
+class ConsoleCase:
+    """One ``  OP(params): STATUS`` line."""
+
+    op: str
+    params: str
+    status: CaseMark
+    message: str = ""  # what was printed before the case on its line: a failure's reason
+    reason: str = ""  # the bracket of ``not supported [...]``
+    interleaved: str = ""  # other output that landed between the case and its status (stderr of a backend)
+    line: int = 0  # 1-based, in the parsed text
+
+    @property
+    def name(self) -> str:
+        return f"{self.op}({self.params})"
+
+    @property
+    def ran(self) -> bool:
+        return self.status is not CaseMark.NOT_SUPPORTED
+
+
+@dataclass(frozen=True)
+class DeviceReport:
+    """What test-backend-ops printed for one device, ``Backend i/N: NAME`` to ``Backend NAME: OK|FAIL``."""
+
+    name: str
+    index: int
+    total: int
+    skipped: str = ""  # "Skipping" (another -b was given) or "Skipping CPU backend" (no -b)
+    description: str = ""
+    cases: tuple[ConsoleCase, ...] = ()
+    summary: tuple[int, int] | None = None  # "N/M tests passed"
+    failing: tuple[str, ...] = ()  # the "Failing tests:" list
+    status: str = ""  # "OK" or "FAIL" from "Backend NAME: ...", "" when it was never printed
+
+    @property
+    def ran(self) -> bool:
+        return not self.skipped
+
+    def cases_of(self, op: str) -> tuple[ConsoleCase, ...]:
+        return tuple(c for c in self.cases if c.op == op)
+
+
+@dataclass(frozen=True)
+class ConsoleReport:
+    """A parsed ``test-backend-ops test`` console output."""
+
+    device_count: int | None  # "Testing N devices"; None when that line never came
+    devices: tuple[DeviceReport, ...]
+    backends: tuple[int, int] | None  # "N/M backends passed"
+    verdict: str  # the last line, "OK" or "FAIL"; "" when the output stops before it
+    mode: str = "test"  # "perf" or "support" when the cases say so: not output this gate can judge
+    last_words: str = ""  # what was printed after the last line of the report: an assertion, an abort message
+    lines: int = 0
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.verdict)
+
+    def device(self, name: str) -> DeviceReport | None:
+        for d in self.devices:
+            if d.name == name:
+                return d
+        return None
+
+
+class _Section:
+    """A device's report while it is being read."""
+
+    def __init__(self, name: str, index: int, total: int) -> None:
+        self.name, self.index, self.total = name, index, total
+        self.skipped = ""
+        self.description = ""
+        self.cases: list[ConsoleCase] = []
+        self.summary: tuple[int, int] | None = None
+        self.failing: list[str] = []
+        self.status = ""
+
+    def freeze(self) -> DeviceReport:
+        return DeviceReport(
+            name=self.name,
+            index=self.index,
+            total=self.total,
+            skipped=self.skipped,
+            description=self.description,
+            cases=tuple(self.cases),
+            summary=self.summary,
+            failing=tuple(self.failing),
+            status=self.status,
+        )
+
+
+@dataclass
+class _Pending:
+    """A case whose ``: `` was printed but whose status has not come yet."""
+
+    op: str
+    params: str
+    message: str
+    line: int
+    interleaved: list[str] = field(default_factory=list)
+
+    def close(self, status: CaseMark, reason: str = "") -> ConsoleCase:
+        return ConsoleCase(
+            op=self.op,
+            params=self.params,
+            status=status,
+            message=self.message,
+            reason=reason,
+            interleaved=" | ".join(s for s in self.interleaved if s),
+            line=self.line,
+        )
+
+
+def _status_of(text: str) -> tuple[CaseMark, str] | None:
+    text = text.strip()
+    if text == "OK":
+        return CaseMark.OK, ""
+    if text == "FAIL":
+        return CaseMark.FAIL, ""
+    m = _NOT_SUPPORTED_RE.match(text)
+    if m:
+        return CaseMark.NOT_SUPPORTED, m.group("reason")
+    return None
+
+
+def parse_console(text: str) -> ConsoleReport:
+    """Read a ``test-backend-ops test`` console output (ANSI codes and interleaved stderr included).
+
+    Never raises: what it cannot place is kept as ``last_words``, and a report that stops early is incomplete.
+    """
+    lines = strip_ansi(text).splitlines()
+    device_count: int | None = None
+    sections: list[_Section] = []
+    section: _Section | None = None
+    pending: _Pending | None = None
+    in_failing = False
+    backends: tuple[int, int] | None = None
+    verdict = ""
+    mode = "test"
+    last_words = ""
+
+    def settle() -> None:
+        nonlocal pending
+        if pending is not None and section is not None:
+            section.cases.append(pending.close(CaseMark.NO_STATUS))
+        pending = None
+
+    for number, raw in enumerate(lines, 1):
+        line = raw.rstrip()
+        if not line.strip():
+            continue
+        words, last_words = last_words, ""  # what came after the last line of the report; kept only for noise
+        if pending is not None:
+            found = _status_of(line)
+            if found is not None:
+                assert section is not None
+                section.cases.append(pending.close(*found))
+                pending = None
+                continue
+        if in_failing and section is not None:
+            m = _BACKEND_STATUS_RE.match(line)
+            if m:
+                section.status = m.group(2)
+                in_failing = False
+                continue
+            if line.startswith("  "):
+                section.failing.append(line.strip())
+                continue
+            in_failing = False
+        m = _TESTING_RE.match(line)
+        if m:
+            device_count = int(m.group(1))
+            continue
+        m = _HEADER_RE.match(line)
+        if m:
+            settle()
+            section = _Section(m.group(3).strip(), int(m.group(1)), int(m.group(2)))
+            sections.append(section)
+            continue
+        m = _BACKENDS_PASSED_RE.match(line)
+        if m:
+            settle()
+            backends = (int(m.group(1)), int(m.group(2)))
+            continue
+        if backends is not None:
+            m = _VERDICT_RE.match(line)
+            if m:
+                verdict = m.group(1)
+                continue
+        if section is not None:
+            m = _TESTS_PASSED_RE.match(line)
+            if m:
+                settle()
+                section.summary = (int(m.group(1)), int(m.group(2)))
+                continue
+            if _FAILING_RE.match(line):
+                settle()
+                in_failing = True
+                continue
+            m = _BACKEND_STATUS_RE.match(line)
+            if m:
+                settle()
+                section.status = m.group(2)
+                continue
+            if not section.cases and pending is None:
+                m = _SKIP_RE.match(line)
+                if m:
+                    section.skipped = m.group(1).strip()
+                    continue
+                m = _DESCRIPTION_RE.match(line)
+                if m:
+                    section.description = m.group(1).strip()
+                    continue
+                if _MEMORY_RE.match(line):
+                    continue
+            m = _CASE_RE.match(line)
+            if m:
+                settle()
+                rest = (m.group("rest") or "").strip()
+                found = _status_of(rest)
+                pre = m.group("pre").strip()
+                other = next((name for name, mode_re in _OTHER_MODES.items() if mode_re.match(rest)), None)
+                if found is not None:
+                    status, reason = found
+                    section.cases.append(ConsoleCase(m.group("op"), m.group("params"), status, pre, reason, "", number))
+                elif other is not None:
+                    mode = other
+                    section.cases.append(ConsoleCase(m.group("op"), m.group("params"), CaseMark.NO_STATUS, pre, "", rest, number))
+                else:
+                    pending = _Pending(m.group("op"), m.group("params"), pre, number, [rest])
+                    if rest:
+                        last_words = rest
+                continue
+        if pending is not None:
+            pending.interleaved.append(line.strip())
+        last_words = line.strip() if not words else f"{words} | {line.strip()}"
+    settle()
+    return ConsoleReport(
+        device_count=device_count,
+        devices=tuple(s.freeze() for s in sections),
+        backends=backends,
+        verdict=verdict,
+        mode=mode,
+        last_words=last_words,
+        lines=len(lines),
+    )
+
+
+# -- the --output sql output ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SqlRow:
+    """One ``INSERT INTO test_backend_ops`` row."""
+
+    build_commit: str
+    backend_name: str
+    op_name: str
+    op_params: str
+    test_mode: str
+    supported: bool
+    passed: bool
+    error_message: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.op_name}({self.op_params})"
+
+
+@dataclass(frozen=True)
+class SqlReport:
+    rows: tuple[SqlRow, ...]
+    has_header: bool  # the CREATE TABLE statement was there
+    malformed: tuple[int, ...] = ()  # line numbers of INSERT lines that could not be read
+
+    def commits(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(r.build_commit for r in self.rows))
+
+
+_SQL_NEEDED = ("build_commit", "backend_name", "op_name", "op_params", "test_mode", "supported", "passed")
+
+
+def parse_sql(text: str) -> SqlReport:
+    """Read ``--output sql``: every INSERT row; other lines (a backend's stderr) are ignored.
+
+    Values are single-quoted and not escaped by test-backend-ops, so a row whose value holds ``', '`` cannot be
+    split reliably: it is reported as malformed rather than guessed.
+    """
+    rows: list[SqlRow] = []
+    malformed: list[int] = []
+    has_header = False
+    for number, raw in enumerate(strip_ansi(text).splitlines(), 1):
+        line = raw.strip()
+        if _CREATE_RE.match(line):
+            has_header = True
+            continue
+        if not line.startswith("INSERT INTO test_backend_ops"):
+            continue
+        m = _INSERT_RE.match(line)
+        if m is None:
+            malformed.append(number)
+            continue
+        columns = [c.strip() for c in m.group("columns").split(",")]
+        values_text = m.group("values")
+        if not (values_text.startswith("'") and values_text.endswith("'")):
+            malformed.append(number)
+            continue
+        values = values_text[1:-1].split("', '")
+        if len(values) != len(columns) or any(c not in columns for c in _SQL_NEEDED):
+            malformed.append(number)
+            continue
+        v = dict(zip(columns, values, strict=True))
+        if v["supported"] not in ("0", "1") or v["passed"] not in ("0", "1"):
+            malformed.append(number)
+            continue
+        rows.append(
+            SqlRow(
+                build_commit=v["build_commit"],
+                backend_name=v["backend_name"],
+                op_name=v["op_name"],
+                op_params=v["op_params"],
+                test_mode=v["test_mode"],
+                supported=v["supported"] == "1",
+                passed=v["passed"] == "1",
+                error_message=v.get("error_message", ""),
+            )
+        )
+    return SqlReport(rows=tuple(rows), has_header=has_header, malformed=tuple(malformed))

@@ -1,0 +1,383 @@
+"""The greedy-equivalence gate: the drafter must not change what the model says, and must really draft.
+
+Two llama-servers (started through the serve launcher): a baseline without a drafter and a drafter leg with one.
+Each prompt goes to both as a greedy ``/completion``; :func:`judge` compares the token ids (pure, over the
+recorded answers). At the first difference the baseline's top-2 logprob margin decides: at or under the
+near-tie threshold both legs resume from the common prefix plus the baseline's token, so one near-tie never
+hides a later real divergence; above it the gate fails with the evidence. Exact equality alone would fail a
+correct GPU build: on an H200 three of six prompts diverged at near-ties (../shared facts).
+
+Plan apart from run: :func:`plan` turns options into a :class:`EquivalencePlan` (the legs' launcher argv, the request
+bodies); :func:`run` starts the servers, asks, judges and returns a :class:`GateResult`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ci import defaults
+from ci.errors import ConfigError, ServerFailed
+from ci.gates.equivalence_judge import (
+    Completion,
+    Prompt,
+    PromptVerdict,
+    Resume,
+    Segment,
+    Timings,
+    judge,
+    parse_completion,
+)
+from ci.gates.llama import LlamaServer, ServerFactory, ServerLaunch, default_server, free_ports, launcher_argv
+from ci.gates.results import CaseResult, GateResult, Status, case_counts
+
+log = logging.getLogger("onebit-ci")
+
+GATE = "equivalence"
+DEFAULT_NEAR_TIE = defaults.NEAR_TIE
+DEFAULT_TOKENS = defaults.TOKENS
+DEFAULT_SEED = 42
+DEFAULT_SPEC_TYPE = "draft-simple"
+# the facts' probe: 8 drafted tokens a step, no probability cut (the fork's 0.75 default cuts blocks short)
+DRAFT_ARGS = ("--spec-draft-n-max", "8", "--spec-draft-p-min", "0")
+
+
+# -- prompts ----------------------------------------------------------------------------------------------------
+
+
+
+def load_prompts(directory: Path | None = None) -> tuple[Prompt, ...]:
+    """The ``*.txt`` files of ``directory`` (default: the committed ci/prompts), by name; each one prompt."""
+    if directory is None:
+        files = [(f.name, f.read_text(encoding="utf-8")) for f in resources.files("ci").joinpath("prompts").iterdir() if f.name.endswith(".txt")]
+    else:
+        if not directory.is_dir():
+            raise ConfigError(f"--prompts {directory}: not a directory")
+        files = [(f.name, f.read_text(encoding="utf-8")) for f in directory.iterdir() if f.suffix == ".txt"]
+    prompts = tuple(Prompt(name.removesuffix(".txt"), text) for name, text in sorted(files))
+    where = directory or "ci/prompts"
+    if not prompts:
+        raise ConfigError(f"{where}: no *.txt prompt files")
+    for p in prompts:
+        if not p.text.strip():
+            raise ConfigError(f"{where}/{p.name}.txt: the prompt is empty")
+    return prompts
+
+
+# -- the plan ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Leg:
+    """One server of the gate: its model and the launcher options and llama-server args beyond the common ones."""
+
+    name: str  # "baseline" or "drafter"
+    model: Path
+    serve_options: tuple[str, ...] = ()
+    extra: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EquivalencePlan:
+    baseline: Leg
+    drafter: Leg
+    prompts: tuple[Prompt, ...]
+    llama_server: Path
+    device: str = "cpu"
+    tokens: int = DEFAULT_TOKENS
+    near_tie: float = DEFAULT_NEAR_TIE
+    seed: int = DEFAULT_SEED
+    context: int = 2048
+    drafter_model: Path | None = None  # the drafter GGUF, for the record
+    spec_type: str = DEFAULT_SPEC_TYPE
+    build_key: str = ""  # of the llama-server under test, for the record
+    health_timeout: float = 120.0
+    request_timeout: float = 600.0
+    start_together: bool | None = None  # None: see overlap_start
+
+    @property
+    def overlap_start(self) -> bool:
+        """Start both servers at once, except on the CPU: there the two warm-ups fight for the cores (tiny models on
+        2 cores: model load 0.010-0.014 s alone, 0.28-0.70 s side by side; both up in 0.21-0.89 s together against
+        0.29-0.31 s in turn; benchmarks/equivalence_cost.py --overlap-start, docs/equivalence.md)."""
+        return self.start_together if self.start_together is not None else self.device != "cpu"
+
+    def launch(self, leg: Leg, port: int) -> ServerLaunch:
+        argv = launcher_argv(
+            model=leg.model,
+            llama_server=self.llama_server,
+            port=port,
+            device=self.device,
+            context=self.context,
+            serve_options=leg.serve_options,
+            extra=leg.extra,
+        )
+        return ServerLaunch(leg.name, argv, "127.0.0.1", port)
+
+    def body(self, prompt: Prompt, resume: Resume) -> dict[str, Any]:
+        """The greedy ``/completion`` request; a resume sends the prompt text followed by the prefix's token ids."""
+        return {
+            # a mixed list: the text is tokenized (with BOS) and the ids follow as they are (tokenize_mixed)
+            "prompt": [prompt.text, *resume.prefix] if resume.prefix else prompt.text,
+            "n_predict": resume.n_predict,
+            "temperature": 0,
+            "top_k": 1,
+            "seed": self.seed,
+            "cache_prompt": False,
+            "n_probs": 2,
+            "return_tokens": True,
+        }
+
+
+def gguf_architecture(path: Path) -> str:
+    """``general.architecture`` of a GGUF file, read the way the launcher reads it (its header walk: gguf's own
+    reader takes seconds over a large vocabulary); a :class:`ConfigError` naming the file otherwise."""
+    from serve.errors import ServeError
+    from serve.facts import read_facts
+
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file")
+    try:
+        return read_facts(str(path)).architecture
+    except ServeError as exc:
+        raise ConfigError(f"{path}: not a GGUF model file ({exc.problem})") from None
+
+
+def drafter_leg(drafter: Path, spec_type: str | None, model: Path) -> tuple[Leg, str]:
+    """The drafter leg: a DFlash drafter through the launcher's ``--dflash`` (its route and recipes); any other
+    drafter, or an explicit ``--spec-type``, as ``-md`` plus the speculative args after ``--``."""
+    if spec_type is None and gguf_architecture(drafter) == "dflash":
+        return Leg("drafter", model, serve_options=("--dflash", str(drafter))), "draft-dflash"
+    kind = spec_type or DEFAULT_SPEC_TYPE
+    return Leg("drafter", model, extra=("-md", str(drafter), "--spec-type", kind, *DRAFT_ARGS)), kind
+
+
+def plan(
+    *,
+    model: Path,
+    drafter: Path,
+    llama_server: Path,
+    spec_type: str | None = None,
+    prompts: Sequence[Prompt] | None = None,
+    tokens: int = DEFAULT_TOKENS,
+    near_tie: float = DEFAULT_NEAR_TIE,
+    device: str = "cpu",
+    seed: int = DEFAULT_SEED,
+    context: int = 2048,
+    build_key: str = "",
+) -> EquivalencePlan:
+    if tokens < 1:
+        raise ConfigError(f"--tokens {tokens}: must be at least 1")
+    if near_tie < 0:
+        raise ConfigError(f"--near-tie {near_tie:g}: must be 0 or more nats")
+    for what, path in (("--model", model), ("--drafter", drafter)):
+        if not path.is_file():
+            raise ConfigError(f"{what} {path}: no such file")
+    leg, kind = drafter_leg(drafter, spec_type, model)
+    return EquivalencePlan(
+        baseline=Leg("baseline", model),
+        drafter=leg,
+        prompts=tuple(prompts) if prompts is not None else load_prompts(),
+        llama_server=llama_server,
+        device=device,
+        tokens=tokens,
+        near_tie=near_tie,
+        seed=seed,
+        context=context,
+        drafter_model=drafter,
+        spec_type=kind,
+        build_key=build_key,
+    )
+
+
+# -- the run ----------------------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def servers(the_plan: EquivalencePlan, logs: Path, factory: ServerFactory = default_server) -> Iterator[tuple[LlamaServer, LlamaServer]]:
+    """Both legs' servers, always stopped and reaped; started together unless on the CPU (:attr:`EquivalencePlan.overlap_start`)."""
+    ports = free_ports(2)
+    with contextlib.ExitStack() as stack:
+        pair: list[LlamaServer] = []
+        for leg, port in zip((the_plan.baseline, the_plan.drafter), ports, strict=True):
+            server = factory(the_plan.launch(leg, port), logs / f"{leg.name}.log", the_plan.health_timeout)
+            stack.callback(server.stop)
+            pair.append(server)
+        # runs first on the way out (last in, first out): both get SIGTERM, then each is waited for, so their
+        # shutdowns overlap as their start-ups do
+        stack.callback(_terminate_all, pair)
+        if the_plan.overlap_start:
+            for server in pair:
+                server.start()
+            for server in pair:
+                server.wait_healthy()
+        else:
+            for server in pair:
+                server.start()
+                server.wait_healthy()
+        yield pair[0], pair[1]
+
+
+def _terminate_all(pair: Sequence[LlamaServer]) -> None:
+    for server in pair:
+        server.terminate()
+
+
+def ask(server: LlamaServer, body: Mapping[str, Any], timeout: float) -> Completion:
+    t0 = time.monotonic()
+    answer = server.completion(body, timeout=timeout)
+    return replace(parse_completion(answer, server.launch.name), seconds=time.monotonic() - t0)
+
+
+def judge_prompt(the_plan: EquivalencePlan, prompt: Prompt, baseline: LlamaServer, drafter: LlamaServer) -> PromptVerdict:
+    t0 = time.monotonic()
+    segments: list[Segment] = []
+    while True:
+        step = judge(prompt, segments, the_plan.tokens, the_plan.near_tie)
+        if isinstance(step, PromptVerdict):
+            return replace(step, seconds=time.monotonic() - t0)
+        if segments:
+            log.info("%s: near-tie at token %d; both legs resume there", prompt.name, len(step.prefix) - 1)
+        body = the_plan.body(prompt, step)
+        a = ask(baseline, body, the_plan.request_timeout)
+        b = ask(drafter, body, the_plan.request_timeout)
+        segments.append(Segment(len(step.prefix), a, b))
+
+
+def run(the_plan: EquivalencePlan, logs: Path, factory: ServerFactory = default_server) -> GateResult:
+    """Start both servers, judge every prompt, stop them; a server problem is an ERROR verdict with its log tail."""
+    t0 = time.monotonic()
+    verdicts: list[PromptVerdict] = []
+    failure: ServerFailed | None = None
+    startup: tuple[float, float] = (0.0, 0.0)
+    try:
+        with servers(the_plan, logs, factory) as (baseline, drafter):
+            startup = (baseline.seconds_to_healthy, drafter.seconds_to_healthy)
+            for prompt in the_plan.prompts:
+                v = judge_prompt(the_plan, prompt, baseline, drafter)
+                log.info("%s: %s: %s", prompt.name, v.status.value, v.message)
+                verdicts.append(v)
+    except ServerFailed as exc:
+        failure = exc
+    return gate_result(the_plan, verdicts, failure, startup, time.monotonic() - t0)
+
+
+# -- the result -------------------------------------------------------------------------------------------------
+
+
+def gate_result(
+    the_plan: EquivalencePlan,
+    verdicts: Sequence[PromptVerdict],
+    failure: ServerFailed | None = None,
+    startup: tuple[float, float] = (0.0, 0.0),
+    seconds: float = 0.0,
+) -> GateResult:
+    """The verdicts as a :class:`GateResult`: one case per prompt, metrics per prompt and overall (pure)."""
+    cases = [
+        CaseResult(
+            v.prompt,
+            v.status,
+            v.message,
+            classname=GATE,
+            detail="\n".join(x for x in (v.detail, _stats(v)) if x),
+            seconds=v.seconds,
+        )
+        for v in verdicts
+    ]
+    problems = [f"{v.prompt}: {v.message}" for v in verdicts if not v.status.ok]
+    if failure is not None:
+        # the prompt that was running gets the error and the log's tail; those after it never ran
+        pending = [p for p in the_plan.prompts if p.name not in {v.prompt for v in verdicts}]
+        for k, p in enumerate(pending):
+            if k == 0:
+                cases.append(CaseResult(p.name, Status.ERROR, failure.message, classname=GATE, detail=failure.log_tail))
+            else:
+                cases.append(CaseResult(p.name, Status.SKIPPED, "not run: a server failed first", classname=GATE))
+        problems.append(failure.message + (f"; log tail:\n{failure.log_tail.rstrip()}" if failure.log_tail.strip() else ""))
+
+    base = sum((v.baseline for v in verdicts), Timings())
+    drafted = sum((v.drafted for v in verdicts), Timings())
+    metrics: list[tuple[str, float]] = [
+        ("acceptance", round(drafted.acceptance, 4)),
+        ("draft_n", drafted.draft_n),
+        ("draft_n_accepted", drafted.draft_n_accepted),
+        ("tokens_per_step", round(drafted.tokens_per_step, 3)),
+        ("baseline_decode_tps", round(base.decode_tps, 1)),
+        ("drafter_decode_tps", round(drafted.decode_tps, 1)),
+        ("near_ties", sum(len(v.near_ties) for v in verdicts)),
+        ("baseline_start_s", round(startup[0], 3)),
+        ("drafter_start_s", round(startup[1], 3)),
+    ]
+    for v in verdicts:
+        metrics += [
+            (f"{v.prompt}.compared", v.compared),
+            (f"{v.prompt}.near_ties", len(v.near_ties)),
+            (f"{v.prompt}.acceptance", round(v.drafted.acceptance, 4)),
+            (f"{v.prompt}.tokens_per_step", round(v.drafted.tokens_per_step, 3)),
+            (f"{v.prompt}.baseline_decode_tps", round(v.baseline.decode_tps, 1)),
+            (f"{v.prompt}.drafter_decode_tps", round(v.drafted.decode_tps, 1)),
+        ]
+        for n in v.near_ties:
+            metrics.append((f"{v.prompt}.near_tie_at_{n.position}.margin", round(n.margin, 6)))
+        if v.divergence is not None:
+            metrics.append((f"{v.prompt}.divergence_position", v.divergence.position))
+            if v.divergence.margin is not None:
+                metrics.append((f"{v.prompt}.divergence_margin", round(v.divergence.margin, 6)))
+    properties = (
+        ("model", str(the_plan.baseline.model)),
+        ("drafter", str(the_plan.drafter_model or "")),
+        ("drafter_leg_model", str(the_plan.drafter.model)),
+        ("llama_server", str(the_plan.llama_server)),
+        ("device", the_plan.device),
+        ("spec_type", the_plan.spec_type),
+        ("tokens", str(the_plan.tokens)),
+        ("near_tie_nats", f"{the_plan.near_tie:g}"),
+        ("seed", str(the_plan.seed)),
+        ("acceptance", f"{drafted.draft_n_accepted}/{drafted.draft_n}"),
+        ("build_key", the_plan.build_key),
+    )
+    status = _overall(cases, failure)
+    return GateResult(
+        gate=GATE,
+        status=status,
+        summary=_summary(status, verdicts, the_plan, drafted, failure),
+        cases=tuple(cases),
+        problems=tuple(problems),
+        counts=case_counts(cases),
+        properties=properties,
+        metrics=tuple(metrics),
+        seconds=seconds,
+    )
+
+
+def _overall(cases: Sequence[CaseResult], failure: ServerFailed | None) -> Status:
+    if failure is not None or any(c.status is Status.ERROR for c in cases):
+        return Status.ERROR
+    if not cases or any(c.status is not Status.PASSED for c in cases):
+        return Status.FAILED
+    return Status.PASSED
+
+
+def _summary(status: Status, verdicts: Sequence[PromptVerdict], the_plan: EquivalencePlan, drafted: Timings, failure: ServerFailed | None) -> str:
+    passed = sum(v.status.ok for v in verdicts)
+    ties = sum(len(v.near_ties) for v in verdicts)
+    head = f"{status.value.upper()}: {passed}/{len(the_plan.prompts)} prompts equal over {the_plan.tokens} tokens"
+    head += f" ({ties} near-tie(s) at <= {the_plan.near_tie:g} nats)"
+    if drafted.draft_n:
+        head += f", acceptance {drafted.draft_n_accepted}/{drafted.draft_n} ({100 * drafted.acceptance:.1f}%), {drafted.tokens_per_step:.2f} tokens/step"
+    if failure is not None:
+        head += f"; {failure.message}"
+    return head
+
+
+def _stats(v: PromptVerdict) -> str:
+    return (
+        f"compared {v.compared}/{v.requested} tokens in {v.requests} request(s) per leg; "
+        f"drafted {v.drafted.draft_n}, accepted {v.drafted.draft_n_accepted} ({100 * v.drafted.acceptance:.1f}%), "
+        f"{v.drafted.tokens_per_step:.2f} tokens/step; decode {v.baseline.decode_tps:.1f} t/s baseline, {v.drafted.decode_tps:.1f} t/s drafter"
+    )

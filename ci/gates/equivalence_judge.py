@@ -1,0 +1,305 @@
+"""The greedy-equivalence judge, pure: one ``/completion`` answer parsed, and two legs' answers compared.
+
+:func:`judge` compares the token ids. At the first difference the baseline's top-2 logprob margin decides: at
+or under the near-tie threshold both legs resume from the common prefix plus the baseline's token, so one
+near-tie never hides a later real divergence; above it the prompt fails with the evidence. Exact equality alone
+would fail a correct GPU build: on an H200 three of six prompts diverged at near-ties (docs/equivalence.md).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ci.errors import ServerFailed
+from ci.gates.results import Status
+
+CONTEXT_CHARS = 60  # text shown either side of a divergence
+AFTER_TOKENS = 12
+
+
+@dataclass(frozen=True)
+class Prompt:
+    name: str
+    text: str
+
+
+# -- one /completion answer, parsed -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Candidate:
+    id: int
+    text: str
+    logprob: float
+
+
+@dataclass(frozen=True)
+class Token:
+    """A generated token with the top candidates (pre-sampling logprobs) the server reported at its position."""
+
+    id: int
+    text: str
+    top: tuple[Candidate, ...] = ()
+
+    @property
+    def margin(self) -> float | None:
+        """Top-1 minus top-2 logprob, in nats; None when fewer than two candidates came back."""
+        if len(self.top) < 2:
+            return None
+        return self.top[0].logprob - self.top[1].logprob
+
+    def show(self) -> str:
+        return f"{self.text!r} (id {self.id})"
+
+
+@dataclass(frozen=True)
+class Timings:
+    prompt_n: int = 0
+    prompt_ms: float = 0.0
+    predicted_n: int = 0
+    predicted_ms: float = 0.0
+    draft_n: int = 0  # absent from the answer when nothing was drafted
+    draft_n_accepted: int = 0
+
+    def __add__(self, other: Timings) -> Timings:
+        return Timings(
+            self.prompt_n + other.prompt_n,
+            self.prompt_ms + other.prompt_ms,
+            self.predicted_n + other.predicted_n,
+            self.predicted_ms + other.predicted_ms,
+            self.draft_n + other.draft_n,
+            self.draft_n_accepted + other.draft_n_accepted,
+        )
+
+    @property
+    def decode_tps(self) -> float:
+        return 1000.0 * self.predicted_n / self.predicted_ms if self.predicted_ms > 0 else 0.0
+
+    @property
+    def acceptance(self) -> float:
+        return self.draft_n_accepted / self.draft_n if self.draft_n else 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Generated tokens per target step: a step yields its accepted drafts plus one token of its own."""
+        steps = self.predicted_n - self.draft_n_accepted
+        return self.predicted_n / steps if steps > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Completion:
+    tokens: tuple[Token, ...]
+    stop_type: str  # "eos", "limit", "word" or "none", as the server reports it
+    timings: Timings
+    seconds: float = 0.0  # wall time of the request, measured here
+
+    @property
+    def text(self) -> str:
+        return "".join(t.text for t in self.tokens)
+
+
+def parse_completion(answer: Mapping[str, Any], leg: str = "server") -> Completion:
+    """A ``/completion`` answer with ``return_tokens`` and ``n_probs``; :class:`ServerFailed` names what is missing."""
+    ids = answer.get("tokens")
+    if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+        raise ServerFailed(f"{leg} server: the /completion answer has no token ids (\"tokens\"): this llama-server ignores return_tokens")
+    probs = answer.get("completion_probabilities") or []
+    if probs and len(probs) != len(ids):
+        raise ServerFailed(f"{leg} server: {len(ids)} token ids but {len(probs)} completion_probabilities in one answer")
+    tokens = []
+    for k, tok_id in enumerate(ids):
+        if not probs:
+            tokens.append(Token(tok_id, ""))
+            continue
+        p = probs[k]
+        if p.get("id") != tok_id:
+            raise ServerFailed(f"{leg} server: token {k} is id {tok_id} but its probabilities are for id {p.get('id')}")
+        top = tuple(Candidate(int(c["id"]), str(c.get("token", "")), float(c["logprob"])) for c in p.get("top_logprobs", []))
+        tokens.append(Token(tok_id, str(p.get("token", "")), tuple(sorted(top, key=lambda c: -c.logprob))))
+    t = answer.get("timings") or {}
+    timings = Timings(
+        prompt_n=int(t.get("prompt_n", 0)),
+        prompt_ms=float(t.get("prompt_ms", 0.0)),
+        predicted_n=int(t.get("predicted_n", 0)),
+        predicted_ms=float(t.get("predicted_ms", 0.0)),
+        draft_n=int(t.get("draft_n", 0)),
+        draft_n_accepted=int(t.get("draft_n_accepted", 0)),
+    )
+    return Completion(tuple(tokens), str(answer.get("stop_type", "none")), timings)
+
+
+# -- the judge (pure) -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Both legs' answers to one request: generated tokens from position ``start`` on."""
+
+    start: int
+    baseline: Completion
+    drafted: Completion
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Ask both legs again: the prompt followed by ``prefix`` (token ids), for ``n_predict`` more tokens."""
+
+    prefix: tuple[int, ...]
+    n_predict: int
+
+
+@dataclass(frozen=True)
+class NearTie:
+    position: int
+    baseline: Token
+    drafted: Token
+    margin: float
+
+    def describe(self) -> str:
+        return f"token {self.position}: baseline {self.baseline.show()} vs drafter {self.drafted.show()}, margin {self.margin:.4f} nats"
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The evidence of a real divergence: where, which tokens, the text around it, the baseline's margin."""
+
+    position: int
+    baseline: Token
+    drafted: Token
+    margin: float | None
+    before: str  # the text just before the position (prompt and common output)
+    baseline_after: str  # the baseline's text from the position on
+    drafted_after: str
+
+    @property
+    def runner_up(self) -> bool:
+        """Whether the drafter leg chose the baseline's second-best token."""
+        return len(self.baseline.top) >= 2 and self.baseline.top[1].id == self.drafted.id
+
+    def describe(self, near_tie: float) -> str:
+        margin = "no top-2 logprobs to judge by" if self.margin is None else f"baseline top-2 margin {self.margin:.4f} nats > near-tie {near_tie:g}"
+        return f"diverged at token {self.position}: baseline {self.baseline.show()} vs drafter {self.drafted.show()}, {margin}"
+
+    def evidence(self) -> str:
+        return f"…{self.before!r} → baseline {self.baseline_after!r} | drafter {self.drafted_after!r}" + (
+            " (the drafter took the baseline's runner-up)" if self.runner_up else ""
+        )
+
+
+@dataclass(frozen=True)
+class PromptVerdict:
+    prompt: str
+    status: Status
+    message: str
+    requested: int
+    compared: int  # generated tokens judged equal (near-ties resolved to the baseline's token)
+    near_ties: tuple[NearTie, ...] = ()
+    divergence: Divergence | None = None
+    detail: str = ""
+    baseline: Timings = field(default_factory=Timings)
+    drafted: Timings = field(default_factory=Timings)
+    requests: int = 0  # requests per leg
+    seconds: float = 0.0
+
+    @property
+    def drafted_anything(self) -> bool:
+        return self.drafted.draft_n > 0
+
+
+NEVER_DRAFTED = "drafter loaded but never drafted"
+
+
+def judge(prompt: Prompt, segments: Sequence[Segment], requested: int, near_tie: float) -> Resume | PromptVerdict:
+    """Either the next request both legs must answer, or the prompt's verdict. Pure: the answers are the input."""
+    if not segments:
+        return Resume((), requested)
+    common: list[Token] = []
+    near_ties: list[NearTie] = []
+    base_t, draft_t = Timings(), Timings()
+    for k, seg in enumerate(segments):
+        if seg.start != len(common):
+            raise ValueError(f"segment {k} starts at token {seg.start}, the common prefix is {len(common)} tokens")
+        last = k == len(segments) - 1
+        base_t, draft_t = base_t + seg.baseline.timings, draft_t + seg.drafted.timings
+        want = requested - seg.start
+        # a speculative step may overshoot n_predict; what was not asked for is not judged
+        a, b = seg.baseline.tokens[:want], seg.drafted.tokens[:want]
+        i = next((j for j, (x, y) in enumerate(zip(a, b, strict=False)) if x.id != y.id), None)
+
+        verdict = functools.partial(_finish, prompt, requested, near_ties=near_ties, baseline=base_t, drafted=draft_t, requests=len(segments))
+        if i is None:
+            if not last:
+                raise ValueError(f"segment {k} matched to its end, yet segment {k + 1} follows")
+            common += a
+            covered = len(common)
+            if len(a) != len(b):
+                short, stop = ("drafter", seg.drafted.stop_type) if len(b) < len(a) else ("baseline", seg.baseline.stop_type)
+                n_short, n_long = seg.start + min(len(a), len(b)), seg.start + max(len(a), len(b))
+                return verdict(
+                    Status.FAILED,
+                    f"truncated: the {short} leg stopped after {n_short} tokens (stop: {stop}) where the other went on to {n_long}",
+                    compared=n_short,
+                )
+            ended = seg.baseline.stop_type == "eos" and seg.drafted.stop_type == "eos"
+            if len(a) < want and not ended:
+                return verdict(
+                    Status.ERROR,
+                    f"both legs stopped after {covered} of {requested} tokens (stop: {seg.baseline.stop_type}): raise -c or lower --tokens",
+                    compared=covered,
+                )
+            what = f"identical over {covered} tokens" + ("" if covered >= requested else f" (both ended with end-of-generation before {requested})")
+            if near_ties:
+                what += f" after {len(near_ties)} near-tie(s): " + "; ".join(n.describe() for n in near_ties)
+            return verdict(Status.PASSED, what, compared=covered)
+
+        base_tok, draft_tok = a[i], b[i]
+        margin = base_tok.margin
+        position = seg.start + i
+        if margin is not None and margin <= near_tie:
+            near_ties.append(NearTie(position, base_tok, draft_tok, margin))
+            common += a[: i + 1]
+            if not last:
+                continue
+            baseline_ended = seg.baseline.stop_type == "eos" and i == len(a) - 1
+            if len(common) >= requested or baseline_ended:
+                what = f"identical over {len(common)} tokens after {len(near_ties)} near-tie(s): " + "; ".join(n.describe() for n in near_ties)
+                return verdict(Status.PASSED, what, compared=len(common))
+            return Resume(tuple(t.id for t in common), requested - len(common))
+
+        before = prompt.text + "".join(t.text for t in common) + "".join(t.text for t in a[:i])
+        div = Divergence(
+            position=position,
+            baseline=base_tok,
+            drafted=draft_tok,
+            margin=margin,
+            before=before[-CONTEXT_CHARS:],
+            baseline_after="".join(t.text for t in a[i : i + AFTER_TOKENS]),
+            drafted_after="".join(t.text for t in b[i : i + AFTER_TOKENS]),
+        )
+        return verdict(Status.FAILED, div.describe(near_tie), div, div.evidence(), compared=position)
+    raise AssertionError("unreachable: the last segment always decides")
+
+
+def _finish(
+    prompt: Prompt,
+    requested: int,
+    status: Status,
+    message: str,
+    divergence: Divergence | None = None,
+    detail: str = "",
+    *,
+    compared: int,
+    near_ties: Sequence[NearTie],
+    baseline: Timings,
+    drafted: Timings,
+    requests: int,
+) -> PromptVerdict:
+    if drafted.draft_n == 0:
+        # greedy equality proves nothing about a drafter that never drafted (`-md` without --spec-type, facts)
+        message = f"{NEVER_DRAFTED} (timings.draft_n absent or 0 in {requests} request(s)); {message}"
+        if status is Status.PASSED:
+            status = Status.FAILED
+    return PromptVerdict(prompt.name, status, message, requested, compared, tuple(near_ties), divergence, detail, baseline, drafted, requests)

@@ -1,0 +1,108 @@
+"""The gates: one protocol, one registry, in the order ``nox -s gpu_tests`` runs them and ``nox -s ship`` requires them.
+
+A gate takes the build under test (its manifest and the command's context) and returns a
+:class:`~ci.gates.results.GateResult`; writing its record (JSON, JUnit, ledger) is the release stage's, in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from ci.build.context import Context
+from ci.build.stage import CurrentBuild
+from ci.errors import ConfigError
+from ci.gates import backend_ops, equivalence, route, tinymodels
+from ci.gates.results import GateResult
+from ci.schema import did_you_mean
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    timeout: float = backend_ops.DEFAULT_TIMEOUT  # seconds per test-backend-ops run
+    model: Path | None = None  # the equivalence gate's target; default pins.yaml, else tiny models
+    drafter: Path | None = None
+    tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class BuildUnderTest:
+    ctx: Context
+    build: CurrentBuild
+
+    @property
+    def key(self) -> str:
+        return self.build.key
+
+
+class Gate(Protocol):
+    name: str
+
+    def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult: ...
+
+
+class RouteGate:
+    name = route.GATE
+
+    def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
+        return route.route_gate(out)
+
+
+class BackendOpsGate:
+    name = backend_ops.GATE
+
+    def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
+        ctx, manifest = target.ctx, target.build.manifest
+        series = ctx.series
+        # ggml's build commit says -dirty exactly when the checkout's ggml/ differs from the pin: the series touches it
+        dirty = backend_ops.DirtyRule.DIRTY if series.touches("ggml/") else backend_ops.DirtyRule.CLEAN
+        return backend_ops.run_gate(
+            manifest.binary(target.build.build_dir, "test-backend-ops"),
+            manifest.device,
+            ctx.pins.expected_cases(),
+            ctx.pins.fork.commit,
+            bool(series.patches),
+            options.timeout,
+            out / "backend_ops-logs",
+            manifest.key,
+            dirty=dirty,
+        )
+
+
+class EquivalenceGate:
+    name = equivalence.GATE
+
+    def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
+        ctx, manifest = target.ctx, target.build.manifest
+        config = ctx.pins.equivalence
+        model, drafter = options.model, options.drafter
+        if model is None and config.model is not None and config.drafter is not None:
+            model, drafter = ctx.root / config.model, ctx.root / config.drafter
+        if model is None or drafter is None:
+            models = tinymodels.write_tiny_models(target.build.build_dir / "tiny-models")
+            model, drafter = models.target, models.drafter
+        equivalence_plan = equivalence.plan(
+            model=model,
+            drafter=drafter,
+            llama_server=manifest.binary(target.build.build_dir, "llama-server"),
+            spec_type=config.spec_type,
+            tokens=options.tokens or config.tokens,
+            near_tie=config.near_tie_nats,
+            device=ctx.profile(manifest.profile).serve_device,
+            build_key=manifest.key,
+        )
+        return equivalence.run(equivalence_plan, out / "equivalence-logs")
+
+
+GATES: tuple[Gate, ...] = (RouteGate(), BackendOpsGate(), EquivalenceGate())
+NAMES: tuple[str, ...] = tuple(g.name for g in GATES)
+
+
+def select(names: Sequence[str]) -> tuple[Gate, ...]:
+    """The gates named (all of them when none is), in the registry's order."""
+    for n in names:
+        if n not in NAMES:
+            raise ConfigError(f"--gate {n}: unknown gate{did_you_mean(n, NAMES)}; gates: {', '.join(NAMES)}")
+    return tuple(g for g in GATES if not names or g.name in names)

@@ -1,0 +1,59 @@
+"""The route gate: the serve launcher's no-GPU tests (``pytest tests/route`` of this checkout), as one gate."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from ci.command import run
+from ci.errors import ConfigError
+from ci.gates.results import CaseResult, GateResult, Status, case_counts
+
+GATE = "route"
+SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the onebit-ci checkout: the launcher and its route tests
+
+
+def route_gate(out: Path, source: Path = SOURCE_ROOT) -> GateResult:
+    """``pytest tests/route`` of this onebit-ci checkout in a child process, its JUnit read back into a GateResult."""
+    if not (source / "tests" / "route").is_dir():
+        raise ConfigError(f"{source}: no tests/route; run the gates from a checkout of onebit-ci, not an installed copy")
+    junit = out / "route.pytest.junit.xml"
+    junit.unlink(missing_ok=True)
+    started = time.monotonic()
+    done = run(
+        [sys.executable, "-m", "pytest", "tests/route", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"],
+        cwd=source,
+        check=False,
+        what="pytest tests/route",
+    )
+    seconds = time.monotonic() - started
+    cases = _junit_cases(junit) if junit.is_file() else []
+    problems = []
+    if not cases:
+        problems.append(f"pytest tests/route ran no test (exit status {done.returncode}): {done.output.strip().splitlines()[-1:] or ''}")
+    failed = [c for c in cases if c.status in (Status.FAILED, Status.ERROR)]
+    problems += [f"{c.classname}::{c.name}: {c.message}" for c in failed[:20]]
+    if done.returncode != 0 and not problems:
+        problems.append(f"pytest tests/route exited with status {done.returncode}")
+    status = Status.PASSED if not problems else Status.FAILED
+    summary = f"{sum(c.status is Status.PASSED for c in cases)}/{len(cases)} route tests passed"
+    return GateResult("route", status, summary, tuple(cases), tuple(problems), case_counts(cases), seconds=seconds)
+
+
+def _junit_cases(path: Path) -> list[CaseResult]:
+    from junitparser import Error, Failure, JUnitXml, Skipped
+
+    out = []
+    for suite in JUnitXml.fromfile(str(path)):
+        for case in suite:
+            status, message = Status.PASSED, ""
+            for r in case.result:
+                if isinstance(r, Failure):
+                    status, message = Status.FAILED, (r.message or "")
+                elif isinstance(r, Error):
+                    status, message = Status.ERROR, (r.message or "")
+                elif isinstance(r, Skipped):
+                    status, message = Status.SKIPPED, (r.message or "")
+            out.append(CaseResult(case.name, status, message.splitlines()[0] if message else "", case.classname or "", seconds=case.time or 0.0))
+    return out

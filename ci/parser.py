@@ -1,0 +1,139 @@
+"""The command line of ``python -m ci``: every command's options, each option and its default defined once."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Mapping
+
+from ci import defaults as d
+
+PROFILES = "gfx1151 (default), gfx1100, gfx1201, cuda, vulkan, cpu"
+DEVICES = ["auto", "rocm", "vulkan", "cuda", "cpu"]
+
+
+def _profile(p: argparse.ArgumentParser, what: str, default: str = "gfx1151") -> None:
+    p.add_argument("--profile", default=default, help=f"{what}: {PROFILES}")
+
+
+def _remote(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--remote", help="fetch from this URL or local mirror first (else pins.yaml's url, when the pinned commit is missing)")
+
+
+def _timeout(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--timeout", type=float, default=d.TIMEOUT, metavar="S", help=f"seconds per test-backend-ops run (default {d.TIMEOUT:g})")
+
+
+def _out(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--out", metavar="DIR", help=f"where {what} go")
+
+
+def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="onebit-ci", description="Build-and-test orchestration for the pinned ROCmFPX fork.")
+    top.add_argument("--root", help="the onebit-ci checkout (default: the nearest directory with pins.yaml)")
+    top.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = top.add_subparsers(dest="command", required=True)
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help)
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+        p.set_defaults(func=commands[name])
+        return p
+
+    command("verify-pin", "check pins.yaml, .gitmodules, the gitlink and the checkout agree")
+
+    p = command("bump-pin", "move the pin to another commit of the pinned branch")
+    p.add_argument("commit", help="the new commit: full or abbreviated (4+ hex digits), or head: the tip of the branch")
+    _remote(p)
+    p.add_argument("--branch", help="the branch the new pin must be on (default: pins.yaml's fork.branch)")
+    p.add_argument("--allow-rollback", action="store_true", help="allow a commit behind or beside the current pin")
+    p.add_argument("--reference", help='a human name for the new pin, e.g. "ROCmFPX#4"')
+    p.add_argument("--report", help="where to write the markdown report (default: build/bump-report.md)")
+    p.add_argument("--drop-upstreamed", action="store_true", help="remove patches the new commit already has from the series")
+
+    p = command("patches", "bring the checkout to the pin with the patch series applied (or --check the series)")
+    p.add_argument("--check", action="store_true", help="apply nothing; print each patch's fate: applies, already upstream, conflicts")
+    p.add_argument("--reset", action="store_true", help="discard changes in the checkout that this tool did not make, then apply")
+    _remote(p)
+
+    p = command("export-patches", "write the series back from the commits of a local branch of the checkout")
+    p.add_argument("--branch", required=True, help="a branch of the checkout that starts at the pin, one commit per patch")
+
+    p = command("build", "check out the pin, apply the patches, configure and compile a profile")
+    _profile(p, "the profile to build")
+    p.add_argument("--build-type", default="Release", help="CMAKE_BUILD_TYPE (default Release)")
+    p.add_argument("-D", "--define", action="append", default=[], metavar="NAME=VALUE",
+                   help="a CMake flag for this build alone (a machine's own flags go in ONEBIT_CMAKE_ARGS or cmake-args.local)")  # fmt: skip
+    p.add_argument("--target", action="append", default=[], help="a target to build (default: pins.yaml build.targets)")
+    _remote(p)
+    p.add_argument("--build-dir", help="the directory holding one build dir per profile (default: build/)")
+    p.add_argument("-j", "--jobs", type=int, help="parallel compile jobs (default: ninja's)")
+
+    p = command("gpu-tests", "every gate against the current build's binaries; results to the ledger")
+    _profile(p, "whose build to test")
+    p.add_argument("--gate", action="append", default=[], help="run only this gate (route, backend_ops, equivalence); repeatable")
+    p.add_argument("--from-log", metavar="FILE", help="judge a saved test-backend-ops console log with the profile's device and the pin; run nothing")
+    p.add_argument("--from-sql", metavar="FILE", help="with --from-log: its --output sql output")
+    _timeout(p)
+    p.add_argument("--model", help="the equivalence gate's target GGUF (default: pins.yaml equivalence, else tiny models)")
+    p.add_argument("--drafter", help="the equivalence gate's drafter GGUF")
+    p.add_argument("--tokens", type=int, help="tokens per prompt for the equivalence gate (default: pins.yaml, 256)")
+    _out(p, "the JSON, JUnit and logs (default: build/results/<key>/)")
+
+    p = command("ship", "build the serve launcher's wheel and sdist if every gate passed for the current build")
+    _profile(p, "whose build ships")
+    p.add_argument("--check", action="store_true", help="only say which gates passed, failed, are missing or stale")
+    p.add_argument("--dist", help="where the wheel, sdist and release manifest go (default: dist/)")
+
+    p = command("main-job", "what nox runs by default: verify the pin; build, gate and check shipping where the toolchain is")
+    _profile(p, "the profile (or $ONEBIT_PROFILE)", os.environ.get("ONEBIT_PROFILE", "gfx1151"))
+    _remote(p)
+
+    p = command("matrix", "the GitHub Actions matrix of the GPU job, as JSON: a runner and device per profile")
+    p.add_argument("--profiles", default="gfx1151", help="comma-separated profiles (default gfx1151)")
+
+    p = command("backend-ops", "the test-backend-ops gate: run it on a device (or judge a saved log) against the pin")
+    p.add_argument("--binary", help="the build's test-backend-ops (not needed with --from-log)")
+    p.add_argument("--device", required=True, help="the test-backend-ops device to test: ROCm0, CUDA0, Vulkan0, CPU, ...")
+    p.add_argument("--expect", action="append", default=[], metavar="OP=N", help="cases of OP that must run and pass (default: pins.yaml expect.backend_ops)")
+    p.add_argument("--from-log", metavar="FILE", help="judge this saved console log instead of running anything")
+    p.add_argument("--from-sql", metavar="FILE", help="with --from-log: its --output sql output, for the build_commit cross-check")
+    p.add_argument("--pinned-commit", metavar="SHA", help="build_commit must be this commit (default: pins.yaml fork.commit; 'none' skips the check)")
+    p.add_argument("--patched", action="store_true", help="patches are applied to the build: build_commit must end in -dirty")
+    p.add_argument("--dirty", choices=["clean", "dirty"], help="override the -dirty rule (default: dirty exactly when --patched)")
+    p.add_argument("--build-key", default="", help="the build key of the binaries, recorded in the results")
+    _timeout(p)
+    _out(p, "backend_ops.json, backend_ops.junit.xml and the logs (default: build/gates)")
+
+    p = command("tiny-models", "write the tiny GGUF models of the gates' CPU tier (target, drafter, other target)")
+    p.add_argument("--out", required=True, help="directory to write them in")
+
+    p = command("equivalence", "greedy output with the drafter must equal the output without it, and the drafter must draft")
+    p.add_argument("--model", required=True, help="the target GGUF")
+    p.add_argument("--drafter", required=True, help="the drafter GGUF (architecture dflash goes through serve --dflash)")
+    p.add_argument("--llama-server", default="llama-server", help="the llama-server binary to test (default: llama-server on PATH)")
+    p.add_argument("--spec-type", help="serve the drafter as -md D --spec-type T (default: --dflash for a dflash drafter, else draft-simple)")
+    p.add_argument("--prompts", help="a directory of *.txt prompts replacing the committed code, prose and short")
+    p.add_argument("--tokens", type=int, default=d.TOKENS, help=f"tokens to compare per prompt (default {d.TOKENS})")
+    p.add_argument("--near-tie", type=float, default=d.NEAR_TIE, metavar="NATS", help=f"a first difference at a baseline top-2 margin at or under this is a near-tie (default {d.NEAR_TIE:g})")
+    p.add_argument("--device", default="auto", choices=DEVICES, help="serve's --device (default auto)")
+    p.add_argument("-c", "--ctx-size", type=int, default=d.CONTEXT, help=f"context size of both servers (default {d.CONTEXT})")
+    p.add_argument("--build-key", default="", help="the build key of the llama-server, recorded in the results")
+    _out(p, "equivalence.json, equivalence.junit.xml and the server logs (default: build/gates)")
+
+    p = command("bench", "A/B-measure 1bit serve configs (the first is the baseline), interleaved round by round on fresh servers")
+    p.add_argument("-m", "--model", required=True, help="the model every config serves")
+    p.add_argument("--config", action="append", default=[], metavar="NAME=ARGS", help='1bit serve arguments of one config, the first the baseline: --config base= --config dflash="--dflash D.gguf"')
+    p.add_argument("--llama-server", help="this llama-server (default: the current build of --profile)")
+    _profile(p, "whose build's llama-server runs when --llama-server is not given")
+    p.add_argument("--device", choices=DEVICES, help="serve's --device (default: the profile's; auto with --llama-server)")
+    p.add_argument("--rounds", type=int, default=d.BENCH_ROUNDS, help=f"rounds, each running every config once (default {d.BENCH_ROUNDS})")
+    p.add_argument("--prompt-reps", type=int, default=d.BENCH_PROMPT_REPS, help=f"long-prompt requests per run (default {d.BENCH_PROMPT_REPS})")
+    p.add_argument("--decode-reps", type=int, default=d.BENCH_DECODE_REPS, help=f"requests per decode prompt per run (default {d.BENCH_DECODE_REPS})")
+    p.add_argument("--decode-tokens", type=int, default=d.BENCH_DECODE_TOKENS, help=f"tokens generated per decode request (default {d.BENCH_DECODE_TOKENS})")
+    p.add_argument("--prompt-tokens", type=int, default=d.BENCH_PROMPT_TOKENS, help=f"tokens of the long prompt (default {d.BENCH_PROMPT_TOKENS})")
+    p.add_argument("-c", "--ctx-size", type=int, default=d.BENCH_CONTEXT, help=f"every server's context (default {d.BENCH_CONTEXT})")
+    p.add_argument("--lock", metavar="PATH", help="hold an exclusive lock on PATH for the whole run (a shared box); a second bench waits")
+    p.add_argument("--json", metavar="OUT", help="write the record (configs, every sample, the figures) here")
+    p.add_argument("--logs", metavar="DIR", help="the servers' logs (default: build/bench/logs)")
+    return top

@@ -1,0 +1,295 @@
+"""Moving the pin: a pure plan (what would change, and whether it is allowed) and a runner that applies it
+all or nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pygit2
+
+from ci.errors import GitError, Refused
+from ci.files import all_or_nothing, write_atomic
+from ci.pin import pins as pins_mod
+from ci.pin.project import GITLINK_MODE, Project, read_gitmodules, set_gitmodules_value
+from ci.pin.verify import verify
+from ci.source import sync
+from ci.source.checkout import is_checked_out
+from ci.source.classify import PatchVerdict, SeriesPlan, classify
+from ci.source.series import PATCHES_DIR, SERIES_FILE, Series, check_paths, load_series, series_text
+from ci.source.store import ForkStore, Move, Relation
+from ci.words import count
+
+log = logging.getLogger("onebit-ci")
+
+SUBJECTS_SHOWN = 20
+
+
+@dataclass(frozen=True)
+class BumpRequest:
+    target: str
+    branch: str | None = None
+    allow_rollback: bool = False
+    reference: str | None = None
+    drop_upstreamed: bool = False
+    today: dt.date = field(default_factory=dt.date.today)
+
+
+@dataclass(frozen=True)
+class BumpPlan:
+    """Everything a bump will write, computed before anything is written."""
+
+    pins: pins_mod.Pins
+    old: str
+    new: str
+    branch: str
+    move: Move
+    subjects: tuple[tuple[str, str], ...]
+    pins_text: str
+    gitmodules_text: str | None
+    reference: str
+    date: str
+    series: Series
+    series_plan: SeriesPlan | None  # the series against the new commit
+    dropped_verdicts: tuple[PatchVerdict, ...] = ()  # patches already upstream, removed from the series by this bump
+    series_text: str | None = None
+    checkout: sync.SyncPlan | None = None  # how the checkout follows, when there is one
+
+    @property
+    def dropped(self) -> tuple[str, ...]:
+        return tuple(v.patch for v in self.dropped_verdicts)
+
+    @property
+    def kept_series(self) -> Series:
+        return self.series.without(self.dropped)
+
+    @property
+    def unchanged(self) -> bool:
+        return self.move.relation is Relation.SAME and self.branch == self.pins.fork.branch
+
+    def headline(self) -> str:
+        old, new = self.old[:7], self.new[:7]
+        if self.move.relation is Relation.SAME:
+            return f"pin is already {new} ({self.pins.fork.reference}) on {self.branch}: nothing to do"
+        how = {
+            Relation.AHEAD: f"{count(self.move.ahead, 'commit')} ahead",
+            Relation.ROLLBACK: f"ROLLBACK: {count(self.move.behind, 'commit')} behind",
+            Relation.SIDEWAYS: f"SIDEWAYS: {self.move.ahead} ahead, {self.move.behind} behind",
+            Relation.UNRELATED: "the old pin is not in this fork's history",
+        }[self.move.relation]
+        return f"{old} -> {new} ({self.pins.fork.reference} -> {self.reference}), {how}, on {self.branch}"
+
+    def subject_lines(self) -> list[str]:
+        lines = [f"{sha} {subject}" for sha, subject in self.subjects[:SUBJECTS_SHOWN]]
+        rest = len(self.subjects) - SUBJECTS_SHOWN
+        if rest > 0:
+            lines.append(f"... and {rest} more")
+        return lines
+
+    def report(self) -> str:
+        fork = self.pins.fork
+        lines = [
+            f"## Bump the ROCmFPX pin: {self.old[:7]} -> {self.new[:7]}",
+            "",
+            f"- Fork: {fork.url}, branch `{self.branch}`",
+            f"- From: `{self.old}` ({fork.reference}, pinned {fork.date})",
+            f"- To: `{self.new}` ({self.reference}, pinned {self.date})",
+            f"- Move: {self.headline()}",
+            "",
+        ]
+        if self.subjects:
+            lines += [f"### Commits ({len(self.subjects)})", ""]
+            lines += [f"- `{s}`" if s.startswith("...") is False else f"- {s}" for s in self.subject_lines()]
+            lines.append("")
+        if self.series_plan is not None:
+            lines += [f"### Patch series ({count(len(self.series.patches), 'patch')})", ""]
+            lines += [f"- `{v.patch}`: {v.fate.value}" + (f" ({v.detail})" if v.detail else "") for v in self.series_plan.verdicts]
+            lines += [f"- `{v.patch}`: {v.fate.value}, dropped from the series by this bump ({v.detail})" for v in self.dropped_verdicts]
+            lines.append("")
+        expected = self.pins.expected_cases()
+        if expected:
+            lines += ["### Gate expectations carried over", ""]
+            lines += [f"- test-backend-ops `{op}`: {n} cases" for op, n in expected.items()]
+            lines += ["", "The counts belong to the pin: confirm them with `nox -s gpu_tests` before this lands.", ""]
+        return "\n".join(lines)
+
+
+def plan(project: Project, store: ForkStore, request: BumpRequest) -> BumpPlan:
+    pins = project.load_pins()
+    branch = request.branch or pins.fork.branch
+    # "head": the tip of the branch, for the scheduled bump that follows the fork (docs/ci.md)
+    commit = store.resolve(str(store.branch_tip(branch)) if request.target.lower() == "head" else request.target)
+    new = str(commit.id)
+    if not store.on_branch(new, branch):
+        elsewhere = store.branches_containing(new)
+        where = f"it is only on {', '.join(elsewhere[:5])}" if elsewhere else "no branch reaches it"
+        raise Refused(f"commit {new[:12]} is not on the pinned branch {branch} ({where}); pin a commit of {branch}")
+    old = pins.fork.commit
+    move = store.move(old, new)
+    if move.relation in (Relation.ROLLBACK, Relation.SIDEWAYS, Relation.UNRELATED) and not request.allow_rollback:
+        why = {
+            Relation.ROLLBACK: f"{new[:12]} is an ancestor of the current pin {old[:12]} ({count(move.behind, 'commit')} back)",
+            Relation.SIDEWAYS: f"{new[:12]} is neither ahead of nor behind the current pin {old[:12]}",
+            Relation.UNRELATED: f"the current pin {old[:12]} is not in this fork, so {new[:12]} cannot be shown to be ahead",
+        }[move.relation]
+        raise Refused(f"bump refused: {why}; pass --allow-rollback if this is meant")
+    reference = request.reference or (pins.fork.reference if move.relation is Relation.SAME else f"{branch}@{new[:7]}")
+    date = pins.fork.date if move.relation is Relation.SAME else request.today.isoformat()
+    changes = {"commit": new, "reference": reference, "date": date}
+    if branch != pins.fork.branch:
+        changes["branch"] = branch
+    pins_text = pins_mod.edit_fork(pins.text, changes) if move.relation is not Relation.SAME or changes.get("branch") else pins.text
+    gitmodules_text = None
+    if branch != pins.fork.branch:
+        sub = read_gitmodules(project.gitmodules_path).get(pins.submodule)
+        if sub is None:
+            raise Refused(f".gitmodules: no submodule at {pins.submodule}; run nox -s verify_pin")
+        gitmodules_text = set_gitmodules_value(project.gitmodules_path.read_text(), sub.name, "branch", branch)
+    subjects = tuple(store.subjects_between(old, new)) if move.relation is not Relation.SAME else ()
+    series = load_series(project.root / PATCHES_DIR)
+    series_plan, dropped, series_file = _series_at(project, store, series, old, commit, request)
+    follow = None
+    if move.relation is not Relation.SAME and is_checked_out(project.root / pins.submodule):
+        # decided now, so that a checkout holding someone's work refuses the bump before anything is written
+        source = dataclasses.replace(project.source(pins, series.without([v.patch for v in dropped])), commit=new)
+        follow = sync.prepare(source, store, series_plan=series_plan)
+    return BumpPlan(
+        pins=pins,
+        old=old,
+        new=new,
+        branch=branch,
+        move=move,
+        subjects=subjects,
+        pins_text=pins_text,
+        gitmodules_text=gitmodules_text,
+        reference=reference,
+        date=date,
+        series=series,
+        series_plan=series_plan,
+        dropped_verdicts=dropped,
+        series_text=series_file,
+        checkout=follow,
+    )
+
+
+def _series_at(
+    project: Project, store: ForkStore, series: Series, old: str, commit: pygit2.Commit, request: BumpRequest
+) -> tuple[SeriesPlan | None, tuple[PatchVerdict, ...], str | None]:
+    """Classify the series against the new commit; refuse a conflict, and an upstreamed patch unless dropped."""
+    if not series.patches:
+        return None, (), None
+    new = str(commit.id)
+    check_paths(series, commit.tree, None)
+    gitdir = Path(store.repo.path)
+    sp = classify(gitdir, new, series, since=old)
+    if sp.conflicts:
+        listing = "; ".join(f"patches/{v.patch}: {v.detail}" for v in sp.conflicts)
+        raise Refused(f"bump refused: the series conflicts at {new[:12]}: {listing}; refresh the patch (docs/patches.md) and retry")
+    dropped = sp.upstreamed
+    if dropped and not request.drop_upstreamed:
+        listing = "; ".join(f"patches/{v.patch} ({v.detail})" for v in sp.upstreamed)
+        raise Refused(f"bump refused: already upstream at {new[:12]}: {listing}; pass --drop-upstreamed to drop it in this bump")
+    text = None
+    if dropped:
+        series_path = project.root / PATCHES_DIR / SERIES_FILE
+        kept = series.without([v.patch for v in dropped])
+        text = series_text(kept.names, series_path.read_text())
+        sp = classify(gitdir, new, kept, since=old)
+    return sp, dropped, text
+
+
+def execute(project: Project, bump: BumpPlan) -> None:
+    """Write pins.yaml, .gitmodules, the series, the gitlink and the checkout; on any failure restore them all."""
+    patches_dir = project.root / PATCHES_DIR
+    targets = [project.pins_path, project.gitmodules_path, project.index_path(), patches_dir / SERIES_FILE]
+    targets += [patches_dir / name for name in bump.dropped]
+    with all_or_nothing(targets):
+        write_atomic(project.pins_path, bump.pins_text)
+        if bump.gitmodules_text is not None:
+            write_atomic(project.gitmodules_path, bump.gitmodules_text)
+        if bump.series_text is not None:
+            write_atomic(patches_dir / SERIES_FILE, bump.series_text)
+            for name in bump.dropped:
+                (patches_dir / name).unlink()
+        repo = project.repo()
+        index = repo.index
+        index.read()
+        try:
+            index.add(pygit2.IndexEntry(bump.pins.submodule, pygit2.Oid(hex=bump.new), GITLINK_MODE))
+            index.add(pins_mod.PINS_FILE)
+            if bump.gitmodules_text is not None:
+                index.add(".gitmodules")
+            if bump.dropped:
+                index.add(f"{PATCHES_DIR}/{SERIES_FILE}")
+                for name in bump.dropped:
+                    if f"{PATCHES_DIR}/{name}" in index:
+                        index.remove(f"{PATCHES_DIR}/{name}")
+            index.write()
+        except pygit2.GitError as exc:
+            raise GitError(f"{project.index_path()}: cannot be written ({exc}); is another git running?") from None
+        if bump.checkout is not None:
+            sync.execute(bump.checkout)
+
+
+def write_report(path: Path, bump: BumpPlan) -> None:
+    write_atomic(path, bump.report())
+
+
+@dataclass(frozen=True)
+class BumpOutcome:
+    plan: BumpPlan
+    report: Path | None  # None when nothing changed
+
+
+def run(project: Project, request: BumpRequest, remote: str | None, report: Path | None, say: Callable[[str], None]) -> BumpOutcome:
+    """``nox -s bump_pin``: the current pin must verify; fetch; plan; write everything or nothing; the report."""
+    check = verify(project)
+    if not check.ok:
+        raise Refused("the current pin does not verify; fix it first: " + "; ".join(check.problems))
+    pins = project.load_pins()
+    store = ForkStore.open(project.module_gitdir(pins.submodule))
+    where = remote or pins.fork.url
+    log.info("fetching %s", where)
+    log.info("fetched %s", store.sync(where))
+    bump = plan(project, store, request)
+    if bump.unchanged:
+        return BumpOutcome(bump, None)
+    execute(project, bump)
+    path = report or project.root / "build" / "bump-report.md"
+    write_report(path, bump)
+    return BumpOutcome(bump, path)
+
+
+def session(project: Project, request: BumpRequest, remote: str | None, report: Path | None, say: Callable[[str], None]) -> int:
+    """``nox -s bump_pin -- SHA``: what moves, the series at the new pin, then everything written (or nothing)."""
+    done = run(project, request, remote, report, say)
+    bump = done.plan
+    say(f"bump_pin: {bump.headline()}")
+    for line in bump.subject_lines():
+        say(f"  {line}")
+    if bump.series_plan is not None:
+        say(f"bump_pin: patch series at {bump.new[:7]}:")
+        for v in bump.series_plan.verdicts:
+            say(f"  {v.line()}")
+        for name in bump.dropped:
+            say(f"  {name}: already upstream, dropped from the series")
+    if done.report is None:
+        return 0
+    if bump.checkout is not None:
+        say(bump.checkout.describe())
+    rel = _rel(done.report, project.root)
+    say(f"bump_pin: wrote pins.yaml and the gitlink (staged); report: {rel}")
+    say(f"bump_pin: next: nox -s build gpu_tests, then git commit -F {rel}")
+    return 0
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(root))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,280 @@
+"""pins.yaml: the one record of what is pinned, loaded strictly into frozen dataclasses.
+
+Edits go through :func:`edit_fork`, which replaces scalar values in place so that comments, quoting style of
+untouched keys and key order stay exactly as a person wrote them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+import yaml
+
+from ci import defaults
+from ci.errors import ConfigError
+from ci.schema import Section, describe, did_you_mean
+
+PINS_FILE = "pins.yaml"
+SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+PLAIN_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./@+-]*$")
+OP_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+
+
+def _full_sha(value: str) -> str | None:
+    return None if SHA_RE.match(value) else "is not a full 40-hex sha"
+
+
+def _https(value: str) -> str | None:
+    return None if value.startswith("https://") else "is not an https:// URL"
+
+
+def _branch(value: str) -> str | None:
+    if value.startswith(("refs/", "-")) or ".." in value or " " in value or value.endswith("/"):
+        return "is not a branch name (give it without refs/heads/)"
+    return None
+
+
+def _relpath(value: str) -> str | None:
+    p = PurePosixPath(value)
+    if p.is_absolute() or ".." in p.parts or value.endswith("/"):
+        return "is not a relative path inside the repository"
+    return None
+
+
+def _iso_date(value: str) -> str | None:
+    try:
+        dt.date.fromisoformat(value)
+    except ValueError:
+        return "is not a date (YYYY-MM-DD)"
+    return None
+
+
+@dataclass(frozen=True)
+class Fork:
+    url: str
+    branch: str
+    commit: str
+    reference: str
+    date: str
+
+    @property
+    def short(self) -> str:
+        return self.commit[:7]
+
+
+TOOLCHAIN_KEYS = ("cmake", "rocm", "cuda", "cxx")
+VERSION_RE = re.compile(r"^\d+(\.\d+){0,3}$")
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """pins.yaml ``build``: CMake flags of this pin (all profiles, and per profile), minimum toolchain, targets."""
+
+    flags: tuple[str, ...] = ()
+    profile_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    minimums: tuple[tuple[str, str], ...] = ()
+    targets: tuple[str, ...] = ("test-backend-ops", "llama-server")
+
+    def flags_for(self, profile: str) -> tuple[str, ...]:
+        return dict(self.profile_flags).get(profile, ())
+
+    def minimum(self, tool: str) -> str | None:
+        return dict(self.minimums).get(tool)
+
+
+@dataclass(frozen=True)
+class EquivalenceConfig:
+    """pins.yaml ``equivalence``: the greedy-equivalence gate's threshold and models for this pin."""
+
+    near_tie_nats: float = defaults.NEAR_TIE
+    tokens: int = defaults.TOKENS
+    model: str | None = None  # None: the gate's tiny generated models
+    drafter: str | None = None
+    spec_type: str | None = None
+
+
+@dataclass(frozen=True)
+class Pins:
+    """What is pinned, and what the gates must see at that pin."""
+
+    path: Path
+    text: str
+    fork: Fork
+    submodule: str
+    omit: tuple[str, ...] = ()
+    backend_ops: tuple[tuple[str, int], ...] = field(default=())
+    build: BuildConfig = field(default_factory=BuildConfig)
+    equivalence: EquivalenceConfig = field(default_factory=EquivalenceConfig)
+
+    def expected_cases(self) -> dict[str, int]:
+        return dict(self.backend_ops)
+
+
+def load(path: Path) -> Pins:
+    """Read and validate ``path``; every problem is a :class:`ConfigError` naming the file and dotted key."""
+    name = path.name
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: not found; run from the repository root or pass --pins") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc})") from None
+    return parse(text, path, name)
+
+
+def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{name}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    top = Section(name, "", data if data is not None else {})
+    fork_s = top.section("fork")
+    assert fork_s is not None
+    fork = Fork(
+        url=fork_s.string("url", check=_https),
+        branch=fork_s.string("branch", check=_branch),
+        commit=fork_s.string("commit", check=_full_sha),
+        reference=fork_s.string("reference"),
+        date=fork_s.string("date", check=_iso_date),
+    )
+    fork_s.done()
+    submodule = top.string("submodule", check=_relpath)
+    omit: tuple[str, ...] = ()
+    checkout = top.section("checkout", required=False)
+    if checkout is not None:
+        omit = checkout.strings("omit", required=False)
+        for i, p in enumerate(omit):
+            stripped = p.rstrip("/")
+            if not stripped or _relpath(stripped):
+                raise checkout.error(f'"{p}" is not a relative path inside the checkout', f"omit[{i}]")
+        omit = tuple(p.rstrip("/") + "/" for p in omit)
+        checkout.done()
+    cases: list[tuple[str, int]] = []
+    expect = top.section("expect", required=False)
+    if expect is not None:
+        ops = expect.section("backend_ops", required=False)
+        if ops is not None:
+            for op, _ in ops.items():
+                if not OP_RE.match(op):
+                    raise ops.error("is not a ggml op name (upper case, as test-backend-ops -o takes it)", op)
+                cases.append((op, ops.integer(op, minimum=1)))
+            ops.done()
+        expect.done()
+    build = _build_config(top.section("build", required=False))
+    equivalence = _equivalence_config(top.section("equivalence", required=False))
+    top.done()
+    return Pins(
+        path=path, text=text, fork=fork, submodule=submodule, omit=omit, backend_ops=tuple(cases), build=build, equivalence=equivalence
+    )
+
+
+def _equivalence_config(section: Section | None) -> EquivalenceConfig:
+    if section is None:
+        return EquivalenceConfig()
+    default = EquivalenceConfig()
+    config = EquivalenceConfig(
+        near_tie_nats=section.number("near_tie_nats", required=False, default=default.near_tie_nats, minimum=0.0),
+        tokens=section.integer("tokens", required=False, default=default.tokens, minimum=1),
+        model=section.string("model", required=False, default="") or None,
+        drafter=section.string("drafter", required=False, default="") or None,
+        spec_type=section.string("spec_type", required=False, default="") or None,
+    )
+    if (config.model is None) != (config.drafter is None):
+        raise section.error("give both model and drafter, or neither (the gate's tiny models)")
+    section.done()
+    return config
+
+
+CMAKE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.+-]*$")
+DEFAULT_TARGETS = ("test-backend-ops", "llama-server")
+
+
+def cmake_flag_name(flag: str) -> str:
+    """NAME of ``-DNAME=VALUE`` or ``-DNAME:TYPE=VALUE``; a ConfigError for anything CMake would not take as a
+    cache variable (no name, a space in it, no ``=``)."""
+    body = flag[2:] if flag.startswith("-D") else ""
+    name, eq, _ = body.partition("=")
+    name = name.split(":", 1)[0]
+    if not eq or not CMAKE_NAME_RE.match(name):
+        raise ConfigError(f'"{flag}" is not a CMake cache flag (-DNAME=VALUE, NAME of letters, digits and _)')
+    return name
+
+
+def _flags(section: Section, key: str) -> tuple[str, ...]:
+    flags = section.strings(key, required=False)
+    for i, flag in enumerate(flags):
+        try:
+            cmake_flag_name(flag)
+        except ConfigError:
+            raise section.error(f'"{flag}" is not a CMake cache flag (-DNAME=VALUE)', f"{key}[{i}]") from None
+    return flags
+
+
+def _build_config(section: Section | None) -> BuildConfig:
+    if section is None:
+        return BuildConfig()
+    flags = _flags(section, "flags")
+    per_profile: list[tuple[str, tuple[str, ...]]] = []
+    profiles = section.section("profiles", required=False)
+    if profiles is not None:
+        for name, _ in profiles.items():  # the names are checked against the profiles by the build stage
+            per_profile.append((name, _flags(profiles, name)))
+        profiles.done()
+    minimums: list[tuple[str, str]] = []
+    toolchain = section.section("toolchain", required=False)
+    if toolchain is not None:
+        for tool, value in toolchain.items():
+            if tool not in TOOLCHAIN_KEYS:
+                raise toolchain.error(f"unknown tool{did_you_mean(tool, TOOLCHAIN_KEYS)}; known: {', '.join(TOOLCHAIN_KEYS)}", tool)
+            if not isinstance(value, str) or not VERSION_RE.match(value):
+                # unquoted, YAML reads 3.10 as the number 3.1
+                raise toolchain.error(f'{describe(value)} is not a quoted version (write it as "6.4")', tool)
+            minimums.append((tool, value))
+        toolchain.done()
+    targets = section.strings("targets", required=False, default=DEFAULT_TARGETS)
+    section.done()
+    return BuildConfig(flags=flags, profile_flags=tuple(per_profile), minimums=tuple(minimums), targets=targets)
+
+
+def edit_fork(text: str, changes: dict[str, str], name: str = PINS_FILE) -> str:
+    """``text`` with the given ``fork.*`` scalars replaced in place; everything else byte for byte."""
+    root = yaml.compose(text)
+    fork_node = _child(root, "fork", name)
+    spans: list[tuple[int, int, str]] = []
+    for key, value in changes.items():
+        node = _child(fork_node, key, name, parent="fork")
+        if not isinstance(node, yaml.ScalarNode):
+            raise ConfigError(f"{name}: fork.{key}: expected a scalar")
+        spans.append((node.start_mark.index, node.end_mark.index, _scalar(key, value, node.style)))
+    out = text
+    for start, end, new in sorted(spans, reverse=True):
+        out = out[:start] + new + out[end:]
+    parse(out, Path(name), name)  # an edit that breaks the file is a bug here, never written
+    return out
+
+
+def _child(node: yaml.Node | None, key: str, name: str, parent: str = "") -> yaml.Node:
+    where = f"{parent}.{key}" if parent else key
+    if not isinstance(node, yaml.MappingNode):
+        raise ConfigError(f"{name}: {parent or 'top level'}: expected a mapping")
+    for k, v in node.value:
+        if isinstance(k, yaml.ScalarNode) and k.value == key:
+            assert isinstance(v, yaml.Node)
+            return v
+    raise ConfigError(f"{name}: {where}: is required")
+
+
+def _scalar(key: str, value: str, style: str | None) -> str:
+    if key == "date" or (SHA_RE.match(value) and not value.isdigit()):
+        return value  # a sha of decimal digits alone would load as an integer
+    if style == "'" and "'" not in value:
+        return f"'{value}'"
+    if style is None and PLAIN_RE.match(value) and yaml.safe_load(value) == value:
+        return value
+    return json.dumps(value)

@@ -1,0 +1,89 @@
+"""verify_pin: pins.yaml, .gitmodules, the gitlink in the index and the checked-out HEAD must agree."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ci.errors import ConfigError, OnebitError
+from ci.pin.pins import Pins
+from ci.pin.project import Project, gitlink, read_gitmodules
+from ci.source.checkout import head_of, is_checked_out
+from ci.source.git import Git
+
+
+@dataclass(frozen=True)
+class PinCheck:
+    pins: Pins | None
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def headline(self) -> str:
+        if self.pins is None:
+            return "verify_pin: pins.yaml did not load"
+        f = self.pins.fork
+        return f"verify_pin: OK: pins.yaml, .gitmodules and the gitlink agree on {f.short} ({f.reference}, {f.branch})"
+
+    def error(self) -> ConfigError:
+        """Every problem, a line each (the entry point prints each as ``onebit-ci: error: ...``), then the count."""
+        return ConfigError("\n".join([*self.problems, f"verify_pin: {len(self.problems)} problem(s)"]))
+
+
+def session(project: Project, say: Callable[[str], None]) -> int:
+    """``nox -s verify_pin``."""
+    check = verify(project)
+    if not check.ok:
+        raise check.error()
+    say(check.headline())
+    return 0
+
+
+def verify(project: Project, *, checkout_head: bool = True) -> PinCheck:
+    """Every disagreement at once, not only the first. ``checkout_head=False`` leaves the checkout's HEAD out
+    (the build moves a clean checkout to the pin itself)."""
+    problems: list[str] = []
+    try:
+        pins = project.load_pins()
+    except OnebitError as exc:
+        return PinCheck(None, (exc.message,))
+    fork = pins.fork
+    try:
+        subs = read_gitmodules(project.gitmodules_path)
+    except OnebitError as exc:
+        problems.append(exc.message)
+        subs = {}
+    sub = subs.get(pins.submodule)
+    if not project.gitmodules_path.is_file():
+        problems.append(f".gitmodules: missing; the submodule {pins.submodule} must be declared there")
+    elif sub is None:
+        problems.append(f".gitmodules: no submodule with path {pins.submodule} (pins.yaml: submodule)")
+    else:
+        if sub.url != fork.url:
+            problems.append(f'.gitmodules: submodule.{sub.name}.url is "{sub.url}" but pins.yaml fork.url is "{fork.url}"')
+        if sub.branch != fork.branch:
+            problems.append(f'.gitmodules: submodule.{sub.name}.branch is "{sub.branch}" but pins.yaml fork.branch is "{fork.branch}"')
+    try:
+        index = project.repo().index
+        link = gitlink(index, pins.submodule)
+        if link is None:
+            problems.append(f"index: no gitlink at {pins.submodule}; add it with git update-index --add --cacheinfo 160000,{fork.commit},{pins.submodule}")
+        elif link != fork.commit:
+            problems.append(f"index: gitlink {pins.submodule} is {link[:12]} but pins.yaml fork.commit is {fork.commit[:12]}; run nox -s bump_pin -- {fork.commit[:12]}")
+    except OnebitError as exc:
+        problems.append(exc.message)
+    workdir = project.root / pins.submodule
+    if checkout_head and is_checked_out(workdir):
+        try:
+            head = head_of(Git(project.module_gitdir(pins.submodule), workdir))
+        except OnebitError as exc:
+            problems.append(exc.message)
+            head = fork.commit
+        if head is not None and head != fork.commit:
+            problems.append(
+                f"{pins.submodule}: checked out at {head[:12]} but pins.yaml fork.commit is {fork.commit[:12]}; "
+                "nox -s build moves it (nox -s patches alone does too)"
+            )
+    return PinCheck(pins, tuple(problems))

@@ -1,0 +1,234 @@
+"""``nox -s ship``: the serve launcher ships only when every gate passed for exactly the build being shipped.
+
+The current build key is computed from what is here now (pins.yaml, the patch series, the profile, the
+toolchain), not read from the manifest: a bump or a patch edited after the gates ran makes their records stale.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from ci.build.context import Context
+from ci.build.manifest import Manifest
+from ci.build.stage import current_build
+from ci.command import run
+from ci.errors import GateFailed, ToolchainError
+from ci.files import write_atomic
+from ci.gates.registry import NAMES
+from ci.gates.route import SOURCE_ROOT
+from ci.release import ledger as ledger_mod
+
+DIST_NAME = "onebit-serve"
+
+
+class Standing(Enum):
+    PASSED = "passed"
+    FAILED = "failed"
+    MISSING = "missing"
+    STALE = "stale"
+
+
+@dataclass(frozen=True)
+class GateStanding:
+    gate: str
+    state: Standing
+    detail: str
+    record: ledger_mod.Record | None = None
+
+
+@dataclass(frozen=True)
+class ShipCheck:
+    key: str
+    manifest: Manifest
+    standings: tuple[GateStanding, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(s.state is Standing.PASSED for s in self.standings)
+
+
+def standings(ledger: ledger_mod.Ledger, key: str, required: Sequence[str] = NAMES) -> tuple[GateStanding, ...]:
+    """Where each required gate stands for the build ``key``, from the ledger's records (pure)."""
+    out = []
+    for gate in required:
+        rec = ledger_mod.latest(ledger, gate, key)
+        if rec is not None:
+            state = Standing.PASSED if rec.verdict == "passed" else Standing.FAILED
+            problems = list(rec.data.get("problems", []))
+            why = f": {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "") if state is Standing.FAILED and problems else ""
+            detail = f"{rec.data.get('summary', '')}{why} (ledger line {rec.line}, {rec.data.get('time', '')})"
+            out.append(GateStanding(gate, state, detail, rec))
+            continue
+        others = [r for r in ledger.records if r.gate == gate]
+        if others:
+            last = others[-1]
+            out.append(GateStanding(gate, Standing.STALE, f"no record for this build; the last ({last.verdict}, line {last.line}) judged key {last.build_key[:12] or 'none'}"))
+        else:
+            out.append(GateStanding(gate, Standing.MISSING, "no record: run nox -s gpu_tests"))
+    return tuple(out)
+
+
+def check(ctx: Context, profile: str, results_dir: Path) -> ShipCheck:
+    build = current_build(ctx, profile)
+    ledger = ledger_mod.read(ledger_mod.ledger_path(results_dir))
+    return ShipCheck(build.key, build.manifest, standings(ledger, build.key))
+
+
+def table(result: ShipCheck) -> str:
+    width = max(len(s.gate) for s in result.standings)
+    m = result.manifest
+    lines = [f"ship: build {result.key[:12]} ({m.profile}, pin {m.pin_commit[:7]}, patches {m.series_digest[:12]})"]
+    for s in result.standings:
+        shown = s.state.value if s.state is Standing.PASSED else s.state.value.upper()
+        lines.append(f"  {s.gate:<{width}}  {shown:<8}  {s.detail}")
+    return "\n".join(lines)
+
+
+def release_manifest(ctx: Context, result: ShipCheck, results_dir: Path) -> dict[str, Any]:
+    pins = ctx.pins
+    m = result.manifest
+    return {
+        "schema": 1,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "pin": {"url": pins.fork.url, "branch": pins.fork.branch, "commit": pins.fork.commit, "reference": pins.fork.reference},
+        "patches": m.patches,
+        "build": {
+            "key": m.key,
+            "profile": m.profile,
+            "device": m.device,
+            "flags": list(m.flags),
+            "local_flags": list(m.local_flags),
+            "one_off_flags": list(m.one_off_flags),
+            "toolchain": m.toolchain,
+            "binaries": {k: a.sha256 for k, a in m.binaries.items()},
+        },
+        "gates": {
+            s.gate: {
+                "verdict": s.state.value,
+                "counts": s.record.data.get("counts", {}) if s.record else {},
+                "summary": s.record.data.get("summary", "") if s.record else "",
+                "ledger_line": s.record.line if s.record else None,
+                "record_sha256": s.record.sha256 if s.record else None,
+                "time": s.record.data.get("time") if s.record else None,
+            }
+            for s in result.standings
+        },
+        "ledger": str(ledger_mod.ledger_path(results_dir).relative_to(ctx.root))
+        if ledger_mod.ledger_path(results_dir).is_relative_to(ctx.root)
+        else str(ledger_mod.ledger_path(results_dir)),
+    }
+
+
+PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=69"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "{name}"
+version = "{version}"
+description = "1bit serve: llama-server launcher for the ROCmFPX fork, shipped with the evidence of its gates"
+requires-python = ">=3.10"
+dependencies = ["gguf>=0.10"]
+
+[project.scripts]
+1bit = "serve.cli:main"
+
+[tool.setuptools]
+packages = {packages}
+
+[tool.setuptools.package-data]
+serve = ["config/*.json", "release.json"]
+"""
+
+
+def build_distribution(manifest: dict[str, Any], dist: Path, base_version: str) -> list[Path]:
+    """Wheel and sdist of the serve launcher with the release manifest inside and beside them."""
+    version = f"{base_version}+{manifest['pin']['commit'][:7]}.{manifest['build']['key'][:8]}"
+    with tempfile.TemporaryDirectory(prefix="onebit-ship-") as tmp:
+        stage = Path(tmp)
+        import serve
+
+        shutil.copytree(Path(serve.__file__).parent, stage / "serve", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        (stage / "serve" / "release.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        packages = sorted(str(p.parent.relative_to(stage)).replace("/", ".") for p in (stage / "serve").rglob("__init__.py"))
+        (stage / "pyproject.toml").write_text(PYPROJECT.format(name=DIST_NAME, version=version, packages=json.dumps(packages)))
+        out = stage / "dist"
+        _require_pypa_build()
+        # run from the stage: the project's own build/ directory would shadow the package "build" (python -m build)
+        run([sys.executable, "-m", "build", "--no-isolation", "--sdist", "--wheel", "--outdir", str(out), str(stage)], cwd=stage, what="python -m build")
+        dist.mkdir(parents=True, exist_ok=True)
+        built = []
+        for f in sorted(out.iterdir()):
+            target = dist / f.name
+            shutil.copy2(f, target)
+            built.append(target)
+    stem = f"{DIST_NAME.replace('-', '_')}-{version}"
+    release = dist / f"{stem}.release.json"
+    write_atomic(release, json.dumps(manifest, indent=2) + "\n")
+    return [*built, release]
+
+
+def _require_pypa_build() -> None:
+    import importlib.util
+
+    for module, package in (("build", "build"), ("setuptools", "setuptools")):
+        spec = importlib.util.find_spec(module)
+        if spec is None or spec.origin is None or (module == "build" and not Path(spec.origin).with_name("__main__.py").is_file()):
+            raise ToolchainError(f"ship: the Python package {package} is not installed here; pip install {package} (nox -s ship installs it)")
+
+
+def refusal(result: ShipCheck) -> GateFailed:
+    bad = [s for s in result.standings if s.state is not Standing.PASSED]
+    return GateFailed(f"ship: refused: {len(bad)} of {len(result.standings)} gates have not passed for this build ({', '.join(s.gate for s in bad)})")
+
+
+def ship(ctx: Context, result: ShipCheck, results_dir: Path, dist: Path) -> list[Path]:
+    """Build the distribution for a passing ``result`` (a refused one raises)."""
+    from importlib import metadata
+
+    if not result.ok:
+        raise refusal(result)
+    manifest = release_manifest(ctx, result, results_dir)
+    try:
+        base = metadata.version("onebit-ci")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed (a GPU box, --no-venv)
+        import re
+
+        m = re.search(r'^version = "([^"]+)"', (SOURCE_ROOT / "pyproject.toml").read_text(), re.MULTILINE)
+        base = m.group(1) if m else "0.0.0"
+    return build_distribution(manifest, dist, base)
+
+
+def session(ctx: Context, profile: str, results_dir: Path, dist: Path | None, check_only: bool, say: Callable[[str], None]) -> int:
+    """``nox -s ship``: the table of every required gate for this build; the wheel and sdist when all passed."""
+    from ci.release.evidence import step_summary
+
+    result = check(ctx, profile, results_dir)
+    shown = table(result)
+    say(shown)
+    step_summary(f"### ship, profile {profile}: {'every gate passed' if result.ok else 'REFUSED'}\n\n```\n{shown}\n```\n")
+    if not result.ok:
+        raise refusal(result)
+    if check_only:
+        say("ship: every gate passed for this build")
+        return 0
+    for f in ship(ctx, result, results_dir, dist or ctx.root / "dist"):
+        say(f"ship: wrote {_rel(f, ctx.root)}")
+    return 0
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(root))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,109 @@
+"""``nox -s export_patches``: the commits of a local branch of the checkout, from the pin, back into ``patches/``.
+
+Each commit becomes one patch, written by ``git format-patch`` and read back as the series reads it (so a commit
+without the ``Upstream:``/``Drop-when:`` trailers is refused before anything is written). ``patches/`` is written
+all or nothing; then, when that loses nothing, the checkout goes back to the pin with the new series applied.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ci.errors import ConfigError, Refused
+from ci.files import all_or_nothing, write_atomic
+from ci.source import sync
+from ci.source.checkout import head_of, is_checked_out
+from ci.source.git import Git
+from ci.source.series import SERIES_FILE, load_series, parse_patch, series_text
+
+
+@dataclass(frozen=True)
+class ExportPlan:
+    files: tuple[tuple[str, bytes], ...]  # (name, format-patch bytes) in series order
+    stale: tuple[str, ...]  # patch files of the old series that the new one no longer lists
+    series_text: str
+
+
+def plan_export(source: sync.Source, directory: Path, branch: str) -> ExportPlan:
+    if not is_checked_out(source.workdir):
+        raise Refused(f"{source.name}: not checked out; run nox -s patches, commit your changes on a branch there, then export")
+    git = Git(source.gitdir, source.workdir)
+    ref = f"refs/heads/{branch}"
+    if git.run("rev-parse", "--verify", "-q", ref, check=False).returncode != 0:
+        raise ConfigError(f"{source.name}: no local branch {branch}; create it with git -C {source.name} switch -c {branch}")
+    if git.run("merge-base", "--is-ancestor", source.commit, ref, check=False).returncode != 0:
+        raise Refused(f"branch {branch} does not start from the pin {source.short}; rebase it onto {source.short} first")
+    commits = git.text("rev-list", "--reverse", "--topo-order", "--parents", f"{source.commit}..{ref}").splitlines()
+    files: list[tuple[str, bytes]] = []
+    with tempfile.TemporaryDirectory(prefix="onebit-export-") as tmp:
+        for row in commits:
+            sha, *parents = row.split()
+            subject = git.text("log", "-1", "--format=%s", sha)
+            if len(parents) != 1:
+                raise Refused(f"commit {sha[:12]} on {branch} is a merge; a series is linear: rebase the branch")
+            text = git.run("format-patch", "-1", "--stdout", "--no-signature", "--zero-commit", sha).output.encode()
+            name = _unique(slug(subject), {n for n, _ in files})
+            path = Path(tmp) / name
+            path.write_bytes(text)
+            parse_patch(path, f"commit {sha[:12]} ({subject})")
+            files.append((name, text))
+    old = load_series(directory)
+    names = [n for n, _ in files]
+    series_file = directory / SERIES_FILE
+    old_text = series_file.read_text(encoding="utf-8") if series_file.is_file() else ""
+    return ExportPlan(tuple(files), tuple(n for n in old.names if n not in names), series_text(names, old_text))
+
+
+def write_export(directory: Path, plan: ExportPlan) -> None:
+    touched = [directory / n for n, _ in plan.files] + [directory / n for n in plan.stale] + [directory / SERIES_FILE]
+    with all_or_nothing(touched):
+        for name, data in plan.files:
+            write_atomic(directory / name, data)
+        write_atomic(directory / SERIES_FILE, plan.series_text)
+        for name in plan.stale:
+            (directory / name).unlink()
+
+
+def back_to_series(source: sync.Source, directory: Path, branch: str) -> str:
+    """After an export, put the checkout back at the pin with the new series applied (what every other session
+    expects) when that loses nothing: HEAD is the exported branch, which keeps the commits, and nothing is
+    uncommitted. Otherwise leave it as it is and say how to go back."""
+    git = Git(source.gitdir, source.workdir)
+    back = f"git -C {source.name} switch --detach {source.short}, then nox -s patches"
+    on = git.run("symbolic-ref", "-q", "--short", "HEAD", check=False).output.strip()
+    if on != branch:
+        return f"export_patches: the checkout is not on {branch}, so it was left as it is; to build the series: {back}"
+    head = head_of(git)
+    if head is None or git.run("status", "--porcelain", "--untracked-files=all").output.strip():
+        return f"export_patches: the checkout has uncommitted changes, so it was left on {branch}; to build the series: {back}"
+    done = sync.sync(replace(source, series=load_series(directory)))
+    return f"{done.describe()} (the checkout is back at the pin; branch {branch} keeps the commits)"
+
+
+def slug(subject: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9]+", "-", subject).strip("-").lower()
+    return (s[:60].rstrip("-") or "patch") + ".patch"
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    stem, n = name[: -len(".patch")], 2
+    while name in taken:
+        name, n = f"{stem}-{n}.patch", n + 1
+    return name
+
+
+def session(source: sync.Source, directory: Path, branch: str, say: Callable[[str], None]) -> int:
+    """``nox -s export_patches -- --branch B``."""
+    plan = plan_export(source, directory, branch)
+    write_export(directory, plan)
+    say(f"export_patches: wrote {len(plan.files)} patches from {branch} into patches/ (series rewritten)")
+    for name, _ in plan.files:
+        say(f"  {name}")
+    for name in plan.stale:
+        say(f"  removed {name}")
+    say(back_to_series(source, directory, branch))
+    return 0

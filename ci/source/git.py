@@ -1,0 +1,158 @@
+"""git itself, through :func:`ci.command.run`, on the fork store: apply, check, reverse, patch-id, read-tree.
+
+The store is the submodule's git directory. A command on the checkout names it with ``GIT_DIR`` and the work
+tree with ``GIT_WORK_TREE``; a command on a scratch index (classification) names a temporary ``GIT_INDEX_FILE``
+and no work tree, so nothing the user sees is touched. Messages are read in the C locale.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ci.command import Completed, run
+from ci.errors import CommandFailed, GitError
+
+# variables a calling git (a hook, a git alias) may have set, which would point our commands elsewhere
+_INHERITED = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_PREFIX")
+_OFFSET_RE = re.compile(r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)\.$", re.MULTILINE)
+_FAILED_AT_RE = re.compile(r"^error: patch failed: (.+):(\d+)$", re.MULTILINE)
+_LOCK_RE = re.compile(r"Unable to create '([^']+\.lock)': File exists")
+
+
+@dataclass(frozen=True)
+class Git:
+    """One repository as git sees it: a git dir, and optionally a work tree and an index of its own."""
+
+    gitdir: Path
+    worktree: Path | None = None
+    index: Path | None = None
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in _INHERITED}
+        env |= {"GIT_DIR": str(self.gitdir), "LC_ALL": "C", "LANGUAGE": "C"}
+        if self.worktree is not None:
+            env["GIT_WORK_TREE"] = str(self.worktree)
+        if self.index is not None:
+            env["GIT_INDEX_FILE"] = str(self.index)
+        return env
+
+    def run(self, *args: str | os.PathLike[str], check: bool = True, stdin: Path | None = None) -> Completed:
+        argv = ["git", *(os.fspath(a) for a in args)]
+        cwd = self.worktree if self.worktree is not None else self.gitdir
+        try:
+            return run(argv, env=self.env(), cwd=cwd, check=check, quiet=True, stdin=stdin, what=f"git {argv[1]}")
+        except CommandFailed as exc:
+            lock = _LOCK_RE.search(exc.tail)
+            if lock:
+                raise GitError(f"{lock.group(1)} exists: another git is working in {self.worktree or self.gitdir}; wait for it, or remove the lock if none runs") from None
+            raise GitError(f"git {' '.join(argv[1:3])} failed in {self.worktree or self.gitdir}: {first_error(exc.tail)}") from None
+
+    def text(self, *args: str | os.PathLike[str]) -> str:
+        return self.run(*args).output.strip()
+
+    def tree_of(self, rev: str) -> str:
+        return self.text("rev-parse", f"{rev}^{{tree}}")
+
+    def write_tree(self) -> str:
+        return self.text("write-tree")
+
+    def changed_between(self, a: str, b: str) -> list[str]:
+        """Paths that differ between two trees (or commits)."""
+        out = self.run("diff-tree", "-r", "-z", "--no-renames", "--name-only", a, b).output
+        return [p for p in out.split("\0") if p]
+
+
+def first_error(output: str) -> str:
+    """The first ``error:``/``fatal:`` line of git's output, without its prefix; else the last line."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    for ln in lines:
+        for prefix in ("error: ", "fatal: "):
+            if ln.startswith(prefix):
+                return ln[len(prefix) :]
+    return lines[-1] if lines else "no output"
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What ``git apply`` said: whether it applied, and the hunks it found at an offset, or why it did not."""
+
+    ok: bool
+    offsets: tuple[str, ...] = ()
+    error: str = ""
+
+
+def apply_cached(git: Git, patch: Path, *, reverse: bool = False, check_only: bool = False) -> Applied:
+    """``git apply --cached`` of one patch file to ``git``'s index, all or nothing (git's own offset search)."""
+    args = ["apply", "--cached", "-v"]
+    if reverse:
+        args.append("-R")
+    if check_only:
+        args.append("--check")
+    done = git.run(*args, patch, check=False)
+    if done.returncode == 0:
+        return Applied(True, tuple(_offsets(done.output)))
+    return Applied(False, error=_apply_error(done.output, patch))
+
+
+def _offsets(output: str) -> Iterator[str]:
+    path = ""
+    for line in output.splitlines():
+        if line.startswith("Checking patch ") and line.endswith("..."):
+            path = line[len("Checking patch ") : -3]
+        elif (m := _OFFSET_RE.match(line)) is not None:
+            yield f"{path}: hunk {m.group(1)} at offset {int(m.group(3)):+d} lines"
+
+
+def _apply_error(output: str, patch: Path) -> str:
+    """git apply's reason, with the failing hunk named by its number and header when git gives the line."""
+    m = _FAILED_AT_RE.search(output)
+    if m:
+        path, line = m.group(1), int(m.group(2))
+        for n, header in hunks_of(patch.read_text(encoding="utf-8", errors="replace"), path):
+            start = int(header.split()[1].split(",")[0].lstrip("-"))
+            if start == line:
+                return f"{path}: hunk {n} ({header}) does not match"
+        return f"{path}: the hunk at line {line} does not match"
+    return first_error(output)
+
+
+def hunks_of(diff_text: str, path: str) -> Iterator[tuple[int, str]]:
+    """(number, ``@@ -a,b +c,d @@``) of each hunk of ``path`` in ``diff_text``."""
+    current, n = None, 0
+    for line in diff_text.splitlines():
+        if line.startswith("diff --git "):
+            current, n = None, 0
+        elif line.startswith("--- "):
+            old = line[4:]
+            current = old[2:] if old.startswith("a/") else old
+        elif line.startswith("@@ ") and current == path:
+            n += 1
+            m = re.match(r"@@[^@]*@@", line)
+            yield n, m.group(0) if m else line
+
+
+def patch_id(git: Git, patch: Path) -> str | None:
+    """``git patch-id --stable`` of a patch file (None for a patch with no change in it)."""
+    words = git.run("patch-id", "--stable", stdin=patch).output.split()
+    return words[0] if words else None
+
+
+def range_patch_ids(git: Git, since: str, until: str, scratch: Path) -> dict[str, str]:
+    """patch-id -> "sha subject" of every non-merge commit in ``since..until`` (``git log -p | git patch-id``)."""
+    log_file = scratch / "range.log"
+    with log_file.open("w") as fh:
+        fh.write(git.run("log", "--no-merges", "-p", "--format=commit %H%n%s", f"{since}..{until}").output)
+    subjects: dict[str, str] = {}
+    lines = log_file.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("commit ") and len(line) == 47 and i + 1 < len(lines):
+            subjects[line[7:]] = lines[i + 1]
+    out = {}
+    for row in git.run("patch-id", "--stable", stdin=log_file).output.splitlines():
+        pid, _, sha = row.partition(" ")
+        out.setdefault(pid, f"{sha[:7]} {subjects.get(sha, '')}".rstrip())
+    return out

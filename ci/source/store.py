@@ -1,0 +1,217 @@
+"""The fork's commits as this machine knows them: a store fetched from the pinned URL or a local mirror.
+
+The store is the submodule's own git directory (``.git/modules/<path>``), so a bump and a later checkout share
+one set of objects. A local path given as the remote is borrowed through ``objects/info/alternates``, as
+``git clone --shared`` does: nothing is copied, and a mirror that lacks some large blobs (the search tool's
+snapshots) still serves every commit and tree. A URL (``https://``, ``file://``) is fetched with libgit2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+import pygit2
+from pygit2.enums import RepositoryInitFlag, SortMode
+
+from ci.errors import ConfigError, GitError
+from ci.schema import did_you_mean
+
+HEADS = "refs/onebit/heads/"
+PULLS = "refs/onebit/pull/"
+HEX_RE = re.compile(r"^[0-9a-fA-F]+$")
+MIN_PREFIX = 4
+
+
+class Relation(Enum):
+    SAME = "same"
+    AHEAD = "ahead"
+    ROLLBACK = "rollback"
+    SIDEWAYS = "sideways"
+    UNRELATED = "unrelated"  # the current pin is not in the store at all
+
+
+@dataclass(frozen=True)
+class Move:
+    relation: Relation
+    ahead: int  # commits in new that old lacks
+    behind: int  # commits in old that new lacks
+
+
+class ForkStore:
+    def __init__(self, repo: pygit2.Repository) -> None:
+        self.repo = repo
+
+    @classmethod
+    def open(cls, gitdir: Path) -> ForkStore:
+        """Open the store at ``gitdir``, creating it bare when absent (a checkout attaches a work tree later)."""
+        if (gitdir / "HEAD").is_file():
+            try:  # opened bare: the store needs objects and refs only, and a deleted work tree must not stop it
+                return cls(pygit2.Repository(str(gitdir), pygit2.enums.RepositoryOpenFlag.BARE))
+            except pygit2.GitError as exc:
+                raise GitError(f"{gitdir}: not a usable git directory ({exc}); move it away and retry") from None
+        return cls(pygit2.init_repository(str(gitdir), bare=True, flags=RepositoryInitFlag.MKPATH | RepositoryInitFlag.BARE))
+
+    # -- getting commits -------------------------------------------------------------------------------------
+
+    def sync(self, remote: str) -> str:
+        """Bring every branch (and pull ref) of ``remote`` into the store; return a one-line description."""
+        local = _local_repo_path(remote)
+        if local is not None:
+            return self._borrow(local)
+        return self._fetch(remote)
+
+    def _borrow(self, path: Path) -> str:
+        try:
+            src = pygit2.Repository(str(path))
+        except pygit2.GitError:
+            raise GitError(f"--remote {path}: not a git repository") from None
+        objects = Path(src.path) / "objects"
+        alt = Path(self.repo.path) / "objects" / "info" / "alternates"
+        lines = alt.read_text().splitlines() if alt.is_file() else []
+        if str(objects) not in lines:
+            alt.parent.mkdir(parents=True, exist_ok=True)
+            alt.write_text("\n".join([*lines, str(objects)]) + "\n")
+            self.repo = pygit2.Repository(self.repo.path)  # reopen: libgit2 reads alternates at open
+        wanted: dict[str, pygit2.Oid] = {}
+        for name in src.references:
+            if name.startswith("refs/heads/"):
+                dest = HEADS + name[len("refs/heads/") :]
+            elif name.startswith("refs/pull/") and name.endswith("/head"):
+                dest = PULLS + name[len("refs/pull/") : -len("/head")]
+            else:
+                continue
+            try:
+                target = src.references[name].resolve().target
+            except pygit2.GitError:
+                continue
+            if isinstance(target, pygit2.Oid):
+                wanted[dest] = target
+        self._replace_refs(wanted)
+        return f"{path} (local mirror, shared objects): {sum(n.startswith(HEADS) for n in wanted)} branches"
+
+    def _fetch(self, url: str) -> str:
+        remote = self.repo.remotes.create_anonymous(url)
+        try:
+            remote.fetch([f"+refs/heads/*:{HEADS}*"], prune=pygit2.enums.FetchPrune.PRUNE)
+        except pygit2.GitError as exc:
+            raise GitError(f"fetch {url}: {exc}; check the URL or pass --remote PATH to a local mirror") from None
+        with contextlib.suppress(pygit2.GitError):  # not every host serves pull refs; they only improve a message
+            remote.fetch([f"+refs/pull/*/head:{PULLS}*"])
+        n = sum(1 for r in self.repo.references if r.startswith(HEADS))
+        return f"{url}: {n} branches"
+
+    def _replace_refs(self, wanted: dict[str, pygit2.Oid]) -> None:
+        for name in list(self.repo.references):
+            if name.startswith(("refs/onebit/",)) and name not in wanted:
+                self.repo.references.delete(name)
+        for name, oid in wanted.items():
+            self.repo.references.create(name, oid, force=True)
+
+    # -- questions about commits ---------------------------------------------------------------------------
+
+    def branch_tip(self, branch: str) -> pygit2.Oid:
+        try:
+            return self.repo.references[HEADS + branch].target  # type: ignore[return-value]
+        except KeyError:
+            names = sorted(self.branches())
+            raise GitError(
+                f'branch "{branch}" is not in the fork{did_you_mean(branch, names)}; '
+                f"it has {len(names)} branches: {', '.join(names[:8])}{' ...' if len(names) > 8 else ''}"
+            ) from None
+
+    def branches(self) -> Iterator[str]:
+        return (r[len(HEADS) :] for r in self.repo.references if r.startswith(HEADS))
+
+    def commit(self, sha: str) -> pygit2.Commit:
+        try:
+            obj = self.repo[sha]
+        except (KeyError, ValueError):
+            obj = None
+        if not isinstance(obj, pygit2.Commit):
+            raise GitError(f"{sha[:12]}: not a commit in the fork store {self.repo.path}")
+        return obj
+
+    def tree_of(self, sha: str) -> pygit2.Tree:
+        return self.commit(sha).tree
+
+    def has_commit(self, sha: str) -> bool:
+        try:
+            return isinstance(self.repo[sha], pygit2.Commit)
+        except (KeyError, ValueError):
+            return False
+
+    def resolve(self, spec: str) -> pygit2.Commit:
+        """A full or abbreviated (4+ hex) commit id, among the commits the store's refs reach."""
+        if not HEX_RE.match(spec):
+            raise ConfigError(f'"{spec}" is not a commit id (hex digits, at least {MIN_PREFIX})')
+        if len(spec) < MIN_PREFIX:
+            raise ConfigError(f'"{spec}" is too short: give at least {MIN_PREFIX} hex digits of the commit')
+        spec = spec.lower()
+        if len(spec) == 40 and self.has_commit(spec):
+            return self.commit(spec)
+        found = sorted({str(c.id) for c in self._all_commits() if str(c.id).startswith(spec)})
+        if not found:
+            raise GitError(f"commit {spec} is not in the fork (no branch or pull request reaches it); check the id or the --remote")
+        if len(found) > 1:
+            listing = "; ".join(f"{s[:12]} {self._subject(s)}" for s in found[:10])
+            raise ConfigError(f"commit {spec} is ambiguous: {len(found)} commits match: {listing}; give more digits")
+        return self.commit(found[0])
+
+    def _all_commits(self) -> Iterator[pygit2.Commit]:
+        walker = self.repo.walk(None, SortMode.NONE)
+        for name in self.repo.references:
+            if name.startswith("refs/onebit/"):
+                walker.push(self.repo.references[name].target)
+        return iter(walker)
+
+    def _subject(self, sha: str) -> str:
+        commit = self.commit(sha)
+        return commit.message.splitlines()[0] if commit.message else ""
+
+    def on_branch(self, sha: str, branch: str) -> bool:
+        tip = self.branch_tip(branch)
+        return str(tip) == sha or self.repo.descendant_of(tip, sha)
+
+    def branches_containing(self, sha: str) -> list[str]:
+        out = []
+        for name in self.repo.references:
+            if name.startswith(("refs/onebit/heads/", "refs/onebit/pull/")):
+                tip = self.repo.references[name].target
+                if str(tip) == sha or self.repo.descendant_of(tip, sha):
+                    out.append(name.replace(HEADS, "").replace(PULLS, "pull/"))
+        return sorted(out)
+
+    def move(self, old: str, new: str) -> Move:
+        if old == new:
+            return Move(Relation.SAME, 0, 0)
+        if not self.has_commit(old):
+            return Move(Relation.UNRELATED, 0, 0)
+        ahead, behind = self.repo.ahead_behind(new, old)
+        if behind == 0:
+            return Move(Relation.AHEAD, ahead, 0)
+        if ahead == 0:
+            return Move(Relation.ROLLBACK, 0, behind)
+        return Move(Relation.SIDEWAYS, ahead, behind)
+
+    def subjects_between(self, old: str, new: str) -> list[tuple[str, str]]:
+        """(short sha, subject) of the commits in ``new`` that ``old`` lacks, newest first."""
+        walker = self.repo.walk(new, SortMode.TOPOLOGICAL)
+        if self.has_commit(old):
+            walker.hide(old)
+        return [(str(c.id)[:7], c.message.splitlines()[0] if c.message else "") for c in walker]
+
+
+def _local_repo_path(remote: str) -> Path | None:
+    if "://" in remote:
+        return None
+    if re.match(r"^[\w.-]+@[\w.-]+:", remote):  # scp-like ssh address
+        return None
+    p = Path(remote).expanduser()
+    if not p.exists():
+        raise ConfigError(f"--remote {remote}: no such directory (give a local mirror path or a URL)")
+    return p.resolve()

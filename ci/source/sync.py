@@ -1,0 +1,251 @@
+"""The one way the submodule's checkout comes to pin + series: fetch first, then decide, then move, all or nothing.
+
+:func:`sync` is the only code that writes the checkout; build, patches, bump and export call it.
+
+1. **Fetch.** The store (the submodule's git dir) must hold the commit: it is fetched from ``--remote`` (always,
+   when given) or the pinned URL (when the commit is missing) before anything else.
+2. **Decide** (:func:`prepare`, nothing written). The series is classified at the commit on a scratch index; it
+   must apply whole. The checkout is then one of: absent (check it out), already exactly the target, *ours*
+   (clean at its HEAD, or exactly the pin + series this tool applied there earlier, as its record says), or
+   holding changes this tool did not make, which are refused with the files named and never reset, unless
+   ``reset`` asks to discard them.
+3. **Move** (:func:`execute`). ``git read-tree --reset -u`` to the tree of pin + series, HEAD detached at the
+   pin, the record written. The index holds pin + series, so ``git diff`` in the checkout shows only work made
+   on top of it. On any failure (Ctrl-C included) the work tree, index and HEAD are put back as they were.
+
+The record (``onebit-sync.json`` in the store) names the commit, the series digest and the tree this tool
+made, so a checkout at pin + an older series moves to the new one without complaint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from ci.errors import GitError, Refused
+from ci.files import write_atomic
+from ci.source import checkout
+from ci.source.classify import Fate, SeriesPlan, classify
+from ci.source.git import Git
+from ci.source.series import Series, check_paths
+from ci.source.store import ForkStore
+from ci.words import count
+
+log = logging.getLogger("onebit-ci")
+
+RECORD = "onebit-sync.json"
+LISTED = 10  # changed files named in a refusal
+
+
+@dataclass(frozen=True)
+class Source:
+    """What the checkout must become: a commit of the fork with a series on top, and where both live."""
+
+    name: str  # the submodule's path in the project, for messages
+    workdir: Path
+    gitdir: Path  # the fork store: the submodule's git dir
+    commit: str
+    url: str  # fetched when the store lacks the commit and no --remote is given
+    omit: tuple[str, ...]
+    series: Series
+
+    @property
+    def short(self) -> str:
+        return self.commit[:7]
+
+
+class Action(Enum):
+    NOTHING = "already there"
+    CHECKOUT = "check out"
+    MOVE = "move"
+    RESET = "discard changes and move"
+
+
+@dataclass(frozen=True)
+class Before:
+    """The checkout as it was: HEAD, the index's tree and the work tree's tree (None: no checkout)."""
+
+    head: str | None
+    index: str
+    worktree: str
+
+
+@dataclass(frozen=True)
+class SyncPlan:
+    source: Source
+    series_plan: SeriesPlan
+    action: Action
+    before: Before | None
+    discarded: tuple[str, ...] = ()  # with reset: the paths whose changes go
+
+    def describe(self) -> str:
+        s = self.source
+        n = len(s.series.patches)
+        what = f"{count(n, 'patch')} ({s.series.digest[:12]})"
+        if self.action is Action.NOTHING:
+            return f"patches: the series ({what}) is already applied at {s.short}: nothing to do"
+        if self.action is Action.CHECKOUT:
+            return f"patches: checked out {s.name} at {s.short} (leaving out {', '.join(s.omit) or 'nothing'}) and applied {what}"
+        moved = f" (moved from {self.before.head[:7]})" if self.before and self.before.head and self.before.head != s.commit else ""
+        if self.action is Action.RESET:
+            return f"patches: discarded changes to {count(len(self.discarded), 'file')} ({', '.join(self.discarded[:LISTED])}); applied {what} on {s.short}{moved}"
+        return f"patches: applied {what} on {s.short}{moved}"
+
+
+@dataclass(frozen=True)
+class Record:
+    commit: str
+    tree: str
+    series: str
+
+    @classmethod
+    def read(cls, gitdir: Path) -> Record | None:
+        path = gitdir / RECORD
+        try:
+            data = json.loads(path.read_text())
+            return cls(str(data["commit"]), str(data["tree"]), str(data["series"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # no record, or a damaged one: the checkout is then judged as if never synced
+
+    def write(self, gitdir: Path) -> None:
+        write_atomic(gitdir / RECORD, json.dumps({"commit": self.commit, "tree": self.tree, "series": self.series}, indent=2) + "\n")
+
+
+# -- 1. fetch -------------------------------------------------------------------------------------------------------
+
+
+def ensure_commit(source: Source, remote: str | None, say: Callable[[str], None] = log.info) -> ForkStore:
+    """The fork store, holding the commit: fetched from ``remote`` when given, from the pinned URL when missing."""
+    store = ForkStore.open(source.gitdir)
+    if remote or not store.has_commit(source.commit):
+        where = remote or source.url
+        say(f"fetching {where}")
+        say(f"fetched {store.sync(where)}")
+        if not store.has_commit(source.commit):
+            raise GitError(f"the pinned commit {source.commit[:12]} is not in {where}; pass --remote with a mirror that has it")
+    return store
+
+
+# -- 2. decide ------------------------------------------------------------------------------------------------------
+
+
+def prepare(source: Source, store: ForkStore, *, reset: bool = False, series_plan: SeriesPlan | None = None) -> SyncPlan:
+    """What :func:`execute` will do; a Refused (nothing written) when the series does not apply or the checkout
+    holds changes this tool did not make."""
+    check_paths(source.series, store.tree_of(source.commit), source.workdir if source.workdir.is_dir() else None, source.omit)
+    plan = series_plan or classify(source.gitdir, source.commit, source.series)
+    if not plan.clean:
+        bad = [v for v in plan.verdicts if v.fate is not Fate.APPLIES]
+        raise Refused("the series does not apply at the pin: " + "; ".join(f"patches/{v.line()}" for v in bad) + "; nothing was applied")
+    if not checkout.is_checked_out(source.workdir):
+        return SyncPlan(source, plan, Action.CHECKOUT, None)
+    git = Git(source.gitdir, source.workdir)
+    head = checkout.head_of(git)
+    before = Before(head, git.write_tree(), checkout.worktree_tree(git))
+    target = plan.tree
+    if head == source.commit and before.index == target and before.worktree == target:
+        return SyncPlan(source, plan, Action.NOTHING, before)
+    if head is not None and _ours(git, source, before, head, target):
+        return SyncPlan(source, plan, Action.MOVE, before)
+    base = _base(git, source, head)
+    changed = sorted(set(git.changed_between(base, before.worktree)) | set(git.changed_between(base, before.index)))
+    if reset:
+        return SyncPlan(source, plan, Action.RESET, before, tuple(changed))
+    listing = ", ".join(changed[:LISTED]) + (f" and {len(changed) - LISTED} more" if len(changed) > LISTED else "")
+    at = f"at {head[:7]}" if head else "with no commit checked out"
+    raise Refused(
+        f"{source.name}: {at}, holds changes this tool did not make ({listing}); nothing was touched. "
+        f"If they are your work, commit or stash them (git -C {source.name} stash -u); "
+        "to discard them on purpose: nox -s patches -- --reset"
+    )
+
+
+def _ours(git: Git, source: Source, before: Before, head: str, target: str) -> bool:
+    """Whether moving loses nothing: clean at HEAD, exactly what this tool applied at HEAD, or already the target."""
+    record = Record.read(source.gitdir)
+    known = {git.tree_of(head)}
+    if record is not None and record.commit == head:
+        known.add(record.tree)
+    if before.worktree == before.index and before.index in known:
+        return True
+    if head == source.commit and before.worktree == target:
+        return True
+    # HEAD + series in the work tree with the index at HEAD and no record: how earlier versions of this tool
+    # applied the series; once synced, the record says it
+    return record is None and before.index == git.tree_of(head) and before.worktree == classify(source.gitdir, head, source.series).tree
+
+
+def _base(git: Git, source: Source, head: str | None) -> str:
+    """The tree a refusal lists changes against: what this tool applied at HEAD, else HEAD's tree."""
+    record = Record.read(source.gitdir)
+    if head is not None and record is not None and record.commit == head:
+        return record.tree
+    if head is not None:
+        return git.tree_of(head)
+    return git.run("hash-object", "-t", "tree", "/dev/null").output.strip()  # the empty tree
+
+
+# -- 3. move --------------------------------------------------------------------------------------------------------
+
+
+def execute(plan: SyncPlan) -> None:
+    """Bring the checkout to the plan's tree with HEAD at the commit; put it back as it was on any failure."""
+    if plan.action is Action.NOTHING:
+        return
+    source = plan.source
+    if plan.action is Action.CHECKOUT:
+        git = checkout.attach(source.gitdir, source.workdir, source.omit)
+    else:
+        git = Git(source.gitdir, source.workdir)
+        checkout.set_sparse(git, source.omit)
+    try:
+        git.run("read-tree", "--reset", "-u", plan.series_plan.tree)
+        if plan.action is Action.RESET:
+            git.run("clean", "-f", "-d", "-q")
+        git.run("update-ref", "--no-deref", "HEAD", source.commit)
+        Record(source.commit, plan.series_plan.tree, source.series.digest).write(source.gitdir)
+    except BaseException:
+        _put_back(git, plan)
+        raise
+
+
+def _put_back(git: Git, plan: SyncPlan) -> None:
+    before = plan.before
+    if before is None:  # a fresh checkout: the directory was empty (attach checked), and is again
+        for path in plan.source.workdir.iterdir():
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        return
+    try:
+        git.run("read-tree", "--reset", "-u", before.worktree)  # the files as they were, untracked ones included
+        git.run("read-tree", before.index)  # the index as it was, the files left alone
+        if before.head is not None:
+            git.run("update-ref", "--no-deref", "HEAD", before.head)
+    except GitError as exc:
+        log.error("%s: could not be put back as it was (%s); its files are in the store as tree %s", plan.source.name, exc.message, before.worktree[:12])
+
+
+def sync(source: Source, *, remote: str | None = None, reset: bool = False, say: Callable[[str], None] = log.info) -> SyncPlan:
+    """Fetch, decide, move: the checkout ends exactly at pin + series, or is refused untouched."""
+    store = ensure_commit(source, remote, say)
+    plan = prepare(source, store, reset=reset)
+    execute(plan)
+    return plan
+
+
+def check(source: Source, remote: str | None, say: Callable[[str], None]) -> int:
+    """``nox -s patches -- --check``: each patch's fate at the pin; nothing is written. 4 when one does not apply."""
+    store = ensure_commit(source, remote, say=log.info)
+    check_paths(source.series, store.tree_of(source.commit), source.workdir if source.workdir.is_dir() else None, source.omit)
+    plan = classify(source.gitdir, source.commit, source.series)
+    say(f"patches: {count(len(source.series.patches), 'patch')} ({source.series.digest[:12]}) against the pin {source.short}:")
+    for line in plan.lines():
+        say(f"  {line}")
+    return 0 if plan.clean else Refused.exit_code

@@ -1,0 +1,54 @@
+"""The fixture CMake project (tests/build/fixture) as a fork, and builds of it through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from tests.support.gitrepo import RepoBuilder
+from tests.support.patches import add_to_series, make_patch_text
+from tests.support.project import Fork, Project, Result
+
+FIXTURE = Path(__file__).resolve().parents[1] / "build" / "fixture"
+
+
+@dataclass(frozen=True)
+class BuildFork:
+    """A fork whose tree is the fixture CMake project (plus the paths a checkout omits)."""
+
+    path: Path
+    f0: str
+    builder: RepoBuilder
+
+    def as_fork(self) -> Fork:
+        """For make_project, which only uses a fork's ``path`` and ``builder``."""
+        return cast(Fork, self)
+
+
+def make_build_fork(path: Path) -> BuildFork:
+    files: dict[str, Any] = {str(p.relative_to(FIXTURE)): p.read_bytes() for p in FIXTURE.rglob("*") if p.is_file()}
+    files |= {"models/ggml-vocab-big.gguf": b"GGUF", "docs/index.md": "# docs\n"}
+    b = RepoBuilder(path, bare=True)
+    return BuildFork(Path(b.repo.path), b.commit("fixture project", files), b)
+
+
+def build_cpu(project: Project, *args: str) -> Result:
+    return project.ci("build", "--profile", "cpu", "--remote", str(project.fork.path), *args)
+
+
+def manifest(project: Project, profile: str = "cpu") -> dict[str, Any]:
+    return cast(dict[str, Any], json.loads((project.root / "build" / profile / "build.json").read_text()))
+
+
+def run_binary(project: Project, name: str) -> str:
+    path = project.root / "build" / "cpu" / manifest(project)["binaries"][name]["path"]
+    return subprocess.run([str(path)], capture_output=True, text=True, check=True).stdout
+
+
+def add_fixture_patch(project: Project, fork: BuildFork, name: str, path: str, old: str, new: str) -> None:
+    """A patch replacing ``old`` with ``new`` in ``path`` of the fixture project, appended to the series."""
+    text = (project.submodule / path).read_text().replace(old, new)
+    add_to_series(project.root, name, make_patch_text(fork.builder, fork.f0, {path: text}))
