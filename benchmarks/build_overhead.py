@@ -45,16 +45,11 @@ def main() -> None:
 
     # the same commands by hand first (they also warm the page cache for the source, if anything, in nox's favour
     # only for reads; the compile is CPU-bound), from the flags the orchestration would pass
-    from ci import build as build_mod  # the flags exactly as the orchestration computes them
-    from ci import patches
-    from ci.build import profiles, toolchain
+    from ci.build.cmake import BuildRequest  # the flags exactly as the orchestration computes them
+    from ci.build.context import Context
     from ci.pin.project import Project
 
-    proj = Project(project)
-    pins = proj.load_pins()
-    series = patches.load_series(project / "patches")
-    tools = toolchain.detect(profiles.get(args.profile), pins.build)
-    hand_plan = build_mod.plan(proj, pins, series, tools, build_mod.BuildRequest(profile=args.profile, build_root=project / "build-by-hand"))
+    hand_plan = Context(Project(project)).build_plan(BuildRequest(profile=args.profile, build_root=project / "build-by-hand"))
     by_hand = timed(list(hand_plan.configure_argv), project) + timed(list(hand_plan.build_argv), project)
     orchestrated = timed(nox("-s", "build", "--", "--profile", args.profile), project)
     manifest = json.loads((project / "build" / args.profile / "build.json").read_text())

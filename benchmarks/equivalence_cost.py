@@ -30,7 +30,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ci import equivalence as eq  # noqa: E402 -- after the path set-up, so the checkout's ci/ is the one measured
+from ci.gates import equivalence as eq  # noqa: E402 -- after the path set-up, so the checkout's ci/ is the one measured
+from ci.gates import equivalence_judge as ej  # noqa: E402
 from ci.gates.llama import LlamaServer, ServerLaunch, free_ports  # noqa: E402
 from ci.gates.tinymodels import write_tiny_models  # noqa: E402
 
@@ -94,7 +95,7 @@ class Timed:
         return Server(launch, log_path, health_timeout=health_timeout)
 
 
-def one_gate_run(plan: eq.GatePlan, logs: Path) -> tuple[float, Timed, list[eq.PromptVerdict]]:
+def one_gate_run(plan: eq.EquivalencePlan, logs: Path) -> tuple[float, Timed, list[ej.PromptVerdict]]:
     timed = Timed()
     verdicts = []
     t0 = time.perf_counter()
@@ -116,7 +117,7 @@ def one_gate_run(plan: eq.GatePlan, logs: Path) -> tuple[float, Timed, list[eq.P
     return total, timed, verdicts
 
 
-def solo_load(plan: eq.GatePlan, leg: eq.Leg, log: Path, rounds: int) -> tuple[float, float]:
+def solo_load(plan: eq.EquivalencePlan, leg: eq.Leg, log: Path, rounds: int) -> tuple[float, float]:
     """Median model load and time to /health of ``leg``'s server started alone (nothing else starting beside it)."""
     loads, ups = [], []
     for _ in range(rounds):
@@ -127,7 +128,7 @@ def solo_load(plan: eq.GatePlan, leg: eq.Leg, log: Path, rounds: int) -> tuple[f
     return statistics.median(loads), statistics.median(ups)
 
 
-def direct_up(plan: eq.GatePlan, log: Path, rounds: int) -> float:
+def direct_up(plan: eq.EquivalencePlan, log: Path, rounds: int) -> float:
     """Median spawn to /health of the baseline's llama-server started without the launcher: the launcher's share."""
     ups = []
     for _ in range(rounds):
@@ -138,7 +139,7 @@ def direct_up(plan: eq.GatePlan, log: Path, rounds: int) -> float:
     return statistics.median(ups)
 
 
-def part1(plan: eq.GatePlan, work: Path, rounds: int) -> None:
+def part1(plan: eq.EquivalencePlan, work: Path, rounds: int) -> None:
     print(f"== where the time goes: {len(plan.prompts)} prompts x {plan.tokens} tokens, {rounds} rounds, medians ==")
     solo = {leg.name: solo_load(plan, leg, work / f"solo-{leg.name}.log", rounds) for leg in (plan.baseline, plan.drafter)}
     for name, (load, up) in solo.items():
@@ -170,14 +171,14 @@ def part1(plan: eq.GatePlan, work: Path, rounds: int) -> None:
     print(f"whole run: {total:.3f} s; budget (decode of both legs + one solo model load each): {budget:.3f} s")
     print(f"ratio: {ratio:.2f}x median of {len(ratios)} (best {ratios[0]:.2f}x); target <= 1.2x: {'OK' if ratio <= 1.2 else 'OVER'}")
     v = runs[0][2]
-    drafted = sum((x.drafted for x in v), eq.Timings())
-    base = sum((x.baseline for x in v), eq.Timings())
+    drafted = sum((x.drafted for x in v), ej.Timings())
+    base = sum((x.baseline for x in v), ej.Timings())
     print(f"decode: baseline {base.decode_tps:.0f} t/s, drafter leg {drafted.decode_tps:.0f} t/s; acceptance {drafted.draft_n_accepted}/{drafted.draft_n}")
     for x in v:
         print(f"  {x.prompt}: {x.requests} request(s) per leg: {x.message}")
 
 
-def part2(plan: eq.GatePlan, work: Path) -> None:
+def part2(plan: eq.EquivalencePlan, work: Path) -> None:
     print("== one server for both legs? per-request speculative settings on a server started with the drafter ==")
     p1, p2 = free_ports(2)
     base_launch = plan.launch(plan.baseline, p1)
@@ -185,10 +186,10 @@ def part2(plan: eq.GatePlan, work: Path) -> None:
     variants: list[dict[str, Any]] = [{}, {"speculative.n_max": 0}, {"speculative.n_max": 1}, {"speculative.type": "none"}]
     with LlamaServer(base_launch, work / "one-baseline.log") as baseline, LlamaServer(draft_launch, work / "one-drafter.log") as drafter:
         for prompt in plan.prompts:
-            body = plan.body(prompt, eq.Resume((), plan.tokens))
-            ref = eq.parse_completion(baseline.completion(body))
+            body = plan.body(prompt, ej.Resume((), plan.tokens))
+            ref = ej.parse_completion(baseline.completion(body))
             for extra in variants:
-                c = eq.parse_completion(drafter.completion({**body, **extra}))
+                c = ej.parse_completion(drafter.completion({**body, **extra}))
                 same = [t.id for t in c.tokens] == [t.id for t in ref.tokens]
                 with_top2 = sum(len(t.top) >= 2 for t in c.tokens)
                 label = ", ".join(f"{k}={v}" for k, v in extra.items()) or "(no per-request setting)"

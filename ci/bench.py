@@ -106,7 +106,7 @@ class BenchPlan:
     context: int = DEFAULT_CONTEXT
     prompts: tuple[Prompt, ...] = ()
     health_timeout: float = 300.0  # a 27B model loads in tens of seconds
-    request_timeout: float = 600.0
+    request_timeout: float = defaults.REQUEST_TIMEOUT
 
     @property
     def baseline(self) -> BenchConfig:
@@ -192,14 +192,14 @@ def plan(
     )
 
 
-def check_configs(the_plan: BenchPlan) -> None:
+def check_configs(bench_plan: BenchPlan) -> None:
     """Each config's own launch line through ``1bit serve --dry-run``, in-process: a bad drafter, an unknown option
     or a refused route stops the bench before any server starts, with the launcher's own message."""
     from serve.cli import serve
     from serve.errors import ServeError
 
-    for config in the_plan.configs:
-        args = list(the_plan.launch(Run(0, config), 8080).argv[1 + len(LAUNCHER) :])  # a dry run binds no port
+    for config in bench_plan.configs:
+        args = list(bench_plan.launch(Run(0, config), 8080).argv[1 + len(LAUNCHER) :])  # a dry run binds no port
         cut = args.index("--") if "--" in args else len(args)
         try:
             serve([*args[:cut], "--dry-run", *args[cut:]], os.environ, Path.cwd(), io.StringIO(), io.StringIO())
@@ -303,30 +303,30 @@ def prompt_ids(server: LlamaServer, prompts: Sequence[Prompt], count: int) -> tu
     return tuple(ids[k % len(ids)] for k in range(count))
 
 
-def run(the_plan: BenchPlan, logs: Path, say: Callable[[str], None], factory: ServerFactory = default_server) -> BenchResult:
+def run(bench_plan: BenchPlan, logs: Path, say: Callable[[str], None], factory: ServerFactory = default_server) -> BenchResult:
     """Every run of the schedule on a fresh server, always stopped and reaped."""
     t0 = time.monotonic()
     started = _now()
     samples: list[Sample] = []
     servers: list[ServerRun] = []
     ids: tuple[int, ...] = ()
-    schedule = the_plan.schedule()
+    schedule = bench_plan.schedule()
     for k, r in enumerate(schedule, 1):
         log_path = logs / f"round{r.round}-{r.config.name}.log"
-        launch = the_plan.launch(r, free_ports(1)[0])
+        launch = bench_plan.launch(r, free_ports(1)[0])
         say(f"bench: [{k}/{len(schedule)}] round {r.round}, {r.config.name}: {r.config.show()}")
-        with factory(launch, log_path, the_plan.health_timeout) as server:
+        with factory(launch, log_path, bench_plan.health_timeout) as server:
             servers.append(ServerRun(r.round, r.config.name, server.seconds_to_healthy, str(log_path)))
             if not ids:
-                ids = prompt_ids(server, the_plan.prompts, the_plan.prompt_tokens)
-            for rep in range(1, the_plan.prompt_reps + 1):
-                samples.append(_ask(server, the_plan.prompt_body(ids), r, PROMPT, rep, the_plan.request_timeout))
-            for prompt in the_plan.prompts:
-                for rep in range(1, the_plan.decode_reps + 1):
-                    samples.append(_ask(server, the_plan.decode_body(prompt), r, f"decode {prompt.name}", rep, the_plan.request_timeout))
+                ids = prompt_ids(server, bench_plan.prompts, bench_plan.prompt_tokens)
+            for rep in range(1, bench_plan.prompt_reps + 1):
+                samples.append(_ask(server, bench_plan.prompt_body(ids), r, PROMPT, rep, bench_plan.request_timeout))
+            for prompt in bench_plan.prompts:
+                for rep in range(1, bench_plan.decode_reps + 1):
+                    samples.append(_ask(server, bench_plan.decode_body(prompt), r, f"decode {prompt.name}", rep, bench_plan.request_timeout))
         mine = [s for s in samples if s.round == r.round and s.config == r.config.name]
-        say("bench:   " + ", ".join(f"{m} {max(s.tps for s in mine if s.metric == m):.1f} t/s" for m in the_plan.metrics))
-    return BenchResult(the_plan, tuple(samples), tuple(servers), started, _now(), time.monotonic() - t0)
+        say("bench:   " + ", ".join(f"{m} {max(s.tps for s in mine if s.metric == m):.1f} t/s" for m in bench_plan.metrics))
+    return BenchResult(bench_plan, tuple(samples), tuple(servers), started, _now(), time.monotonic() - t0)
 
 
 def _now() -> str:
@@ -364,32 +364,32 @@ class Figure:
         return out
 
 
-def summarise(the_plan: BenchPlan, samples: Sequence[Sample]) -> tuple[Figure, ...]:
+def summarise(bench_plan: BenchPlan, samples: Sequence[Sample]) -> tuple[Figure, ...]:
     """Best and median t/s per config and metric over every round, and the median's change against the baseline's."""
     out = []
     base: dict[str, float] = {}
-    for config in the_plan.configs:
-        for metric in the_plan.metrics:
+    for config in bench_plan.configs:
+        for metric in bench_plan.metrics:
             mine = [s for s in samples if s.config == config.name and s.metric == metric]
             if not mine:
                 continue
             rates = [s.tps for s in mine]
             median = statistics.median(rates)
-            if config is the_plan.baseline:
+            if config is bench_plan.baseline:
                 base[metric] = median
-            change = None if config is the_plan.baseline or not base.get(metric) else 100.0 * (median / base[metric] - 1.0)
+            change = None if config is bench_plan.baseline or not base.get(metric) else 100.0 * (median / base[metric] - 1.0)
             drafted = sum(s.draft_n for s in mine)
             accepted = sum(s.draft_n_accepted for s in mine) / drafted if drafted else None
             out.append(Figure(config.name, metric, max(rates), median, len(mine), change, accepted))
     return tuple(out)
 
 
-def table(the_plan: BenchPlan, figures: Sequence[Figure]) -> str:
+def table(bench_plan: BenchPlan, figures: Sequence[Figure]) -> str:
     """The engine's table: a row per config, ``best / median`` t/s per metric, the change against the baseline."""
-    rows = [["config", *the_plan.metrics]]
+    rows = [["config", *bench_plan.metrics]]
     by = {(f.config, f.metric): f for f in figures}
-    for config in the_plan.configs:
-        rows.append([config.name, *(by[(config.name, m)].cell() if (config.name, m) in by else "-" for m in the_plan.metrics)])
+    for config in bench_plan.configs:
+        rows.append([config.name, *(by[(config.name, m)].cell() if (config.name, m) in by else "-" for m in bench_plan.metrics)])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 

@@ -37,6 +37,12 @@ def _ctx(args: argparse.Namespace):  # type: ignore[no-untyped-def]  # the Conte
 
 
 def _path(value: str | None) -> Path | None:
+    """A path as given: messages name it the way the user wrote it."""
+    return Path(value) if value else None
+
+
+def _abs(value: str | None) -> Path | None:
+    """A path made absolute now: it is recorded, or used after a change of directory."""
     return Path(value).resolve() if value else None
 
 
@@ -78,7 +84,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     from ci.build.cmake import BuildRequest
     from ci.build.stage import run_build
 
-    request = BuildRequest(args.profile, args.build_type, tuple(args.define), tuple(args.target), args.remote, _path(args.build_dir), args.jobs)
+    request = BuildRequest(args.profile, args.build_type, tuple(args.define), tuple(args.target), args.remote, _abs(args.build_dir), args.jobs)
     run_build(_ctx(args), request, say)
     return 0
 
@@ -95,8 +101,8 @@ def cmd_gpu_tests(args: argparse.Namespace) -> int:
             from ci.errors import ConfigError
 
             raise ConfigError("--model and --drafter go together (the equivalence gate's target and drafter)")
-        options = GateOptions(args.timeout, _path(args.model), _path(args.drafter), args.tokens)
-        done = evidence.run_gpu_tests(ctx, evidence.GpuTestsRequest(args.profile, tuple(args.gate), _path(args.out), options), say)
+        options = GateOptions(args.timeout, _abs(args.model), _abs(args.drafter), args.tokens)
+        done = evidence.run_gpu_tests(ctx, evidence.GpuTestsRequest(args.profile, tuple(args.gate), _abs(args.out), options), say)
     evidence.report(done, f"gpu_tests, profile {args.profile}", say)
     return 0
 

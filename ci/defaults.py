@@ -4,6 +4,7 @@ line imports it and nothing heavy."""
 from __future__ import annotations
 
 TIMEOUT = 600.0  # seconds per test-backend-ops run
+REQUEST_TIMEOUT = 600.0  # seconds for one llama-server request (a long decode on a slow box)
 
 # Largest baseline top-2 margin at which a correct build was measured to diverge with a drafter: 0.091 nats
 # (H200, upstream build 11434; the others 0.051 and 0.0058; docs/equivalence.md). 0.1 is the round number above it.

@@ -120,6 +120,10 @@ class Section:
             return None
         return Section(self.file, self.key(name), value)
 
+    def required_section(self, name: str) -> Section:
+        value = self._get(name, True)
+        return Section(self.file, self.key(name), value)
+
     def items(self) -> Iterable[tuple[str, Any]]:
         """Every key of a mapping whose keys are data (op names, profile names); all count as known."""
         self._known.extend(str(k) for k in self.data)

@@ -236,7 +236,8 @@ def _integer(path: str, key: str, values: Mapping[str, Scalar], types: Mapping[s
     if types[key] not in _INTEGER_TYPES:
         raise FileProblem(f"{key} is a {types[key].name.lower()}, expected an integer", path)
     value = values[key]
-    assert isinstance(value, int)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise FileProblem(f"{key} holds {value!r}, expected an integer", path)
     return value
 
 

@@ -254,11 +254,12 @@ def _drafter_args(drafter: GGUFFacts | None, o: RouteOptions, device: str, notes
             n, why = DFLASH_FALLBACK_DRAFT, f"the drafter {have} block size to follow"
         notes.append(f"draft length {n}: {why}")
         args += ["--spec-draft-n-max", str(n)]
-    else:
-        assert o.mtp is not None
+    elif o.mtp is not None:
         args = ["--spec-type", "draft-mtp", "-md", o.mtp, "-ngld", ngld]
         if o.mtp_max is not None:
             args += ["--spec-draft-n-max", str(o.mtp_max)]
+    else:  # a drafter's facts were read, yet neither --dflash nor --mtp names it: nothing to pass
+        return []
     if o.mtp_p_min is not None:
         args += ["--spec-draft-p-min", o.mtp_p_min]
     return args

@@ -22,11 +22,11 @@ from ci.build import profiles as profiles_mod
 from ci.build.flags import Flags
 from ci.build.manifest import MANIFEST, Artifact, BuildKey, Manifest, build_key
 from ci.build.profiles import Profile
-from ci.pin.pins import cmake_flag_name as flag_name
 from ci.build.toolchain import Toolchain
 from ci.command import run
 from ci.errors import CommandFailed, ConfigError, OnebitError
 from ci.files import write_atomic
+from ci.pin.pins import cmake_flag_name as flag_name
 
 log = logging.getLogger("onebit-ci")
 

@@ -84,7 +84,7 @@ def current_build(ctx: Context, profile_name: str) -> CurrentBuild:
         missing = [f for f in old.one_off_flags if f not in build_plan.cmake_flags]
         if missing and old.key != build_plan.key.full:
             raise Refused(
-                f"the {profile.name} build was made with {' '.join(missing)}, which this run does not have: "
+                f"the {profile.name} build was built with {' '.join(missing)}, which this run does not have: "
                 f"put it in ONEBIT_CMAKE_ARGS or cmake-args.local (the machine's flags, read by every session), then {hint}"
             )
         raise Refused(f"the {profile.name} build is stale (key {old.key[:12]}, current {build_plan.key.short}: {'; '.join(decision.reasons)}): {hint}")

@@ -209,8 +209,7 @@ def parse_console(text: str) -> ConsoleReport:
         words, last_words = last_words, ""  # what came after the last line of the report; kept only for noise
         if pending is not None:
             found = _status_of(line)
-            if found is not None:
-                assert section is not None
+            if found is not None and section is not None:
                 section.cases.append(pending.close(*found))
                 pending = None
                 continue

@@ -98,7 +98,7 @@ class EquivalencePlan:
     spec_type: str = DEFAULT_SPEC_TYPE
     build_key: str = ""  # of the llama-server under test, for the record
     health_timeout: float = 120.0
-    request_timeout: float = 600.0
+    request_timeout: float = defaults.REQUEST_TIMEOUT
     start_together: bool | None = None  # None: see overlap_start
 
     @property
@@ -199,19 +199,19 @@ def plan(
 # -- the run ----------------------------------------------------------------------------------------------------
 
 @contextlib.contextmanager
-def servers(the_plan: EquivalencePlan, logs: Path, factory: ServerFactory = default_server) -> Iterator[tuple[LlamaServer, LlamaServer]]:
+def servers(equivalence_plan: EquivalencePlan, logs: Path, factory: ServerFactory = default_server) -> Iterator[tuple[LlamaServer, LlamaServer]]:
     """Both legs' servers, always stopped and reaped; started together unless on the CPU (:attr:`EquivalencePlan.overlap_start`)."""
     ports = free_ports(2)
     with contextlib.ExitStack() as stack:
         pair: list[LlamaServer] = []
-        for leg, port in zip((the_plan.baseline, the_plan.drafter), ports, strict=True):
-            server = factory(the_plan.launch(leg, port), logs / f"{leg.name}.log", the_plan.health_timeout)
+        for leg, port in zip((equivalence_plan.baseline, equivalence_plan.drafter), ports, strict=True):
+            server = factory(equivalence_plan.launch(leg, port), logs / f"{leg.name}.log", equivalence_plan.health_timeout)
             stack.callback(server.stop)
             pair.append(server)
         # runs first on the way out (last in, first out): both get SIGTERM, then each is waited for, so their
         # shutdowns overlap as their start-ups do
         stack.callback(_terminate_all, pair)
-        if the_plan.overlap_start:
+        if equivalence_plan.overlap_start:
             for server in pair:
                 server.start()
             for server in pair:
@@ -234,44 +234,44 @@ def ask(server: LlamaServer, body: Mapping[str, Any], timeout: float) -> Complet
     return replace(parse_completion(answer, server.launch.name), seconds=time.monotonic() - t0)
 
 
-def judge_prompt(the_plan: EquivalencePlan, prompt: Prompt, baseline: LlamaServer, drafter: LlamaServer) -> PromptVerdict:
+def judge_prompt(equivalence_plan: EquivalencePlan, prompt: Prompt, baseline: LlamaServer, drafter: LlamaServer) -> PromptVerdict:
     t0 = time.monotonic()
     segments: list[Segment] = []
     while True:
-        step = judge(prompt, segments, the_plan.tokens, the_plan.near_tie)
+        step = judge(prompt, segments, equivalence_plan.tokens, equivalence_plan.near_tie)
         if isinstance(step, PromptVerdict):
             return replace(step, seconds=time.monotonic() - t0)
         if segments:
             log.info("%s: near-tie at token %d; both legs resume there", prompt.name, len(step.prefix) - 1)
-        body = the_plan.body(prompt, step)
-        a = ask(baseline, body, the_plan.request_timeout)
-        b = ask(drafter, body, the_plan.request_timeout)
+        body = equivalence_plan.body(prompt, step)
+        a = ask(baseline, body, equivalence_plan.request_timeout)
+        b = ask(drafter, body, equivalence_plan.request_timeout)
         segments.append(Segment(len(step.prefix), a, b))
 
 
-def run(the_plan: EquivalencePlan, logs: Path, factory: ServerFactory = default_server) -> GateResult:
+def run(equivalence_plan: EquivalencePlan, logs: Path, factory: ServerFactory = default_server) -> GateResult:
     """Start both servers, judge every prompt, stop them; a server problem is an ERROR verdict with its log tail."""
     t0 = time.monotonic()
     verdicts: list[PromptVerdict] = []
     failure: ServerFailed | None = None
     startup: tuple[float, float] = (0.0, 0.0)
     try:
-        with servers(the_plan, logs, factory) as (baseline, drafter):
+        with servers(equivalence_plan, logs, factory) as (baseline, drafter):
             startup = (baseline.seconds_to_healthy, drafter.seconds_to_healthy)
-            for prompt in the_plan.prompts:
-                v = judge_prompt(the_plan, prompt, baseline, drafter)
+            for prompt in equivalence_plan.prompts:
+                v = judge_prompt(equivalence_plan, prompt, baseline, drafter)
                 log.info("%s: %s: %s", prompt.name, v.status.value, v.message)
                 verdicts.append(v)
     except ServerFailed as exc:
         failure = exc
-    return gate_result(the_plan, verdicts, failure, startup, time.monotonic() - t0)
+    return gate_result(equivalence_plan, verdicts, failure, startup, time.monotonic() - t0)
 
 
 # -- the result -------------------------------------------------------------------------------------------------
 
 
 def gate_result(
-    the_plan: EquivalencePlan,
+    equivalence_plan: EquivalencePlan,
     verdicts: Sequence[PromptVerdict],
     failure: ServerFailed | None = None,
     startup: tuple[float, float] = (0.0, 0.0),
@@ -292,7 +292,7 @@ def gate_result(
     problems = [f"{v.prompt}: {v.message}" for v in verdicts if not v.status.ok]
     if failure is not None:
         # the prompt that was running gets the error and the log's tail; those after it never ran
-        pending = [p for p in the_plan.prompts if p.name not in {v.prompt for v in verdicts}]
+        pending = [p for p in equivalence_plan.prompts if p.name not in {v.prompt for v in verdicts}]
         for k, p in enumerate(pending):
             if k == 0:
                 cases.append(CaseResult(p.name, Status.ERROR, failure.message, classname=GATE, detail=failure.log_tail))
@@ -329,23 +329,23 @@ def gate_result(
             if v.divergence.margin is not None:
                 metrics.append((f"{v.prompt}.divergence_margin", round(v.divergence.margin, 6)))
     properties = (
-        ("model", str(the_plan.baseline.model)),
-        ("drafter", str(the_plan.drafter_model or "")),
-        ("drafter_leg_model", str(the_plan.drafter.model)),
-        ("llama_server", str(the_plan.llama_server)),
-        ("device", the_plan.device),
-        ("spec_type", the_plan.spec_type),
-        ("tokens", str(the_plan.tokens)),
-        ("near_tie_nats", f"{the_plan.near_tie:g}"),
-        ("seed", str(the_plan.seed)),
+        ("model", str(equivalence_plan.baseline.model)),
+        ("drafter", str(equivalence_plan.drafter_model or "")),
+        ("drafter_leg_model", str(equivalence_plan.drafter.model)),
+        ("llama_server", str(equivalence_plan.llama_server)),
+        ("device", equivalence_plan.device),
+        ("spec_type", equivalence_plan.spec_type),
+        ("tokens", str(equivalence_plan.tokens)),
+        ("near_tie_nats", f"{equivalence_plan.near_tie:g}"),
+        ("seed", str(equivalence_plan.seed)),
         ("acceptance", f"{drafted.draft_n_accepted}/{drafted.draft_n}"),
-        ("build_key", the_plan.build_key),
+        ("build_key", equivalence_plan.build_key),
     )
     status = _overall(cases, failure)
     return GateResult(
         gate=GATE,
         status=status,
-        summary=_summary(status, verdicts, the_plan, drafted, failure),
+        summary=_summary(status, verdicts, equivalence_plan, drafted, failure),
         cases=tuple(cases),
         problems=tuple(problems),
         counts=case_counts(cases),
@@ -363,11 +363,11 @@ def _overall(cases: Sequence[CaseResult], failure: ServerFailed | None) -> Statu
     return Status.PASSED
 
 
-def _summary(status: Status, verdicts: Sequence[PromptVerdict], the_plan: EquivalencePlan, drafted: Timings, failure: ServerFailed | None) -> str:
+def _summary(status: Status, verdicts: Sequence[PromptVerdict], equivalence_plan: EquivalencePlan, drafted: Timings, failure: ServerFailed | None) -> str:
     passed = sum(v.status.ok for v in verdicts)
     ties = sum(len(v.near_ties) for v in verdicts)
-    head = f"{status.value.upper()}: {passed}/{len(the_plan.prompts)} prompts equal over {the_plan.tokens} tokens"
-    head += f" ({ties} near-tie(s) at <= {the_plan.near_tie:g} nats)"
+    head = f"{status.value.upper()}: {passed}/{len(equivalence_plan.prompts)} prompts equal over {equivalence_plan.tokens} tokens"
+    head += f" ({ties} near-tie(s) at <= {equivalence_plan.near_tie:g} nats)"
     if drafted.draft_n:
         head += f", acceptance {drafted.draft_n_accepted}/{drafted.draft_n} ({100 * drafted.acceptance:.1f}%), {drafted.tokens_per_step:.2f} tokens/step"
     if failure is not None:

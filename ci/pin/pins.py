@@ -134,8 +134,7 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"{name}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
     top = Section(name, "", data if data is not None else {})
-    fork_s = top.section("fork")
-    assert fork_s is not None
+    fork_s = top.required_section("fork")
     fork = Fork(
         url=fork_s.string("url", check=_https),
         branch=fork_s.string("branch", check=_branch),
@@ -264,8 +263,7 @@ def _child(node: yaml.Node | None, key: str, name: str, parent: str = "") -> yam
     if not isinstance(node, yaml.MappingNode):
         raise ConfigError(f"{name}: {parent or 'top level'}: expected a mapping")
     for k, v in node.value:
-        if isinstance(k, yaml.ScalarNode) and k.value == key:
-            assert isinstance(v, yaml.Node)
+        if isinstance(k, yaml.ScalarNode) and k.value == key and isinstance(v, yaml.Node):
             return v
     raise ConfigError(f"{name}: {where}: is required")
 

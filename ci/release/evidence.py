@@ -15,6 +15,7 @@ from ci.build.context import Context
 from ci.build.stage import current_build
 from ci.errors import ConfigError, GateFailed, ServerFailed
 from ci.gates import backend_ops, equivalence, results
+from ci.gates.backend_ops_output import OP_RE
 from ci.gates.equivalence import EquivalencePlan
 from ci.gates.registry import NAMES, BuildUnderTest, GateOptions, select
 from ci.gates.results import GateResult, Status
@@ -167,7 +168,7 @@ def expectations(values: Sequence[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for value in values:
         op, sep, count = value.partition("=")
-        if not sep or not backend_ops.OP_RE.match(op) or not count.isdigit() or int(count) < 1:
+        if not sep or not OP_RE.match(op) or not count.isdigit() or int(count) < 1:
             raise ConfigError(f'--expect "{value}": not OP=N with N cases, 1 or more (e.g. --expect GATED_DELTA_NET=54)')
         if op in out:
             raise ConfigError(f"--expect {op}: given twice")

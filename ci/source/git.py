@@ -151,7 +151,7 @@ def range_patch_ids(git: Git, since: str, until: str, scratch: Path) -> dict[str
     for i, line in enumerate(lines):
         if line.startswith("commit ") and len(line) == 47 and i + 1 < len(lines):
             subjects[line[7:]] = lines[i + 1]
-    out = {}
+    out: dict[str, str] = {}
     for row in git.run("patch-id", "--stable", stdin=log_file).output.splitlines():
         pid, _, sha = row.partition(" ")
         out.setdefault(pid, f"{sha[:7]} {subjects.get(sha, '')}".rstrip())

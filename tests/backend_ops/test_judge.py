@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from ci.gates.backend_ops import ConsoleRun, DirtyRule, GateSpec, Outcome, SqlRun, judge, judge_log, parse_console, parse_sql
 from ci.errors import ConfigError
+from ci.gates.backend_ops import judge_log
+from ci.gates.backend_ops_judge import ConsoleRun, DirtyRule, GateSpec, Outcome, SqlRun, judge
+from ci.gates.backend_ops_output import parse_console, parse_sql
 from ci.gates.results import GateResult, Status
 from tests.support.backend_ops import CAPTURE_COMMIT, DATA, ENGINE_PIN, OP, text
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ci.gates.backend_ops import CaseStatus, parse_console, parse_sql, strip_ansi
+from ci.gates.backend_ops_output import CaseMark, parse_console, parse_sql, strip_ansi
 from tests.support import derive
 from tests.support.backend_ops import OP, UPSTREAM_CASES, console, sql, text
 
@@ -23,7 +23,7 @@ def test_the_h200_capture() -> None:
     assert cuda.description == "NVIDIA H200"
     assert cuda.ran
     assert len(cuda.cases) == UPSTREAM_CASES
-    assert {c.status for c in cuda.cases} == {CaseStatus.OK}
+    assert {c.status for c in cuda.cases} == {CaseMark.OK}
     assert {c.op for c in cuda.cases} == {OP}
     assert cuda.cases[0].params == "type=f32,head_count=32,head_size=128,n_seq_tokens=1,n_seqs=1,v_repeat=1,permuted=0,kda=0,K=1"
     assert cuda.cases[-1].name == f"{OP}(type=f32,head_count=4,head_size=64,n_seq_tokens=16,n_seqs=2,v_repeat=1,permuted=0,kda=0,K=4)"
@@ -83,7 +83,7 @@ def test_failures_carry_the_message_printed_before_them() -> None:
     report = console("h200-cuda0-fail.console.txt")
     cuda = report.device("CUDA0")
     assert cuda is not None
-    failed = [c for c in cuda.cases if c.status is CaseStatus.FAIL]
+    failed = [c for c in cuda.cases if c.status is CaseMark.FAIL]
     assert [(c.line, c.message) for c in failed] == [
         (18, "[GATED_DELTA_NET] ERR = 0.012300000 > 0.000500000"),
         (29, "[GATED_DELTA_NET] NaN at index 17 (CUDA0=nan CPU=0.318254)"),
@@ -92,7 +92,7 @@ def test_failures_carry_the_message_printed_before_them() -> None:
     assert failed[1].params == "type=f32,head_count=4,head_size=64,n_seq_tokens=1,n_seqs=2,v_repeat=1,permuted=0,kda=1,K=1"
     assert cuda.failing == tuple(c.name for c in failed)
     assert (cuda.summary, cuda.status, report.backends, report.verdict) == ((33, 36), "FAIL", (1, 2), "FAIL")
-    assert sum(c.status is CaseStatus.OK for c in cuda.cases) == 33
+    assert sum(c.status is CaseMark.OK for c in cuda.cases) == 33
 
 
 def test_one_failure_on_a_cpu_only_build() -> None:
@@ -108,7 +108,7 @@ def test_an_aborted_run_keeps_the_cases_seen_and_its_last_words() -> None:
     assert report.backends is None
     cuda = report.device("CUDA0")
     assert cuda is not None
-    assert [c.status for c in cuda.cases] == [CaseStatus.OK] * 12 + [CaseStatus.NO_STATUS]
+    assert [c.status for c in cuda.cases] == [CaseMark.OK] * 12 + [CaseMark.NO_STATUS]
     assert cuda.cases[-1].interleaved == derive.ABORT_LINE
     assert report.last_words == derive.ABORT_LINE
     assert cuda.summary is None
@@ -119,7 +119,7 @@ def test_a_run_cut_off_after_a_case_line() -> None:
     cuda = report.device("CUDA0")
     assert cuda is not None
     assert not report.complete
-    assert [c.status for c in cuda.cases] == [CaseStatus.OK] * 20 + [CaseStatus.NO_STATUS]
+    assert [c.status for c in cuda.cases] == [CaseMark.OK] * 20 + [CaseMark.NO_STATUS]
     assert report.last_words == ""
 
 
@@ -128,7 +128,7 @@ def test_stderr_between_a_case_and_its_status() -> None:
     cuda = report.device("CUDA0")
     assert cuda is not None
     assert len(cuda.cases) == 36
-    assert {c.status for c in cuda.cases} == {CaseStatus.OK}
+    assert {c.status for c in cuda.cases} == {CaseMark.OK}
     assert [c.name for c in cuda.cases] == [c.name for c in console("h200-cuda0.console.txt").devices[0].cases]
     assert cuda.cases[1].interleaved == "ggml_backend_cuda_graph_compute: CUDA graph warmup complete | ggml_backend_cuda_graph_compute: CUDA graph warmup complete"
     assert report.complete
@@ -138,7 +138,7 @@ def test_stderr_between_a_case_and_its_status() -> None:
 def test_not_supported_cases() -> None:
     cuda = console("h200-cuda0-unsupported.console.txt").device("CUDA0")
     assert cuda is not None
-    unsupported = [c for c in cuda.cases if c.status is CaseStatus.NOT_SUPPORTED]
+    unsupported = [c for c in cuda.cases if c.status is CaseMark.NOT_SUPPORTED]
     assert [(c.reason, c.ran) for c in unsupported] == [("CUDA0", False), ("CUDA0", False)]
     assert cuda.summary == (34, 34)
 
@@ -149,7 +149,7 @@ def test_an_allocation_failure_has_no_case_line() -> None:
     assert len(cuda.cases) == 35
     assert cuda.failing[0] not in {c.name for c in cuda.cases}
     assert cuda.cases[2].message == "failed to allocate tensors [CUDA0]"
-    assert cuda.cases[2].status is CaseStatus.OK
+    assert cuda.cases[2].status is CaseMark.OK
 
 
 def test_perf_output_is_recognised() -> None:

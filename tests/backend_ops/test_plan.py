@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ci.gates.backend_ops import GateSpec, plan
 from ci.errors import ConfigError
+from ci.gates.backend_ops import GateSpec, plan
 
 BINARY = "build/rocm/bin/test-backend-ops"  # need not exist: nothing runs
 

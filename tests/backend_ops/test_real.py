@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from ci import command
-from ci.gates.backend_ops import CaseStatus, judge_log, parse_console, run_gate
 from ci.cli import main
+from ci.gates.backend_ops import judge_log, run_gate
+from ci.gates.backend_ops_output import CaseMark, parse_console
 from tests.support.backend_ops import ENGINE_PIN, OP
 from tests.support.binaries import llama_binary
 
@@ -41,7 +42,7 @@ def test_cpu_really_tests_and_passes(binary: Path, tmp_path: Path) -> None:
     cpu = report.device("CPU")
     assert cpu is not None
     assert cpu.summary == (36, 36)
-    assert all(c.status is CaseStatus.OK for c in cpu.cases)
+    assert all(c.status is CaseMark.OK for c in cpu.cases)
     assert (logs / "test-backend-ops.CPU.sql").read_text().count("INSERT INTO test_backend_ops") == 36
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ci import bench
-from ci.gates.equivalence import Prompt
 from ci.errors import ConfigError, ServerFailed
+from ci.gates.equivalence_judge import Prompt
 from ci.gates.tinymodels import TinyModels
 
 PROMPTS = (Prompt("code", "def f():"), Prompt("prose", "Once"), Prompt("short", "Hi"))
@@ -110,9 +110,9 @@ def test_a_missing_model_is_named(tmp_path: Path) -> None:
 
 def test_each_config_goes_through_serves_dry_run_first(tiny_models: TinyModels) -> None:
     def check(config: str) -> None:
-        the_plan = bench.plan(model=tiny_models.target, llama_server=Path("/bin/true"), configs=[bench.parse_config("base="), bench.parse_config(config)],
+        bench_plan = bench.plan(model=tiny_models.target, llama_server=Path("/bin/true"), configs=[bench.parse_config("base="), bench.parse_config(config)],
                               device="cpu", prompts=PROMPTS)  # fmt: skip
-        bench.check_configs(the_plan)
+        bench.check_configs(bench_plan)
 
     check(f"drafted=-- -md {tiny_models.drafter} --spec-type draft-simple")
     with pytest.raises(ConfigError) as exc:

@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from ci.gates import equivalence as eq
 from ci.cli import main
-from ci.gates.results import Status
+from ci.gates import equivalence as eq
+from ci.gates import equivalence_judge as ej
 from ci.gates.llama import LlamaServer, ServerLaunch, group_members
+from ci.gates.results import Status
 from ci.gates.tinymodels import TinyModels
 from tests.support.binaries import llama_binary
 from tests.support.processes import live_processes_naming
@@ -50,7 +51,7 @@ def assert_nothing_left(*paths: Path) -> None:
         assert live_processes_naming(str(p)) == []
 
 
-def the_plan(models: TinyModels, llama_server: Path, **kw: Any) -> eq.GatePlan:
+def equivalence_plan(models: TinyModels, llama_server: Path, **kw: Any) -> eq.EquivalencePlan:
     return eq.plan(model=models.target, drafter=models.drafter, llama_server=llama_server, device="cpu", **kw)
 
 
@@ -102,13 +103,13 @@ def test_a_drafter_that_never_drafts_fails(tiny_models: TinyModels, llama_server
     for case in result["cases"]:
         assert case["status"] == "failed"
         # the tokens were equal: only the drafting check can catch this
-        assert case["message"] == f"{eq.NEVER_DRAFTED} (timings.draft_n absent or 0 in 1 request(s)); identical over 32 tokens"
+        assert case["message"] == f"{ej.NEVER_DRAFTED} (timings.draft_n absent or 0 in 1 request(s)); identical over 32 tokens"
     assert "code: drafter loaded but never drafted" in printed
     assert_nothing_left(tiny_models.target)
 
 
 def test_a_drafter_leg_with_another_target_fails_with_a_large_margin(tiny_models: TinyModels, llama_server: Path, tmp_path: Path) -> None:
-    plan = the_plan(tiny_models, llama_server, tokens=32)
+    plan = equivalence_plan(tiny_models, llama_server, tokens=32)
     plan = replace(plan, drafter=replace(plan.drafter, model=tiny_models.other_target))
     result = eq.run(plan, tmp_path)
     assert result.status is Status.FAILED
@@ -127,11 +128,11 @@ def test_near_ties_resume_from_the_baseline_token_on_the_real_server(tiny_models
     # resume again and again from the prompt plus the baseline's tokens. The tokens so judged must be exactly
     # the baseline's uninterrupted greedy run, which proves that the resume request continues it.
     short = next(p for p in eq.load_prompts() if p.name == "short")
-    plan = replace(the_plan(tiny_models, llama_server, tokens=24, near_tie=1e9), prompts=(short,))
+    plan = replace(equivalence_plan(tiny_models, llama_server, tokens=24, near_tie=1e9), prompts=(short,))
     plan = replace(plan, drafter=replace(plan.drafter, model=tiny_models.other_target))
     with eq.servers(plan, tmp_path) as (baseline, drafter):
         verdict = eq.judge_prompt(plan, short, baseline, drafter)
-        straight = eq.parse_completion(baseline.completion(plan.body(short, eq.Resume((), 24))))
+        straight = ej.parse_completion(baseline.completion(plan.body(short, ej.Resume((), 24))))
     assert verdict.status is Status.PASSED, verdict.message
     assert verdict.compared == 24
     assert len(verdict.near_ties) >= 5
@@ -170,7 +171,7 @@ class _Recording:
 
 
 def test_a_server_that_dies_mid_run_is_reported_and_reaped(tiny_models: TinyModels, llama_server: Path, tmp_path: Path, started: list[LlamaServer]) -> None:
-    plan = the_plan(tiny_models, llama_server, tokens=16)
+    plan = equivalence_plan(tiny_models, llama_server, tokens=16)
     result = eq.run(plan, tmp_path, _Recording(started, "kill llama-server"))
     assert result.status is Status.ERROR
     assert [(c.name, c.status) for c in result.cases] == [("code", Status.PASSED), ("prose", Status.ERROR), ("short", Status.SKIPPED)]
@@ -178,13 +179,13 @@ def test_a_server_that_dies_mid_run_is_reported_and_reaped(tiny_models: TinyMode
     assert problem.startswith("drafter server died during POST /completion: ")
     assert "log tail:" in problem
     assert "1bit serve: running:" in problem  # the launcher's own lines are in the server's log
-    assert result.summary.startswith("equivalence: ERROR: 1/3 prompts")
+    assert result.summary.startswith("ERROR: 1/3 prompts")
     assert len(started) == 2
     assert_nothing_left(tiny_models.target)
 
 
 def test_no_process_is_left_after_ctrl_c(tiny_models: TinyModels, llama_server: Path, tmp_path: Path, started: list[LlamaServer]) -> None:
-    plan = the_plan(tiny_models, llama_server, tokens=16)
+    plan = equivalence_plan(tiny_models, llama_server, tokens=16)
     with pytest.raises(KeyboardInterrupt):
         eq.run(plan, tmp_path, _Recording(started, "ctrl-c"))
     assert len(started) == 2
@@ -197,7 +198,7 @@ def test_no_process_is_left_after_a_health_timeout(tiny_models: TinyModels, tmp_
     stuck = tmp_path / "stuck-llama-server"
     stuck.write_text(f"#!{sys.executable}\nimport signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(300)\n")
     stuck.chmod(0o755)
-    plan = replace(the_plan(tiny_models, stuck), health_timeout=1.5)
+    plan = replace(equivalence_plan(tiny_models, stuck), health_timeout=1.5)
     result = eq.run(plan, tmp_path, _Recording(started, stop_grace=0.5))
     assert result.status is Status.ERROR
     assert any(p.startswith("baseline server not healthy on http://127.0.0.1:") and " after 1.5 s" in p for p in result.problems)
@@ -208,7 +209,7 @@ def test_no_process_is_left_after_a_health_timeout(tiny_models: TinyModels, tmp_
 
 
 def test_no_process_is_left_after_a_failure(tiny_models: TinyModels, llama_server: Path, tmp_path: Path, started: list[LlamaServer]) -> None:
-    plan = the_plan(tiny_models, llama_server, tokens=8, spec_type="none")
+    plan = equivalence_plan(tiny_models, llama_server, tokens=8, spec_type="none")
     result = eq.run(plan, tmp_path, _Recording(started))
     assert result.status is Status.FAILED
     assert len(started) == 2
@@ -218,7 +219,7 @@ def test_no_process_is_left_after_a_failure(tiny_models: TinyModels, llama_serve
 def test_a_model_that_does_not_load_is_reported_with_the_server_log(tiny_models: TinyModels, llama_server: Path, tmp_path: Path) -> None:
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(tiny_models.target.read_bytes()[:100_000])  # a truncated file
-    plan = replace(the_plan(tiny_models, llama_server), baseline=eq.Leg("baseline", broken))
+    plan = replace(equivalence_plan(tiny_models, llama_server), baseline=eq.Leg("baseline", broken))
     result = eq.run(plan, tmp_path)
     assert result.status is Status.ERROR
     assert any("baseline server exited with status" in p and "before it was healthy" in p for p in result.problems)

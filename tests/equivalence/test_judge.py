@@ -7,8 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from ci.gates.equivalence import (
-    DEFAULT_NEAR_TIE,
+from ci.defaults import NEAR_TIE as DEFAULT_NEAR_TIE
+from ci.errors import ServerFailed
+from ci.gates.equivalence_judge import (
     NEVER_DRAFTED,
     Completion,
     PromptVerdict,
@@ -19,7 +20,6 @@ from ci.gates.equivalence import (
     judge,
     parse_completion,
 )
-from ci.errors import ServerFailed
 from ci.gates.results import Status
 from tests.support.equivalence import Recorded
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ci.gates import equivalence as eq
 from ci.errors import ConfigError, ServerFailed
+from ci.gates import equivalence as eq
+from ci.gates import equivalence_judge as ej
 from ci.gates.results import Status, write_json, write_junit
 from ci.gates.tinymodels import TinyModels
 from tests.support.equivalence import Recorded
@@ -63,12 +64,12 @@ def test_a_dflash_drafter_uses_serves_dflash_route(tiny_models: TinyModels, tmp_
 
 
 def test_request_body_is_greedy_and_resumes_with_token_ids() -> None:
-    plan = eq.GatePlan(eq.Leg("baseline", Path("m")), eq.Leg("drafter", Path("m")), (), Path("s"), seed=7)
-    p = eq.Prompt("short", "Q: A?\nA:")
-    assert plan.body(p, eq.Resume((), 256)) == {
+    plan = eq.EquivalencePlan(eq.Leg("baseline", Path("m")), eq.Leg("drafter", Path("m")), (), Path("s"), seed=7)
+    p = ej.Prompt("short", "Q: A?\nA:")
+    assert plan.body(p, ej.Resume((), 256)) == {
         "prompt": "Q: A?\nA:", "n_predict": 256, "temperature": 0, "top_k": 1, "seed": 7, "cache_prompt": False, "n_probs": 2, "return_tokens": True,
     }  # fmt: skip
-    body = plan.body(p, eq.Resume((5, 6, 7), 253))
+    body = plan.body(p, ej.Resume((5, 6, 7), 253))
     assert body["prompt"] == ["Q: A?\nA:", 5, 6, 7]
     assert body["n_predict"] == 253
 
@@ -77,7 +78,7 @@ def test_committed_prompts_and_a_replacement_directory(tmp_path: Path) -> None:
     assert [p.name for p in eq.load_prompts()] == ["code", "prose", "short"]
     (tmp_path / "one.txt").write_text("Once")
     (tmp_path / "notes.md").write_text("not a prompt")
-    assert eq.load_prompts(tmp_path) == (eq.Prompt("one", "Once"),)
+    assert eq.load_prompts(tmp_path) == (ej.Prompt("one", "Once"),)
     (tmp_path / "two.txt").write_text("  \n")
     with pytest.raises(ConfigError, match=r"two.txt: the prompt is empty"):
         eq.load_prompts(tmp_path)
@@ -100,17 +101,17 @@ def test_plan_refuses_bad_options(tiny_models: TinyModels, tmp_path: Path) -> No
         eq.gguf_architecture(junk)
 
 
-def _plan(recorded: Recorded) -> eq.GatePlan:
-    return eq.GatePlan(eq.Leg("baseline", Path("t.gguf")), eq.Leg("drafter", Path("t.gguf")), (recorded.prompt, eq.Prompt("later", "x")), Path("llama-server"), tokens=64)
+def _plan(recorded: Recorded) -> eq.EquivalencePlan:
+    return eq.EquivalencePlan(eq.Leg("baseline", Path("t.gguf")), eq.Leg("drafter", Path("t.gguf")), (recorded.prompt, ej.Prompt("later", "x")), Path("llama-server"), tokens=64)
 
 
 def test_gate_result_records_the_verdicts_and_serialises(recorded: Recorded, tmp_path: Path) -> None:
     plan = _plan(recorded)
-    seg = eq.Segment(0, recorded.answer("baseline@0"), recorded.answer("drafter@0"))
-    v = eq.judge(recorded.prompt, [seg], 64, plan.near_tie)
-    assert isinstance(v, eq.PromptVerdict)
-    other = eq.judge(eq.Prompt("later", "x"), [eq.Segment(0, recorded.answer("baseline@0"), recorded.answer("other_target@0"))], 64, plan.near_tie)
-    assert isinstance(other, eq.PromptVerdict)
+    seg = ej.Segment(0, recorded.answer("baseline@0"), recorded.answer("drafter@0"))
+    v = ej.judge(recorded.prompt, [seg], 64, plan.near_tie)
+    assert isinstance(v, ej.PromptVerdict)
+    other = ej.judge(ej.Prompt("later", "x"), [ej.Segment(0, recorded.answer("baseline@0"), recorded.answer("other_target@0"))], 64, plan.near_tie)
+    assert isinstance(other, ej.PromptVerdict)
     result = eq.gate_result(plan, [v, other])
     assert result.status is Status.FAILED
     assert result.problems == (f"later: {other.message}",)
@@ -136,4 +137,4 @@ def test_a_server_failure_is_an_error_with_the_log_tail(recorded: Recorded) -> N
     assert [(c.name, c.status) for c in result.cases] == [("short", Status.ERROR), ("later", Status.SKIPPED)]
     assert result.cases[0].detail == "line 1\nlast words\n"
     assert result.problems == ("drafter server died during POST /completion: SIGKILL (killed by signal 9); log tail:\nline 1\nlast words",)
-    assert result.summary.startswith("equivalence: ERROR: 0/2 prompts")
+    assert result.summary.startswith("ERROR: 0/2 prompts")

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ci.gates import equivalence as eq
 from ci.errors import ServerFailed
+from ci.gates import equivalence as eq
+from ci.gates import equivalence_judge as ej
 from ci.gates.llama import LlamaServer, ServerLaunch, free_ports
 from ci.gates.tinymodels import TinyModels
 from tests.support.binaries import llama_binary
@@ -24,8 +25,8 @@ def direct(models: TinyModels) -> ServerLaunch:
 
 
 def test_an_http_error_is_reported_with_its_body(tiny_models: TinyModels, tmp_path: Path) -> None:
-    plan = eq.GatePlan(eq.Leg("baseline", tiny_models.target), eq.Leg("drafter", tiny_models.target), (), Path())
-    body = plan.body(eq.Prompt("short", "Q:"), eq.Resume((99_999,), 4))  # a resume with an id past the vocab
+    plan = eq.EquivalencePlan(eq.Leg("baseline", tiny_models.target), eq.Leg("drafter", tiny_models.target), (), Path())
+    body = plan.body(ej.Prompt("short", "Q:"), ej.Resume((99_999,), 4))  # a resume with an id past the vocab
     with LlamaServer(direct(tiny_models), tmp_path / "s.log") as server, pytest.raises(ServerFailed) as failed:
         server.completion(body)
     assert failed.value.message.startswith("baseline server: POST /completion: HTTP 400: ")
@@ -35,9 +36,9 @@ def test_an_http_error_is_reported_with_its_body(tiny_models: TinyModels, tmp_pa
 
 
 def test_a_request_timeout_is_reported_and_the_server_reaped(tiny_models: TinyModels, tmp_path: Path) -> None:
-    plan = eq.GatePlan(eq.Leg("baseline", tiny_models.target), eq.Leg("drafter", tiny_models.target), (), Path())
+    plan = eq.EquivalencePlan(eq.Leg("baseline", tiny_models.target), eq.Leg("drafter", tiny_models.target), (), Path())
     with LlamaServer(direct(tiny_models), tmp_path / "s.log") as server, pytest.raises(ServerFailed, match=r"got no answer in 0\.001 s"):
-        server.completion(plan.body(eq.Prompt("short", "Q:"), eq.Resume((), 400)), timeout=0.001)
+        server.completion(plan.body(ej.Prompt("short", "Q:"), ej.Resume((), 400)), timeout=0.001)
     assert server.leftovers() == ()
     assert live_processes_naming(str(tiny_models.target)) == []
 

@@ -8,8 +8,7 @@ import pytest
 from junitparser import JUnitXml
 
 from ci.release import ledger
-from tests.support.build import BuildFork
-from tests.support.build import add_fixture_patch, build_cpu
+from tests.support.build import BuildFork, add_fixture_patch, build_cpu
 from tests.support.project import Project
 
 DATA = Path(__file__).parents[1] / "backend_ops" / "data"

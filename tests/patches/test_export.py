@@ -5,8 +5,8 @@ import subprocess
 import pygit2
 import pytest
 
-from tests.support.gitrepo import signature
 from tests.support.fixtures import MakePatch
+from tests.support.gitrepo import signature
 from tests.support.project import DELTA_AT_C1, Project
 
 TRAILERS = "\n\nUpstream: https://github.com/ggml-org/llama.cpp/pull/2\nDrop-when: the pin includes ggml-org/llama.cpp#2\n"

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from ci.pin import pins
 from ci.errors import ConfigError
+from ci.pin import pins
 from tests.support.project import FORK_URL, PINS_TEMPLATE
 
 SHA = "8abd563db5a3666adbd6eaa50c6826dfbe9abfef"

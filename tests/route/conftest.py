@@ -12,7 +12,6 @@ from tests.support.gguf_files import make
 from tests.support.route import ERROR_PREFIX, DryRun
 
 
-
 @pytest.fixture(autouse=True)
 def _route_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every case runs in its own directory (no pins.yaml above it) with none of serve's variables set."""

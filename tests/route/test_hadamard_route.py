@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.route import DryRun
 from tests.support.gguf_files import write_gguf
+from tests.support.route import DryRun
 
 ROCM = ["--device", "ROCm0", "-ngl", "99", "--jinja", "--host", "127.0.0.1", "--port", "8080"]
 VULKAN = ["--device", "Vulkan0", "-ngl", "99", "--jinja", "--host", "127.0.0.1", "--port", "8080"]

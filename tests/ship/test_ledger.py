@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from ci.release import ledger
 from ci.errors import ConfigError
 from ci.gates.results import GateResult, Status
+from ci.release import ledger
 
 CONTEXT = ledger.BuildContext("k" * 64, "p" * 40, "s" * 64, "cpu", "CPU")
 

@@ -3,31 +3,42 @@ from __future__ import annotations
 import json
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from ci.gates.results import CaseResult, GateResult, Status, case_counts
 from ci.release import ledger
-from tests.support.build import BuildFork
-from tests.support.build import add_fixture_patch, build_cpu
-from tests.support.project import Project
-from tests.ship.conftest import RealGates
-
-pytestmark = pytest.mark.slow
+from tests.support.build import BuildFork, add_fixture_patch, build_cpu, manifest
+from tests.support.project import Project, Result
 
 
-def built(project: Project) -> dict:  # type: ignore[type-arg]
-    r = build_cpu(project)
+def gate(name: str, status: Status, summary: str, problems: tuple[str, ...] = (), n: int = 3) -> GateResult:
+    """A gate's result held in memory, as a gate returns it: ship only counts the records."""
+    cases = tuple(CaseResult(f"case {i}", Status.PASSED if i < n else Status.FAILED) for i in range(n + (status is Status.FAILED)))
+    return GateResult(name, status, summary, cases, problems, case_counts(cases))
+
+
+class GATES:
+    route = gate("route", Status.PASSED, "165/165 route tests passed")
+    backend_ops = gate("backend_ops", Status.PASSED, "GATED_DELTA_NET 36/36 on CPU")
+    backend_ops_failed = gate("backend_ops", Status.FAILED, "GATED_DELTA_NET 36/54 on CPU", ("GATED_DELTA_NET: 54 expected, 36 ran and passed",))
+    equivalence = gate("equivalence", Status.PASSED, "PASSED: 3/3 prompts equal over 32 tokens")
+
+
+def built(project: Project, *args: str) -> dict[str, Any]:
+    r = build_cpu(project, *args)
     assert r.code == 0, r.err
-    return json.loads((project.root / "build" / "cpu" / "build.json").read_text())  # type: ignore[no-any-return]
+    return manifest(project)
 
 
-def record(project: Project, manifest: dict, *results) -> None:  # type: ignore[no-untyped-def, type-arg]
-    context = ledger.BuildContext(manifest["key"], manifest["pin"]["commit"], manifest["patches"]["digest"], "cpu", "CPU")
+def record(project: Project, m: dict[str, Any], *results: GateResult) -> None:
+    context = ledger.BuildContext(m["key"], m["pin"]["commit"], m["patches"]["digest"], "cpu", "CPU")
     for r in results:
         ledger.append(project.root / "build" / "results" / "ledger.jsonl", r, context)
 
 
-def ship(project: Project, *args: str):  # type: ignore[no-untyped-def]
+def ship(project: Project, *args: str) -> Result:
     return project.ci("ship", "--profile", "cpu", *args)
 
 
@@ -46,9 +57,9 @@ def test_no_records_refuses_listing_every_gate(build_project: Project, tmp_path:
     assert not (build_project.root / "dist").exists()
 
 
-def test_one_failed_gate_refuses(build_project: Project, real_gates: RealGates) -> None:
+def test_one_failed_gate_refuses(build_project: Project) -> None:
     m = built(build_project)
-    record(build_project, m, real_gates.route, real_gates.backend_ops_failed, real_gates.equivalence)
+    record(build_project, m, GATES.route, GATES.backend_ops_failed, GATES.equivalence)
     r = ship(build_project)
     assert r.code == 7
     assert "backend_ops  FAILED" in r.out
@@ -56,25 +67,25 @@ def test_one_failed_gate_refuses(build_project: Project, real_gates: RealGates) 
     assert "ship: refused: 1 of 3 gates" in r.err
 
 
-def test_a_later_failure_overrides_an_earlier_pass(build_project: Project, real_gates: RealGates) -> None:
+def test_a_later_failure_overrides_an_earlier_pass(build_project: Project) -> None:
     m = built(build_project)
-    record(build_project, m, real_gates.route, real_gates.backend_ops, real_gates.equivalence, real_gates.backend_ops_failed)
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence, GATES.backend_ops_failed)
     assert ship(build_project).code == 7
 
 
-def test_records_for_another_key_never_count(build_project: Project, real_gates: RealGates) -> None:
+def test_records_for_another_key_never_count(build_project: Project) -> None:
     m = built(build_project)
     other = dict(m, key="0" * 64)
-    record(build_project, other, real_gates.route, real_gates.backend_ops, real_gates.equivalence)
+    record(build_project, other, GATES.route, GATES.backend_ops, GATES.equivalence)
     r = ship(build_project)
     assert r.code == 7
     assert r.out.count("STALE") == 3
     assert "judged key 000000000000" in r.out
 
 
-def test_a_patch_change_makes_the_build_and_then_the_records_stale(build_project: Project, build_fork: BuildFork, real_gates: RealGates) -> None:
+def test_a_patch_change_makes_the_build_and_then_the_records_stale(build_project: Project, build_fork: BuildFork) -> None:
     m = built(build_project)
-    record(build_project, m, real_gates.route, real_gates.backend_ops, real_gates.equivalence)
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
     assert ship(build_project, "--check").code == 0
     add_fixture_patch(build_project, build_fork, "hello.patch", "tools/server/server.cpp", "llama-server %s", "llama-server says %s")
     r = ship(build_project)
@@ -87,9 +98,9 @@ def test_a_patch_change_makes_the_build_and_then_the_records_stale(build_project
     assert r.out.count("STALE") == 3
 
 
-def test_every_gate_passed_ships_with_the_evidence(build_project: Project, real_gates: RealGates) -> None:
+def test_every_gate_passed_ships_with_the_evidence(build_project: Project) -> None:
     m = built(build_project)
-    record(build_project, m, real_gates.route, real_gates.backend_ops, real_gates.equivalence)
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
     r = ship(build_project)
     assert r.code == 0, r.err
     dist = build_project.root / "dist"
@@ -114,3 +125,33 @@ def test_every_gate_passed_ships_with_the_evidence(build_project: Project, real_
     assert inside == release
     assert "serve/config/recipes.json" in names
     assert not any(n.startswith("ci/") for n in names)
+
+
+def test_a_machine_flag_is_in_the_key_of_every_session(build_project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ONEBIT_CMAKE_ARGS", "-DFIXTURE_GREETING=machine")
+    m = built(build_project)
+    assert m["local_flags"] == ["-DFIXTURE_GREETING=machine"]
+    assert "-DFIXTURE_GREETING=machine" in m["flags"]
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
+    r = ship(build_project, "--check")
+    assert r.code == 0, r.err  # the key ship computes has the machine's flag too: not stale
+    (build_project.root / "cmake-args.local").write_text("# this box\n-DFIXTURE_GREETING=machine\n")
+    monkeypatch.delenv("ONEBIT_CMAKE_ARGS")
+    assert ship(build_project, "--check").code == 0  # the same flag from the git-ignored file
+    r = ship(build_project)
+    assert r.code == 0, r.err
+    release = json.loads(next((build_project.root / "dist").glob("onebit_serve-*.release.json")).read_text())
+    assert release["build"]["local_flags"] == ["-DFIXTURE_GREETING=machine"]
+
+
+def test_a_one_off_flag_is_named_when_a_later_session_refuses_the_build(build_project: Project) -> None:
+    m = built(build_project, "-DFIXTURE_GREETING=once")
+    assert m["one_off_flags"] == ["-DFIXTURE_GREETING=once"]
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
+    r = ship(build_project, "--check")
+    assert r.code == 4
+    assert "the cpu build was built with -DFIXTURE_GREETING=once, which this run does not have" in r.err
+    assert "ONEBIT_CMAKE_ARGS or cmake-args.local" in r.err
+    r = build_project.ci("gpu-tests", "--profile", "cpu")
+    assert r.code == 4
+    assert "built with -DFIXTURE_GREETING=once, which this run does not have" in r.err

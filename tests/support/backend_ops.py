@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ci.gates import backend_ops
+from ci.gates.backend_ops_output import ConsoleReport, SqlReport, parse_console, parse_sql
 
 DATA = Path(__file__).resolve().parents[1] / "backend_ops" / "data"
 
@@ -20,9 +20,9 @@ def text(name: str) -> str:
     return (DATA / name).read_text(encoding="utf-8")
 
 
-def console(name: str) -> backend_ops.ConsoleReport:
-    return backend_ops.parse_console(text(name))
+def console(name: str) -> ConsoleReport:
+    return parse_console(text(name))
 
 
-def sql(name: str) -> backend_ops.SqlReport:
-    return backend_ops.parse_sql(text(name))
+def sql(name: str) -> SqlReport:
+    return parse_sql(text(name))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ci.gates import equivalence as eq
+from ci.gates import equivalence_judge as ej
 from ci.gates.llama import LlamaServer, ServerLaunch, free_ports
 from ci.gates.tinymodels import write_tiny_models
 
@@ -35,7 +36,7 @@ def _trim(answer: dict[str, Any]) -> dict[str, Any]:
 
 def main(llama_server: str) -> None:
     prompt = next(p for p in eq.load_prompts() if p.name == "short")
-    the_plan = eq.GatePlan(baseline=eq.Leg("baseline", Path()), drafter=eq.Leg("drafter", Path()), prompts=(prompt,), llama_server=Path(llama_server))
+    equivalence_plan = eq.EquivalencePlan(baseline=eq.Leg("baseline", Path()), drafter=eq.Leg("drafter", Path()), prompts=(prompt,), llama_server=Path(llama_server))
     with tempfile.TemporaryDirectory() as tmp:
         models = write_tiny_models(Path(tmp))
         draft = ["-md", str(models.drafter), "--spec-type", "draft-simple", *eq.DRAFT_ARGS]
@@ -50,13 +51,13 @@ def main(llama_server: str) -> None:
             (port,) = free_ports(1)
             argv = (llama_server, "-m", model, "-ngl", "0", "-c", "2048", "--host", "127.0.0.1", "--port", str(port), *extra)
             with LlamaServer(ServerLaunch(name, argv, "127.0.0.1", port), Path(tmp) / f"{name}.log") as server:
-                base = server.completion(the_plan.body(prompt, eq.Resume((), TOKENS)))
+                base = server.completion(equivalence_plan.body(prompt, ej.Resume((), TOKENS)))
                 record["answers"][f"{name}@0"] = _trim(base)
                 if name == "baseline":
                     ids = base["tokens"]
                 for after in RESUME_AFTER if name in ("baseline", "drafter") else ():
-                    resume = eq.Resume(tuple(ids[: after + 1]), TOKENS - after - 1)
-                    record["answers"][f"{name}@{after + 1}"] = _trim(server.completion(the_plan.body(prompt, resume)))
+                    resume = ej.Resume(tuple(ids[: after + 1]), TOKENS - after - 1)
+                    record["answers"][f"{name}@{after + 1}"] = _trim(server.completion(equivalence_plan.body(prompt, resume)))
     OUT.write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {OUT.relative_to(Path.cwd()) if OUT.is_relative_to(Path.cwd()) else OUT.name}")
 

@@ -1,0 +1,467 @@
+"""The test-backend-ops gate's judge, pure: the evidence (console runs, the sql run) against what the pin expects.
+
+test-backend-ops exits 0 when it tested nothing: an unknown ``-b`` name skips every device, a CPU-only build run
+without ``-b`` skips the CPU, and both still print ``OK``. So the judge never trusts the exit status or the final
+``OK`` alone: the device must have run, the number of passed cases must be the pin's, no case may fail, the report
+must be complete and agree with itself, and a second run with ``--output sql`` must agree with the first and name
+the pinned commit in ``build_commit``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from ci.errors import ConfigError, describe_returncode
+from ci.gates.backend_ops_output import OP_RE, CaseMark, ConsoleReport, SqlReport
+from ci.gates.results import CaseResult, GateResult, Status, case_counts
+
+GATE = "backend_ops"
+SHA_PREFIX_RE = re.compile(r"^[0-9a-f]{7,40}$")
+MIN_SHORT_SHA = 7  # git rev-parse --short never prints fewer
+FAILURES_LISTED = 10  # in the problems; every failed case is in the cases (JUnit) regardless
+
+
+def check_device(device: str) -> str:
+    if not device or device != device.strip() or any(ch.isspace() for ch in device) or os.sep in device:
+        raise ConfigError(f'--device "{device}": not a test-backend-ops device name (ROCm0, CUDA0, Vulkan0, CPU, ...)')
+    return device
+
+
+def check_ops(ops: Iterable[str]) -> tuple[str, ...]:
+    out = tuple(ops)
+    if not out:
+        raise ConfigError("no test-backend-ops expectations: give --expect OP=N or set expect.backend_ops in pins.yaml")
+    for op in out:
+        if not OP_RE.match(op):
+            raise ConfigError(f'expectation "{op}": not a ggml op name (upper case, as test-backend-ops -o takes it)')
+    if len(set(out)) != len(out):
+        raise ConfigError(f"expectations name an op twice: {', '.join(out)}")
+    return out
+
+
+class DirtyRule(Enum):
+    """Whether ``build_commit`` must carry git's ``-dirty`` suffix: an explicit input, never guessed.
+
+    ggml's CMake appends ``-dirty`` when ``git diff-index`` sees changes in the checkout: applied patches do that,
+    and so can a checkout that lacks files of the fork (pins.yaml ``checkout.omit``), which is why the caller says.
+    """
+
+    CLEAN = "clean"  # the fork exactly as pinned
+    DIRTY = "dirty"  # patches applied to the checkout (or a checkout known to differ otherwise)
+
+    @classmethod
+    def for_build(cls, patched: bool) -> DirtyRule:
+        return cls.DIRTY if patched else cls.CLEAN
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    """What the gate must see: everything the judge knows besides the evidence."""
+
+    device: str
+    expected: tuple[tuple[str, int], ...]  # cases per op that must run and pass: the pin's count
+    pinned_commit: str | None = None  # full or abbreviated sha; None: the build_commit check is not made
+    patched: bool = False
+    dirty: DirtyRule = DirtyRule.CLEAN
+    build_key: str = ""
+
+    @classmethod
+    def make(
+        cls,
+        device: str,
+        expected: Mapping[str, int],
+        pinned_commit: str | None,
+        patched: bool,
+        build_key: str = "",
+        dirty: DirtyRule | None = None,
+    ) -> GateSpec:
+        check_device(device)
+        check_ops(expected)
+        for op, n in expected.items():
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ConfigError(f"expectation {op}={n}: the count must be a whole number of cases, 1 or more")
+        if pinned_commit is not None:
+            pinned_commit = pinned_commit.lower()
+            if not SHA_PREFIX_RE.match(pinned_commit):
+                raise ConfigError(f'pinned commit "{pinned_commit}": not a commit sha (7 to 40 hex digits)')
+        return cls(
+            device=device,
+            expected=tuple(expected.items()),
+            pinned_commit=pinned_commit,
+            patched=patched,
+            dirty=dirty if dirty is not None else DirtyRule.for_build(patched),
+            build_key=build_key,
+        )
+
+    @property
+    def pin(self) -> str:
+        return self.pinned_commit[:MIN_SHORT_SHA] if self.pinned_commit else "none"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run ended. ``returncode`` is None when it is not known (a saved log)."""
+
+    returncode: int | None = None
+    timed_out: bool = False
+    timeout: float | None = None
+    seconds: float = 0.0
+
+    @property
+    def killed(self) -> bool:
+        return self.timed_out or (self.returncode is not None and self.returncode < 0)
+
+    @property
+    def signal_name(self) -> str:
+        rc = self.returncode
+        if rc is None or rc >= 0:
+            return ""
+        try:
+            return signal.Signals(-rc).name
+        except ValueError:
+            return f"signal {-rc}"
+
+
+@dataclass(frozen=True)
+class ConsoleRun:
+    """One console run's evidence: for one op, or (a saved log) for every op it holds."""
+
+    report: ConsoleReport
+    outcome: Outcome = field(default_factory=Outcome)
+    op: str | None = None  # the -o it was run with; None: a saved log, judged for every expected op
+    log: str = ""  # where its output is, for the messages
+
+
+@dataclass(frozen=True)
+class SqlRun:
+    report: SqlReport
+    outcome: Outcome = field(default_factory=Outcome)
+    log: str = ""
+
+
+def _same_commit(short: str, pinned: str) -> bool:
+    return len(short) >= MIN_SHORT_SHA and SHA_PREFIX_RE.match(short) is not None and (pinned.startswith(short) or short.startswith(pinned))
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _quote(text: str, limit: int = 160) -> str:
+    return f'"{text if len(text) <= limit else text[: limit - 3] + "..."}"'
+
+
+class _Judgement:
+    def __init__(self, spec: GateSpec) -> None:
+        self.spec = spec
+        self.problems: list[str] = []
+        self.cases: list[CaseResult] = []
+        self.failed_names: list[str] = []
+        self.properties: dict[str, str] = {}
+        self.seen_ok: dict[str, int] = {}  # OK case lines per op, counted even when the run was cut short
+
+    def problem(self, text: str) -> None:
+        self.problems.append(text)
+
+
+def _label(run: ConsoleRun, device: str) -> str:
+    if run.op is not None:
+        return f"test-backend-ops -o {run.op} -b {device}"
+    return f"the log {run.log}" if run.log else "the log"
+
+
+def _ops_of(run: ConsoleRun, spec: GateSpec) -> list[tuple[str, int]]:
+    return [(op, n) for op, n in spec.expected if run.op is None or run.op == op]
+
+
+def _judge_console(j: _Judgement, run: ConsoleRun) -> dict[str, tuple[int, int, int]]:
+    """Problems and cases of one console run; returns per op (passed, ran, not supported) when they can be counted."""
+    spec, device, report, outcome = j.spec, j.spec.device, run.report, run.outcome
+    label = _label(run, device)
+    section = report.device(device)
+    cases = section.cases if section is not None else ()
+    cut = outcome.killed or not report.complete
+    counted: dict[str, tuple[int, int, int]] = {}
+    if report.mode != "test":
+        j.problem(f"{label}: this is test-backend-ops {report.mode} output, not test output: the gate judges `test-backend-ops test` runs")
+        return counted
+
+    for c in cases:
+        if c.status is CaseMark.OK:
+            j.seen_ok[c.op] = j.seen_ok.get(c.op, 0) + 1
+        classname = f"{GATE}.{device}.{c.op}"
+        detail = f"line {c.line} of {run.log}" if run.log else f"line {c.line}"
+        if c.interleaved:
+            detail += f"; printed in between: {c.interleaved}"
+        if c.status is CaseMark.OK:
+            j.cases.append(CaseResult(c.name, Status.PASSED, "", classname, detail))
+        elif c.status is CaseMark.NOT_SUPPORTED:
+            j.cases.append(CaseResult(c.name, Status.SKIPPED, f"not supported [{c.reason}]", classname, detail))
+        elif c.status is CaseMark.FAIL:
+            why = c.message or "no message was printed before it"
+            j.cases.append(CaseResult(c.name, Status.FAILED, why, classname, detail))
+            j.failed_names.append(f"{c.name} FAILED: {why}")
+        else:
+            why = "no status: the run was cut short after this case line" if cut else "no OK/FAIL was printed for this case"
+            if c.interleaved:
+                why += f" (it printed {_quote(c.interleaved)})"
+            j.cases.append(CaseResult(c.name, Status.ERROR, why, classname, detail))
+            if not cut:
+                j.failed_names.append(f"{c.name} FAILED: {why}")
+    listed_only: list[str] = []  # failed cases test-backend-ops printed no case line for (an allocation failure)
+    if section is not None:
+        seen = {c.name for c in cases if c.status is CaseMark.FAIL}
+        stray = "; ".join(c.message for c in cases if c.status is CaseMark.OK and c.message)
+        for name in section.failing:
+            if name not in seen:
+                listed_only.append(name)
+                op = name.split("(", 1)[0]
+                why = "listed under 'Failing tests:' with no FAIL case line (an allocation failure prints none)"
+                if stray:
+                    why += f"; printed before a later case: {_quote(stray)}"
+                j.cases.append(CaseResult(name, Status.FAILED, why, f"{GATE}.{device}.{op}"))
+                j.failed_names.append(f"{name} FAILED: {why}")
+
+    if cut:
+        ok = sum(c.status is CaseMark.OK for c in cases)
+        fail = sum(c.status is CaseMark.FAIL for c in cases)
+        unsupported = sum(c.status is CaseMark.NOT_SUPPORTED for c in cases)
+        no_status = [c for c in cases if c.status is CaseMark.NO_STATUS]
+        if outcome.timed_out:
+            how = f"timed out after {outcome.timeout:g} s and was killed" if outcome.timeout else "timed out and was killed"
+            if outcome.signal_name:
+                how += f" ({outcome.signal_name})"
+        elif outcome.killed:
+            how = f"was killed by {outcome.signal_name} (signal {-(outcome.returncode or 0)})"
+        else:
+            how = "stopped before test-backend-ops' final verdict (no 'N/M backends passed', no OK/FAIL)"
+            if outcome.returncode is not None:
+                how += f" and exited with {describe_returncode(outcome.returncode)}"
+        if section is None or not section.ran:
+            seen_text = f"before device {device} reported a case"
+        else:
+            parts = [f"{ok} OK", f"{fail} FAIL"]
+            if unsupported:
+                parts.append(f"{unsupported} not supported")
+            if no_status:
+                parts.append(f"{len(no_status)} without a status: {no_status[-1].name}")
+            seen_text = f"after {_plural(len(cases), 'case line')} on {device} ({', '.join(parts)})"
+        rest = []
+        for op, n in _ops_of(run, spec):
+            done = sum(1 for c in cases if c.op == op and c.status is CaseMark.OK)
+            rest.append(f"{op}: {max(n - done, 0)} of the {n} expected")
+        subject = "the output" if run.op is None else "it"
+        text = f"{label}: {subject} {how} {seen_text}; the rest count as not run ({'; '.join(rest)})"
+        if report.last_words:
+            text += f"; its last output: {_quote(report.last_words)}"
+        j.problem(text)
+        return counted
+
+    if section is None:
+        names = ", ".join(f"{d.name} (skipped)" if d.skipped else d.name for d in report.devices)
+        if report.device_count is None and not report.devices:
+            j.problem(f"device {device} did not run: {label} printed no test-backend-ops report (no 'Testing N devices'); is it test-backend-ops?")
+        elif all(not d.ran for d in report.devices):
+            j.problem(
+                f"device {device} did not run: the build has no device named {device} (it listed {names or 'no device'}); "
+                f"test-backend-ops skipped every device and still said {report.verdict}"
+            )
+        else:
+            tested = ", ".join(d.name for d in report.devices if d.ran)
+            j.problem(f"device {device} did not run: the output has no device named {device} (it listed {names}); it tested {tested} instead")
+        return counted
+    if sum(d.name == device for d in report.devices) > 1:
+        j.problem(f"{label}: {device} is reported more than once: two runs in one output? Judge one run's output")
+        return counted
+    if not section.ran:
+        if section.skipped == "Skipping CPU backend":
+            hint = "without -b it never tests the CPU, so a CPU-only build tests nothing and exits 0; run it with -b CPU"
+        else:
+            hint = f"it was given another -b than {device}"
+        j.problem(f"device {device} did not run: test-backend-ops printed {_quote(section.skipped)} for it ({hint})")
+        return counted
+
+    ok = sum(c.status is CaseMark.OK for c in cases)
+    ran = sum(c.ran for c in cases) + len(listed_only)
+    if section.summary is None:
+        j.problem(f"{label}: {device} printed no 'N/M tests passed' line after its {_plural(len(cases), 'case')}")
+    elif section.summary != (ok, ran):
+        j.problem(
+            f"{label}: test-backend-ops says {section.summary[0]}/{section.summary[1]} tests passed on {device} but the log has "
+            f"{ok} OK of {ran} cases that ran: the log is not complete, or not in the format this gate reads"
+        )
+    failed_here = any(c.status in (CaseMark.FAIL, CaseMark.NO_STATUS) for c in cases) or bool(section.failing)
+    if not section.status:
+        j.problem(f"{label}: no 'Backend {device}: OK|FAIL' line")
+    elif section.status == "OK" and failed_here:
+        j.problem(f"{label}: 'Backend {device}: OK' although cases failed: the report contradicts itself")
+    elif section.status == "FAIL" and not failed_here:
+        j.problem(f"{label}: 'Backend {device}: FAIL' although no case line failed (an error outside the cases; see the log)")
+    if report.verdict == "FAIL" and not failed_here and section.status != "FAIL":
+        others = [d.name for d in report.devices if d.status == "FAIL"]
+        where = f" (failed: {', '.join(others)})" if others else ""
+        j.problem(f"{label}: test-backend-ops' verdict is FAIL{where}")
+    rc = outcome.returncode
+    if rc is not None:
+        if rc != 0 and report.verdict == "OK":
+            j.problem(f"{label}: exited with {describe_returncode(rc)} although it printed OK")
+        elif rc == 0 and report.verdict == "FAIL":
+            j.problem(f"{label}: exited with status 0 although it printed FAIL")
+
+    for op, _ in _ops_of(run, spec):
+        mine = section.cases_of(op)
+        counted[op] = (
+            sum(c.status is CaseMark.OK for c in mine),
+            sum(c.ran for c in mine) + sum(1 for name in listed_only if name.startswith(f"{op}(")),
+            sum(c.status is CaseMark.NOT_SUPPORTED for c in mine),
+        )
+    return counted
+
+
+def _judge_counts(j: _Judgement, counted: Mapping[str, tuple[int, int, int]]) -> None:
+    for op, n in j.spec.expected:
+        if op not in counted:
+            continue
+        ok, ran, unsupported = counted[op]
+        if ok == n:
+            continue
+        text = f"{op}: {n} expected, {ok} ran and passed" if ok == ran else f"{op}: {n} expected, {ran} ran, {ok} passed"
+        if unsupported:
+            text += f", {unsupported} not supported on {j.spec.device}"
+        if ran == 0 and unsupported == 0:
+            text += f" (no {op} case at all: is the op name right, and does this build have it?)"
+        elif ok > n:
+            text += f" (more than the pin expects: if the fork gained cases, raise expect.backend_ops.{op} in pins.yaml)"
+        j.problem(text)
+
+
+def _judge_sql(j: _Judgement, sql: SqlRun, console_passed: Mapping[str, tuple[int, int, int]]) -> None:
+    spec, device, report = j.spec, j.spec.device, sql.report
+    label = "the --output sql cross-check"
+    if sql.outcome.timed_out:
+        j.problem(f"{label} timed out after {sql.outcome.timeout:g} s" if sql.outcome.timeout else f"{label} timed out")
+    elif sql.outcome.killed:
+        j.problem(f"{label} was killed by {describe_returncode(sql.outcome.returncode or 0)}")
+    elif sql.outcome.returncode not in (None, 0) and all(r.passed for r in report.rows if r.supported):
+        j.problem(f"{label} exited with {describe_returncode(sql.outcome.returncode or 0)} although every row passed")
+    if not report.has_header:
+        j.problem(f"{label}: no CREATE TABLE statement: that is not test-backend-ops --output sql")
+    if report.malformed:
+        shown = ", ".join(str(n) for n in report.malformed[:5])
+        j.problem(f"{label}: {_plural(len(report.malformed), 'INSERT line')} could not be read (line {shown})")
+    rows = [r for r in report.rows if r.backend_name == device and r.test_mode == "test"]
+    commits = report.commits()
+    j.properties["build_commit"] = ", ".join(commits) if commits else "not seen"
+    if not rows:
+        j.problem(f"{label}: no rows for {device}: the device did not run in the sql run")
+    if len(commits) > 1:
+        j.problem(f"{label}: the rows disagree on build_commit: {', '.join(commits)}")
+    if spec.pinned_commit is None:
+        j.properties["build_commit_check"] = "not made: no pinned commit given"
+    elif not commits:
+        j.properties["build_commit_check"] = "failed"
+        j.problem(f"{label}: no row carries a build_commit, so the binary cannot be shown to be the pin {spec.pin}")
+    else:
+        value = commits[0]
+        short, dirty = (value[: -len("-dirty")], True) if value.endswith("-dirty") else (value, False)
+        before = len(j.problems)
+        if short == "unknown":
+            j.problem(f'build_commit is "{value}": the binary was built outside a git checkout, so it cannot be shown to be the pin {spec.pin}')
+        elif not _same_commit(short, spec.pinned_commit):
+            j.problem(f"build_commit {value} is not the pinned commit {spec.pin} ({spec.pinned_commit}): these binaries were built from another commit; rebuild them")
+        elif spec.dirty is DirtyRule.DIRTY and not dirty:
+            j.problem(f"build_commit {value} has no -dirty suffix but the dirty rule is 'dirty' (patches applied): these binaries were built without the patches")
+        elif spec.dirty is DirtyRule.CLEAN and dirty:
+            j.problem(
+                f"build_commit {value} has a -dirty suffix but the dirty rule is 'clean' (no patches applied): the checkout had "
+                "local changes when it was built (if it is known to differ, e.g. omitted files, say so with --dirty dirty)"
+            )
+        j.properties["build_commit_check"] = "passed" if len(j.problems) == before else "failed"
+    for op, _ in spec.expected:
+        mine = [r for r in rows if r.op_name == op]
+        failed = [r for r in mine if r.supported and not r.passed]
+        for r in failed[:FAILURES_LISTED]:
+            j.problem(f"{label}: {r.name} failed in the sql run ({r.error_message or 'no error_message'})")
+        if len(failed) > FAILURES_LISTED:
+            j.problem(f"{label}: ... and {len(failed) - FAILURES_LISTED} more {op} rows failed")
+        if op in console_passed:
+            ok, ran, _ = console_passed[op]
+            sql_ok, sql_ran = sum(r.passed for r in mine), sum(r.supported for r in mine)
+            if (sql_ok, sql_ran) != (ok, ran):
+                j.problem(f"{label}: {op} passed {sql_ok} of {sql_ran} in the sql run but {ok} of {ran} on the console: the two runs disagree")
+
+
+def _exit_text(outcome: Outcome) -> str:
+    if outcome.returncode is None:
+        return "not known"
+    text = describe_returncode(outcome.returncode)
+    return f"timed out, {text}" if outcome.timed_out else text
+
+
+def judge(spec: GateSpec, runs: Sequence[ConsoleRun], sql: SqlRun | None, *, sql_not_made: str = "") -> GateResult:
+    """The verdict on the evidence. Every failure is one line in ``problems`` that says what was seen."""
+    j = _Judgement(spec)
+    counted: dict[str, tuple[int, int, int]] = {}
+    for op, _ in spec.expected:
+        if not any(r.op is None or r.op == op for r in runs):
+            j.problem(f"{op}: test-backend-ops was not run for it")
+    for run in runs:
+        counted.update(_judge_console(j, run))
+    _judge_counts(j, counted)
+    for name in j.failed_names[:FAILURES_LISTED]:
+        j.problem(name)
+    if len(j.failed_names) > FAILURES_LISTED:
+        j.problem(f"... and {len(j.failed_names) - FAILURES_LISTED} more failed cases (all of them are in the JUnit XML)")
+    for run in runs:
+        if run.op is not None:
+            j.properties[f"exit.{run.op}"] = _exit_text(run.outcome)
+    if sql is not None:
+        _judge_sql(j, sql, counted)
+        j.properties["sql_cross_check"] = "made"
+        j.properties["exit.sql"] = _exit_text(sql.outcome)
+    else:
+        j.properties["sql_cross_check"] = sql_not_made or "not made"
+        j.properties["build_commit"] = "not seen"
+        j.properties["build_commit_check"] = "not made: no --output sql output"
+
+    status = Status.FAILED if j.problems else Status.PASSED
+    tallies = []
+    for op, n in spec.expected:
+        tallies.append(f"{op} {j.seen_ok.get(op, 0)}/{n}")
+    head = f"{'PASSED' if status is Status.PASSED else 'FAILED'} on {spec.device}: {', '.join(tallies)} passed"
+    if status is Status.PASSED:
+        check = j.properties["build_commit_check"]
+        if check == "passed":
+            head += f"; build_commit {j.properties['build_commit']} is the pin {spec.pin}"
+        else:
+            head += f"; build_commit check {check}"
+    else:
+        head += f"; {_plural(len(j.problems), 'problem')}"
+    properties = {
+        "device": spec.device,
+        "op": ",".join(op for op, _ in spec.expected),
+        "expected": ",".join(f"{op}={n}" for op, n in spec.expected),
+        "build_key": spec.build_key,
+        "pin": spec.pinned_commit or "none",
+        "patched": "yes" if spec.patched else "no",
+        "dirty_rule": spec.dirty.value,
+        **j.properties,
+        "source": "a saved console log" if any(r.op is None for r in runs) else "run",
+    }
+    counts = (*case_counts(j.cases), ("expected", sum(n for _, n in spec.expected)))
+    return GateResult(
+        gate=GATE,
+        status=status,
+        summary=head,
+        cases=tuple(j.cases),
+        problems=tuple(j.problems),
+        counts=counts,
+        properties=tuple(properties.items()),
+        metrics=tuple((f"seconds.{r.op}", r.outcome.seconds) for r in runs if r.op is not None),
+        seconds=sum(r.outcome.seconds for r in runs) + (sql.outcome.seconds if sql is not None else 0.0),
+    )
