@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 
 from ci.release import ledger
+from tests.support.binaries import llama_binary
+from tests.support.build import manifest
 from tests.support.project import Project
 
 
@@ -25,3 +30,23 @@ def test_with_the_toolchain_it_builds_gates_and_checks_shipping(build_project: P
     # the fixture's test-backend-ops is no llama.cpp, so the real gate fails and nothing may ship
     assert r.code == 7
     assert "gpu_tests: 2 of 3 gates did not pass: backend_ops, equivalence" in r.err
+
+
+@pytest.mark.slow
+def test_the_main_job_passes_end_to_end_with_a_stand_in_test_backend_ops(make_build_project: Callable[..., Project], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Build, every gate and the ship check on the fixture fork: the real route tests, the real CPU llama-server
+    behind the fixture's llama-server, and the fixture's test-backend-ops replaying the real CPU one's output with
+    the build commit it was configured at (a stand-in: no real test-backend-ops reports the fixture's commit)."""
+    project = make_build_project()
+    project.pins.write_text(project.pins.read_text().replace("GATED_DELTA_NET: 54", "GATED_DELTA_NET: 36"))
+    data = Path(__file__).resolve().parents[1] / "backend_ops" / "data"
+    machine = f"-DFIXTURE_REPLAY_CONSOLE={data / 'cpu.console.txt'} -DFIXTURE_REPLAY_SQL={data / 'cpu.sql.txt'} -DFIXTURE_LLAMA_SERVER={llama_binary('llama-server')}"
+    monkeypatch.setenv("ONEBIT_CMAKE_ARGS", machine)  # the machine's flags reach the build, the gates and ship alike
+    r = project.ci("main-job", "--profile", "cpu", "--remote", str(project.fork.path))
+    assert r.code == 0, r.out + r.err
+    assert "gpu_tests: all 3 gates passed" in r.out
+    assert "ship: every gate passed for this build" in r.out
+    records = ledger.read(project.root / "build" / "results" / "ledger.jsonl").records
+    assert [(rec.gate, rec.verdict) for rec in records] == [("route", "passed"), ("backend_ops", "passed"), ("equivalence", "passed")]
+    key = manifest(project)["key"]
+    assert {rec.build_key for rec in records} == {key}
