@@ -89,7 +89,7 @@ def ship(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def patches(session: nox.Session) -> None:
-    """Apply the patch series to the checkout at the pin; -- --check only says what would apply."""
+    """Bring the checkout to the pin + series (fetching first); -- --check only says what would apply, --reset discards hand edits."""
     _install(session)
     _ci(session, "patches")
 

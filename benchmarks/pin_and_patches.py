@@ -3,7 +3,9 @@
     ONEBIT_FORK_MIRROR=PATH python benchmarks/pin_and_patches.py [--reps 5]
 
 Targets (issues): bump_pin under 3 s, patches --check of a 10-patch series under 1 s after nox start, and
-verify_pin under 1 s. The baseline, measured in the same run, is nox's own start (``nox -l``).
+verify_pin under 1 s. The baseline, measured in the same run, is nox's own start (``nox -l``). Last, a bump
+with a checkout and a two-patch series, one patch the new pin already has (dropped) and one it lacks (applied
+again), each rep from the same state.
 """
 
 from __future__ import annotations
@@ -57,6 +59,33 @@ def main() -> None:
     subprocess.run([*ci, "export-patches", "--branch", "bench-series"], cwd=project, check=True, capture_output=True)
     git(checkout, "switch", "-q", "--detach", pin)
     print(report(f"patches --check, {len(sources)} patches (nox -R)", wall(nox("-s", "patches", "--", "--check"), project, args.reps), baseline, 1.0))
+
+    # a two-patch series at the older pin: one change the newer pin has (its first commit), one it lacks
+    (project / "patches" / "series").write_text("")
+    subprocess.run([*ci, "bump-pin", older, "--remote", str(mirror), "--branch", args.branch, "--allow-rollback"], cwd=project, check=True, capture_output=True)
+    git(checkout, "switch", "-q", "-C", "bench-two", older)
+    upstreamed = git(mirror, "rev-list", "--reverse", "--no-merges", f"{older}..{newer}").split()[0]
+    git(checkout, "cherry-pick", "-x", upstreamed)
+    git(checkout, "commit", "-q", "--amend", "-m", git(checkout, "log", "-1", "--format=%B") + "\n\nUpstream: not-needed: the fork has it\nDrop-when: the pin includes it")
+    kept = next(p for p in sources if not git(mirror, "diff", "--name-only", older, newer, "--", p))
+    with open(checkout / kept, "a") as fh:
+        fh.write("// onebit bench: kept\n")
+    git(checkout, "commit", "-qam", "bench: a patch the newer pin lacks\n\nUpstream: not-needed: a benchmark\nDrop-when: never")
+    subprocess.run([*ci, "export-patches", "--branch", "bench-two"], cwd=project, check=True, capture_output=True)
+    saved = {p.name: p.read_bytes() for p in (project / "patches").iterdir()}
+    moves = []
+    for _ in range(args.reps):
+        for p in (project / "patches").iterdir():
+            p.unlink()
+        for name, data in saved.items():
+            (project / "patches" / name).write_bytes(data)
+        subprocess.run([*ci, "bump-pin", older, "--allow-rollback", "--remote", str(mirror)], cwd=project, check=True, capture_output=True)
+        subprocess.run([*ci, "patches"], cwd=project, check=True, capture_output=True)
+        moves += wall(nox("-s", "bump_pin", "--", newer[:7], "--drop-upstreamed", "--remote", str(mirror)), project, 1)
+    print(report("bump_pin with a checkout, 2 patches (1 upstream, dropped; 1 applied again) (nox -R)", moves, baseline, 3.0))
+    done = subprocess.run(["git", "diff", "--cached", "--name-only"], cwd=checkout, capture_output=True, text=True, check=True).stdout.split()
+    left = [ln for ln in (project / "patches" / "series").read_text().splitlines() if ln and not ln.startswith("#")]
+    print(f"  after the last bump: HEAD {git(checkout, 'rev-parse', '--short', 'HEAD')}, series {left}, staged {done}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ci.errors import CommandFailed, OnebitError
+from ci.errors import CommandFailed, OnebitError, ToolchainError
 
 PROG = "onebit-ci"
 INTERNAL_ERROR = 70  # EX_SOFTWARE: a bug here, not a problem the user can fix
@@ -214,6 +214,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as exc:  # run outside nox's environment, by a Python without the project's packages
+        if args.debug:
+            raise
+        print(f"{PROG}: error: the Python package {exc.name} is not installed for {sys.executable}; run through nox (nox -s <session>) or pip install -e .", file=sys.stderr)
+        return ToolchainError.exit_code
     except OSError as exc:  # the disk, not the code: a full disk, a read-only or vanished directory
         if args.debug:
             raise

@@ -72,3 +72,13 @@ def all_or_nothing(paths: Sequence[Path]) -> Iterator[Snapshot]:
     except BaseException:
         snap.restore()
         raise
+
+
+def shown(path: Path, root: Path | None) -> str:
+    """``path`` as a message shows it: relative to ``root`` when it lies inside, else as it is."""
+    if root is not None:
+        try:
+            return str(path.resolve().relative_to(root.resolve()))
+        except ValueError:
+            pass
+    return str(path)

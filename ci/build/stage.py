@@ -12,6 +12,7 @@ from ci.build.cmake import LOG, BuildPlan, BuildRequest, decide, execute
 from ci.build.context import Context
 from ci.build.manifest import Manifest, read_manifest
 from ci.errors import CommandFailed, Refused
+from ci.files import shown
 from ci.pin.verify import verify
 from ci.source.sync import sync
 
@@ -42,7 +43,7 @@ def run_build(ctx: Context, request: BuildRequest, say: Callable[[str], None]) -
     if decision.up_to_date and old is not None:
         say(
             f"build: up to date: key {build_plan.key.short} (pin {ctx.pins.fork.short}, patches {ctx.series.digest[:12]}, "
-            f"profile {profile.name}, {tools.describe()}) matches {_rel(build_plan.manifest_path, ctx.root)}, "
+            f"profile {profile.name}, {tools.describe()}) matches {shown(build_plan.manifest_path, ctx.root)}, "
             f"and its {len(old.binaries)} binaries and {len(old.libraries)} libraries are as recorded"
         )
         return BuildOutcome(old, True, build_plan, ())
@@ -51,9 +52,9 @@ def run_build(ctx: Context, request: BuildRequest, say: Callable[[str], None]) -
         with _timed(say, "configure and compile"):
             manifest = execute(build_plan, decision, say)
     except CommandFailed:
-        say(f"build: the full log: {_rel(build_plan.build_dir / LOG, ctx.root)}")
+        say(f"build: the full log: {shown(build_plan.build_dir / LOG, ctx.root)}")
         raise
-    say(f"build: wrote {_rel(build_plan.manifest_path, ctx.root)}; log: {_rel(build_plan.build_dir / LOG, ctx.root)}")
+    say(f"build: wrote {shown(build_plan.manifest_path, ctx.root)}; log: {shown(build_plan.build_dir / LOG, ctx.root)}")
     return BuildOutcome(manifest, False, build_plan, decision.reasons)
 
 
@@ -78,7 +79,7 @@ def current_build(ctx: Context, profile_name: str) -> CurrentBuild:
     old = read_manifest(build_plan.manifest_path)
     hint = f"run nox -s build -- --profile {profile.name}"
     if old is None:
-        raise Refused(f"no build of profile {profile.name} ({_rel(build_plan.manifest_path, ctx.root)} is missing): {hint}")
+        raise Refused(f"no build of profile {profile.name} ({shown(build_plan.manifest_path, ctx.root)} is missing): {hint}")
     decision = decide(build_plan, old)
     if not decision.up_to_date:
         missing = [f for f in old.one_off_flags if f not in build_plan.cmake_flags]
@@ -104,9 +105,3 @@ class _timed:
         state = "done" if kind is None else "FAILED"
         self.say(f"step: {self.name}: {state} in {time.monotonic() - self.t:.2f} s")
 
-
-def _rel(path: Path, root: Path) -> str:
-    try:
-        return str(path.relative_to(root))
-    except ValueError:
-        return str(path)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pygit2
 
 from ci.errors import GitError, Refused
-from ci.files import all_or_nothing, write_atomic
+from ci.files import all_or_nothing, shown, write_atomic
 from ci.pin import pins as pins_mod
 from ci.pin.project import GITLINK_MODE, Project, read_gitmodules, set_gitmodules_value
 from ci.pin.verify import verify
@@ -282,14 +282,8 @@ def session(project: Project, request: BumpRequest, remote: str | None, report: 
         return 0
     if bump.checkout is not None:
         say(bump.checkout.describe())
-    rel = _rel(done.report, project.root)
+    rel = shown(done.report, project.root)
     say(f"bump_pin: wrote pins.yaml and the gitlink (staged); report: {rel}")
     say(f"bump_pin: next: nox -s build gpu_tests, then git commit -F {rel}")
     return 0
 
-
-def _rel(path: Path, root: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(root))
-    except ValueError:
-        return str(path)

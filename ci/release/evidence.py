@@ -14,6 +14,7 @@ from pathlib import Path
 from ci.build.context import Context
 from ci.build.stage import current_build
 from ci.errors import ConfigError, GateFailed, ServerFailed
+from ci.files import shown
 from ci.gates import backend_ops, equivalence, results
 from ci.gates.backend_ops_output import OP_RE
 from ci.gates.equivalence import EquivalencePlan
@@ -45,7 +46,7 @@ def record(
     results.write_junit(junit_path, [result], properties)
     if ledger_path is None:
         return None
-    artefacts = {"json": _rel(json_path, root), "junit": _rel(junit_path, root)} if root else {}
+    artefacts = {"json": shown(json_path, root), "junit": shown(junit_path, root)} if root else {}
     return ledger.append(ledger_path, result, build or ledger.BuildContext(), artefacts)
 
 
@@ -136,14 +137,6 @@ def summary_markdown(gate_results: Sequence[GateResult], title: str) -> str:
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
-
-def _rel(path: Path, root: Path | None) -> str:
-    if root is None:
-        return str(path)
-    try:
-        return os.path.relpath(path, root)
-    except ValueError:
-        return str(path)
 
 
 # -- one gate on its own, outside a build: JSON and JUnit, no ledger ------------------------------------------------

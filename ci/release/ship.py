@@ -22,7 +22,7 @@ from ci.build.manifest import Manifest
 from ci.build.stage import current_build
 from ci.command import run
 from ci.errors import GateFailed, ToolchainError
-from ci.files import write_atomic
+from ci.files import shown, write_atomic
 from ci.gates.registry import NAMES
 from ci.gates.route import SOURCE_ROOT
 from ci.release import ledger as ledger_mod
@@ -214,21 +214,15 @@ def session(ctx: Context, profile: str, results_dir: Path, dist: Path | None, ch
     from ci.release.evidence import step_summary
 
     result = check(ctx, profile, results_dir)
-    shown = table(result)
-    say(shown)
-    step_summary(f"### ship, profile {profile}: {'every gate passed' if result.ok else 'REFUSED'}\n\n```\n{shown}\n```\n")
+    standing = table(result)
+    say(standing)
+    step_summary(f"### ship, profile {profile}: {'every gate passed' if result.ok else 'REFUSED'}\n\n```\n{standing}\n```\n")
     if not result.ok:
         raise refusal(result)
     if check_only:
         say("ship: every gate passed for this build")
         return 0
     for f in ship(ctx, result, results_dir, dist or ctx.root / "dist"):
-        say(f"ship: wrote {_rel(f, ctx.root)}")
+        say(f"ship: wrote {shown(f, ctx.root)}")
     return 0
 
-
-def _rel(path: Path, root: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(root))
-    except ValueError:
-        return str(path)

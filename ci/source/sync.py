@@ -153,6 +153,8 @@ def prepare(source: Source, store: ForkStore, *, reset: bool = False, series_pla
     if head is not None and _ours(git, source, before, head, target):
         return SyncPlan(source, plan, Action.MOVE, before)
     base = _base(git, source, head)
+    if head is None and before.worktree == base:  # attached, never checked out (an interrupted first sync): empty
+        return SyncPlan(source, plan, Action.MOVE, before)
     changed = sorted(set(git.changed_between(base, before.worktree)) | set(git.changed_between(base, before.index)))
     if reset:
         return SyncPlan(source, plan, Action.RESET, before, tuple(changed))

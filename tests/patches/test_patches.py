@@ -329,3 +329,35 @@ def test_a_moved_checkout_is_clean_for_git_too(project: Project) -> None:
     assert not (project.submodule / "common.c").exists()
     assert subprocess.run(["git", "diff-index", "--quiet", "HEAD", "--"], cwd=project.submodule, check=False).returncode == 0
     assert not (project.submodule / "models").exists()
+
+
+def test_a_failure_while_moving_puts_the_checkout_back_as_it_was(project: Project, add_patch: MakePatch, monkeypatch: pytest.MonkeyPatch) -> None:
+    add_patch("fix-delta.patch", FIX)
+    assert project.ci("patches", *remote(project)).code == 0
+    before = (git(project, "rev-parse", "HEAD"), git(project, "write-tree"), (project.submodule / "ggml/src/delta.c").read_text())
+    add_patch("readme.patch", {"README.md": "changed\n"})
+
+    def full_disk(self: object, gitdir: Path) -> None:
+        raise OSError(28, "No space left on device", str(gitdir / "onebit-sync.json"))
+
+    monkeypatch.setattr("ci.source.sync.Record.write", full_disk)
+    r = project.ci("patches")
+    assert r.code == 74
+    assert "onebit-sync.json: No space left on device" in r.err
+    assert (git(project, "rev-parse", "HEAD"), git(project, "write-tree"), (project.submodule / "ggml/src/delta.c").read_text()) == before
+    assert (project.submodule / "README.md").read_text() == "fork\n"  # the new patch's change was undone
+    monkeypatch.undo()
+    assert project.ci("patches").code == 0
+    assert (project.submodule / "README.md").read_text() == "changed\n"
+
+
+def test_an_attached_checkout_that_was_never_filled_is_checked_out(project: Project) -> None:
+    from ci.source.checkout import attach
+    from ci.source.store import ForkStore
+
+    gitdir = project.root / ".git" / "modules" / "third_party" / "llama.cpp-rocmfpx"
+    ForkStore.open(gitdir)  # an empty store, as an interrupted first sync leaves it
+    attach(gitdir, project.submodule, ("models/", "docs/"))
+    r = project.ci("patches", *remote(project))
+    assert r.code == 0, r.err
+    assert (project.submodule / "ggml/src/delta.c").read_text() == AT_PIN
