@@ -6,6 +6,7 @@ before it starts; the quoted command line is logged; a failure raises :class:`Co
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shlex
@@ -17,6 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+
+import psutil
 
 from ci.errors import CommandFailed, ToolchainError
 
@@ -61,10 +64,11 @@ def run(
 ) -> Completed:
     """Run ``argv`` to completion and return its combined output.
 
-    ``log_file`` receives every line as it comes; ``on_line`` is called per line (progress display).
-    ``env`` replaces the environment when given; ``stdin`` is a file the program reads. A timeout kills the process
-    and, with ``check``, raises.
-    Ctrl-C is passed to the child (same process group) and re-raised once it has exited.
+    ``log_file`` receives every line as it comes; ``on_line`` is called per line (progress display). A log that
+    cannot be written (a full disk) ends the program, whose output would otherwise fill the pipe and block it
+    forever, and raises the OSError naming the log. ``env`` replaces the environment when given; ``stdin`` is a
+    file the program reads. A timeout ends the program's whole process tree and, with ``check``, raises; so does
+    Ctrl-C (which the program also receives, in our process group), re-raised once the tree is gone.
     """
     args = [os.fspath(a) for a in argv]
     search = env.get("PATH") if env is not None else None
@@ -90,14 +94,20 @@ def run(
             source.close()
     lines: list[str] = []
     tail: deque[str] = deque(maxlen=TAIL_LINES)
+    broken: list[OSError] = []  # the log's write error, raised once the program is gone
 
     def pump() -> None:
-        assert proc.stdout is not None
+        if proc.stdout is None:
+            return
         for line in proc.stdout:
             lines.append(line)
             tail.append(line)
-            if log_file is not None:
-                log_file.write(line)
+            if log_file is not None and not broken:
+                try:
+                    log_file.write(line)
+                except OSError as exc:
+                    broken.append(exc)
+                    end_tree(proc, grace=2.0)  # the reader keeps draining, so nothing blocks on the pipe meanwhile
             if on_line is not None:
                 on_line(line.rstrip("\n"))
 
@@ -109,24 +119,48 @@ def run(
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-            proc.kill()
-            proc.wait()
+            end_tree(proc)
     except BaseException:
-        # Ctrl-C reaches the child too; give it a moment, then make sure it is gone before re-raising.
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        end_tree(proc, grace=10.0)  # Ctrl-C: the program got SIGINT too; a moment to stop, then the whole tree goes
         reader.join(timeout=5)
         _close_output(proc, reader)
         raise
     reader.join(timeout=5)
     _close_output(proc, reader)
+    if broken:
+        exc = broken[0]
+        name = getattr(log_file, "name", None)
+        raise OSError(exc.errno, exc.strerror, str(name) if name is not None else exc.filename) from None
     done = Completed(tuple(args), proc.returncode, "".join(lines), timed_out)
     if check and (timed_out or proc.returncode != 0):
         raise CommandFailed(args, proc.returncode, "".join(tail), what=what or os.fspath(argv[0]))
     return done
+
+
+def end_tree(proc: subprocess.Popen[str] | subprocess.Popen[bytes], grace: float = 5.0) -> None:
+    """End ``proc`` and every process below it: SIGTERM to all, SIGKILL to what is left after ``grace`` seconds;
+    ``proc`` is reaped. The tree is read before anything is signalled, so a child orphaned by its parent's death
+    is still found."""
+    try:
+        tree = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        tree = []
+    for p in tree:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+    _, alive = psutil.wait_procs(tree, timeout=grace)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(alive, timeout=5)
 
 
 def _close_output(proc: subprocess.Popen[str], reader: threading.Thread) -> None:

@@ -200,24 +200,28 @@ def execute(plan: BuildPlan, decision: Decision, say: Callable[[str], None]) -> 
         path.unlink(missing_ok=True)
     env = {**os.environ, **dict(plan.env)}
     started = time.monotonic()
-    with (plan.build_dir / LOG).open("w") as log_file:
-        if decision.reconfigure:
-            (plan.build_dir / CONFIGURED).unlink(missing_ok=True)
+    log_path = plan.build_dir / LOG
+    try:
+        with log_path.open("w") as log_file:
+            if decision.reconfigure:
+                (plan.build_dir / CONFIGURED).unlink(missing_ok=True)
+                t = time.monotonic()
+                done = _step(plan.configure_argv, env, log_file, "configure", None)
+                ignored = ignored_flags(done, plan.cmake_flags)
+                if ignored:
+                    raise ConfigError(
+                        f"configure: {'; '.join(ignored)}: a flag this pin does not have silently changes the build "
+                        f"(llama.cpp #8155, #15245); fix {plan.flags.where(ignored[0].split(' ', 1)[0])}"
+                    )
+                write_atomic(plan.build_dir / CONFIGURED, plan.key.configure + "\n")
+                say(f"configure: done in {time.monotonic() - t:.1f} s")
+            else:
+                say("configure: reused (the configure part of the key is unchanged)")
             t = time.monotonic()
-            done = _step(plan.configure_argv, env, log_file, "configure", None)
-            ignored = ignored_flags(done, plan.cmake_flags)
-            if ignored:
-                raise ConfigError(
-                    f"configure: {'; '.join(ignored)}: a flag this pin does not have silently changes the build "
-                    f"(llama.cpp #8155, #15245); fix {plan.flags.where(ignored[0].split(' ', 1)[0])}"
-                )
-            write_atomic(plan.build_dir / CONFIGURED, plan.key.configure + "\n")
-            say(f"configure: done in {time.monotonic() - t:.1f} s")
-        else:
-            say("configure: reused (the configure part of the key is unchanged)")
-        t = time.monotonic()
-        _step(plan.build_argv, env, log_file, "build", Progress(say))
-        say(f"build: done in {time.monotonic() - t:.1f} s")
+            _step(plan.build_argv, env, log_file, "build", Progress(say))
+            say(f"build: done in {time.monotonic() - t:.1f} s")
+    except OSError as exc:  # a full disk: the log is what could not be written, whichever write saw it first
+        raise OSError(exc.errno, exc.strerror, exc.filename or str(log_path)) from None
     binaries = {name: Artifact.of(plan.build_dir, _find_binary(plan.build_dir, name)) for name in plan.targets}
     libraries = {p.name: Artifact.of(plan.build_dir, p) for p in sorted((plan.build_dir / "bin").glob("lib*.so*")) if p.is_file() and not p.is_symlink()}
     manifest = Manifest(

@@ -27,6 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+import psutil
 import requests
 
 from ci.command import resolve
@@ -319,69 +320,48 @@ class Process:
     """A process known by pid and start time, so a reused pid is never mistaken for it."""
 
     pid: int
-    start: int  # /proc/PID/stat's starttime, in clock ticks since boot
+    start: float  # psutil's create_time
     command: str = ""
 
+    def _live(self) -> psutil.Process | None:
+        try:
+            p = psutil.Process(self.pid)
+            return p if p.create_time() == self.start and p.status() != psutil.STATUS_ZOMBIE else None
+        except psutil.Error:
+            return None
+
     def alive(self) -> bool:
-        stat = _stat(self.pid)
-        return stat is not None and stat.start == self.start and stat.state != "Z"
+        return self._live() is not None
 
     def kill(self) -> None:
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(self.pid, signal.SIGKILL)
-
-
-@dataclass(frozen=True)
-class _Stat:
-    state: str
-    ppid: int
-    pgrp: int
-    start: int
-    comm: str
-
-
-def _stat(pid: int) -> _Stat | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
-    # priority nice num_threads itrealvalue starttime ...: comm may hold spaces and parentheses
-    comm = text[text.index("(") + 1 : text.rfind(")")]
-    f = text[text.rfind(")") + 2 :].split()
-    return _Stat(state=f[0], ppid=int(f[1]), pgrp=int(f[2]), start=int(f[19]), comm=comm)
-
-
-def _all_stats() -> dict[int, _Stat]:
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            st = _stat(int(entry.name))
-            if st is not None:
-                out[int(entry.name)] = st
-    return out
+        p = self._live()
+        if p is not None:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
 
 
 def descendants(pid: int) -> tuple[Process, ...]:
-    """The live descendants of ``pid``, from /proc."""
-    stats = _all_stats()
-    children: dict[int, list[int]] = {}
-    for p, st in stats.items():
-        children.setdefault(st.ppid, []).append(p)
-    found, todo = [], list(children.get(pid, ()))
-    while todo:
-        p = todo.pop()
-        st = stats[p]
-        if st.state != "Z":
-            found.append(Process(p, st.start, st.comm))
-        todo += children.get(p, ())
+    """The live descendants of ``pid``."""
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return ()
+    found = []
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            if child.status() != psutil.STATUS_ZOMBIE:
+                found.append(Process(child.pid, child.create_time(), child.name()))
     return tuple(sorted(found, key=lambda x: x.pid))
 
 
 def group_members(pgid: int) -> tuple[int, ...]:
     """Live (not zombie) processes of process group ``pgid``."""
-    return tuple(sorted(p for p, st in _all_stats().items() if st.pgrp == pgid and st.state != "Z"))
+    out = []
+    for p in psutil.process_iter(["status"]):
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.pid) == pgid:
+                out.append(p.pid)
+    return tuple(sorted(out))
 
 
 def _wait_gone(processes: set[Process], seconds: float) -> None:

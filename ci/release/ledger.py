@@ -1,8 +1,12 @@
-"""The results ledger: one JSON line per gate run, append-only, hash-chained, written atomically.
+"""The results ledger: one JSON line per gate run, append-only, hash-chained, its tip anchored.
 
 Each record names the build it judged (key, pin, patch series, profile); ``nox -s ship`` counts only records
 for the build being shipped. A record's ``prev`` is the sha256 of the line before it, so a line edited or
-removed afterwards breaks the chain, and reading reports it: a damaged ledger is never silently skipped.
+removed afterwards breaks the chain; the head file beside it (``ledger.jsonl.head``: the count and the last
+line's sha256, written atomically with each append) anchors the tip, so the last record cannot be edited,
+removed or added to unseen either. Reading reports any of it: a damaged ledger is never silently skipped.
+With ``ONEBIT_LEDGER_KEY`` set (a runner others share), each record carries an HMAC-SHA256 of itself and every
+reader checks it, so only a holder of the key can write a record that counts.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import hmac
 import json
 import os
 import platform
@@ -23,9 +28,12 @@ from typing import Any
 from ci.errors import ConfigError
 from ci.files import write_atomic
 from ci.gates.results import GateResult
+from ci.schema import parse_json
 
 LEDGER = "ledger.jsonl"
+HEAD_SUFFIX = ".head"  # ledger.jsonl.head: the count and the last line's sha256
 GENESIS = "0" * 64
+KEY_VAR = "ONEBIT_LEDGER_KEY"
 
 
 @dataclass(frozen=True)
@@ -82,32 +90,85 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def read(path: Path) -> Ledger:
-    """Every record; a line that is not JSON, lacks a field, or breaks the chain is a ConfigError naming it."""
+def head_path(path: Path) -> Path:
+    return path.with_name(path.name + HEAD_SUFFIX)
+
+
+@dataclass(frozen=True)
+class Head:
+    """The chain's tip: how many records, and the sha256 of the last line. Written with every append."""
+
+    count: int
+    sha256: str
+
+    @classmethod
+    def read(cls, path: Path) -> Head | None:
+        hp = head_path(path)
+        if not hp.is_file():
+            return None
+        try:
+            data = parse_json(hp.read_bytes())
+            return cls(int(data["count"]), str(data["sha256"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"{hp}: not a ledger head ({exc}); restore it with the ledger from a backup, or move both away") from None
+
+    def write(self, path: Path) -> None:
+        write_atomic(head_path(path), json.dumps({"count": self.count, "sha256": self.sha256}) + "\n")
+
+
+def signing_key(env: Mapping[str, str] | None = None) -> bytes | None:
+    """ONEBIT_LEDGER_KEY, for runners that others share: each record is signed with it, and checked against it."""
+    value = (os.environ if env is None else env).get(KEY_VAR, "")
+    return value.encode() if value else None
+
+
+def _signature(key: bytes, data: Mapping[str, Any]) -> str:
+    body = json.dumps({k: v for k, v in data.items() if k != "sig"}, sort_keys=True).encode()
+    return hmac.new(key, body, hashlib.sha256).hexdigest()
+
+
+def read(path: Path, key: bytes | None = None) -> Ledger:
+    """Every record, checked: each line JSON with the record's fields, the chain unbroken, the tip equal to the
+    head file, and, with ``key``, every record's signature. Any problem is a ConfigError naming the line."""
     if not path.is_file():
+        if Head.read(path) not in (None, Head(0, GENESIS)):
+            raise ConfigError(f"{path}: missing, but its head {head_path(path).name} names records (removed?); restore it from a backup")
         return Ledger(path)
+    raw_bytes = path.read_bytes()
+    if raw_bytes and not raw_bytes.endswith(b"\n"):
+        raise ConfigError(f"{path}: the last line is incomplete (a damaged ledger); restore it from a backup or move it away")
     records: list[Record] = []
     prev = GENESIS
-    for n, raw in enumerate(path.read_bytes().splitlines(), 1):
-        where = f"{path.name}:{n}"
+    for n, raw in enumerate(raw_bytes.splitlines(), 1):
         try:
-            data = json.loads(raw)
-        except ValueError:
-            raise ConfigError(f"{path}: line {n} is not JSON (a damaged ledger); restore it from a backup or move it away") from None
+            data = parse_json(raw)
+        except (ValueError, RecursionError):
+            raise ConfigError(f"{path}:{n}: not a JSON record (a damaged ledger); restore it from a backup or move it away") from None
         if not isinstance(data, dict) or not {"gate", "verdict", "prev", "time"} <= data.keys():
-            raise ConfigError(f"{path}: line {n} is not a ledger record (needs gate, verdict, prev, time)")
+            raise ConfigError(f"{path}:{n}: not a ledger record (needs gate, verdict, prev, time)")
         if data["prev"] != prev:
-            raise ConfigError(f"{where}: the chain is broken (prev {str(data['prev'])[:12]}, expected {prev[:12]}): a record was edited or removed")
+            where = f"{path}:{n - 1}: the record was edited, or one after it removed" if n > 1 else f"{path}:1: the first record was edited"
+            raise ConfigError(f"{where} (line {n} chains to {str(data['prev'])[:12]}, not {prev[:12]})")
+        if key is not None and data.get("sig") != _signature(key, data):
+            raise ConfigError(f"{path}:{n}: the record's signature does not match {KEY_VAR} ({'unsigned' if 'sig' not in data else 'forged, or signed with another key'})")
         digest = hashlib.sha256(raw).hexdigest()
         records.append(Record(n, data, digest))
         prev = digest
+    head = Head.read(path)
+    if head is None:
+        if records:
+            raise ConfigError(f"{path}: has no head ({head_path(path).name}): its last record cannot be checked; move the ledger away to start a new one")
+    elif head != Head(len(records), prev):
+        raise ConfigError(f"{path}: the last record does not match the ledger's head (edited or removed?)")
     return Ledger(path, tuple(records))
 
 
-def append(path: Path, result: GateResult, context: BuildContext, artefacts: Mapping[str, str] | None = None) -> Record:
-    """Add one record, atomically (the whole file is rewritten through a rename, under a lock)."""
+def append(path: Path, result: GateResult, context: BuildContext, artefacts: Mapping[str, str] | None = None, key: bytes | None = None) -> Record:
+    """Add one record at the end (an O_APPEND write, fsync'd), then move the head to it, under a lock; signed
+    with ``key`` (default: ONEBIT_LEDGER_KEY) when there is one."""
+    key = key if key is not None else signing_key()
     with _locked(path):
-        ledger = read(path)
+        ledger = read(path, key)
         prev = ledger.records[-1].sha256 if ledger.records else GENESIS
         data: dict[str, Any] = {
             "gate": result.gate,
@@ -122,12 +183,18 @@ def append(path: Path, result: GateResult, context: BuildContext, artefacts: Map
             "artefacts": dict(artefacts or {}),
             "prev": prev,
         }
+        if key is not None:
+            data["sig"] = _signature(key, data)
         line = json.dumps(data, sort_keys=True).encode()
-        old = path.read_bytes() if path.is_file() else b""
-        if old and not old.endswith(b"\n"):
-            raise ConfigError(f"{path}: the last line is incomplete (a damaged ledger); restore it or move it away")
-        write_atomic(path, old + line + b"\n")
-        return Record(len(ledger.records) + 1, data, hashlib.sha256(line).hexdigest())
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line + b"\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        digest = hashlib.sha256(line).hexdigest()
+        Head(len(ledger.records) + 1, digest).write(path)
+        return Record(len(ledger.records) + 1, data, digest)
 
 
 def versions() -> dict[str, str]:

@@ -79,7 +79,7 @@ def standings(ledger: ledger_mod.Ledger, key: str, required: Sequence[str] = NAM
 
 def check(ctx: Context, profile: str, results_dir: Path) -> ShipCheck:
     build = current_build(ctx, profile)
-    ledger = ledger_mod.read(ledger_mod.ledger_path(results_dir))
+    ledger = ledger_mod.read(ledger_mod.ledger_path(results_dir), ledger_mod.signing_key())
     return ShipCheck(build.key, build.manifest, standings(ledger, build.key))
 
 

@@ -282,3 +282,14 @@ def test_deprecated_and_unused_flags_are_caught_in_real_cmake_output() -> None:
         "-DLLAMA_CURL=OFF (deprecated: LLAMA_CURL is deprecated and will be ignored)",
         "-DGGML_HIPBLAS=ON (not used by the project)",
     ]
+
+
+def test_a_full_disk_is_one_line_naming_the_log_and_leaves_no_manifest(build_project: Project) -> None:
+    assert build_cpu(build_project).code == 0
+    log = build_project.root / "build" / "cpu" / "build.log"
+    log.unlink()
+    log.symlink_to("/dev/full")  # every write answers ENOSPC, as a full disk does
+    r = build_cpu(build_project, "-DFIXTURE_GREETING=again")
+    assert r.code == 74
+    assert r.err == f"onebit-ci: error: {log}: No space left on device\n"
+    assert not (build_project.root / "build" / "cpu" / "build.json").exists()

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,9 +55,9 @@ def test_a_line_that_is_not_json_is_reported_with_its_number(tmp_path: Path) -> 
     ledger.append(path, result(), CONTEXT)
     with path.open("a") as fh:
         fh.write("{not json\n")
-    with pytest.raises(ConfigError, match=r"ledger.jsonl: line 2 is not JSON \(a damaged ledger\)"):
+    with pytest.raises(ConfigError, match=r"ledger.jsonl:2: not a JSON record \(a damaged ledger\)"):
         ledger.read(path)
-    with pytest.raises(ConfigError, match="line 2 is not JSON"):
+    with pytest.raises(ConfigError, match=r"ledger\.jsonl:2: not a JSON record"):
         ledger.append(path, result(), CONTEXT)
 
 
@@ -67,7 +69,7 @@ def test_an_edited_record_breaks_the_chain(tmp_path: Path) -> None:
     edited = json.loads(lines[0])
     edited["verdict"] = "passed"
     path.write_text(json.dumps(edited, sort_keys=True) + "\n" + lines[1] + "\n")
-    with pytest.raises(ConfigError, match=r"ledger.jsonl:2: the chain is broken .* a record was edited or removed"):
+    with pytest.raises(ConfigError, match=r"ledger.jsonl:1: the record was edited, or one after it removed \(line 2 chains to"):
         ledger.read(path)
 
 
@@ -77,7 +79,7 @@ def test_a_removed_record_breaks_the_chain(tmp_path: Path) -> None:
         ledger.append(path, result(gate), CONTEXT)
     lines = path.read_text().splitlines()
     path.write_text(lines[0] + "\n" + lines[2] + "\n")
-    with pytest.raises(ConfigError, match="the chain is broken"):
+    with pytest.raises(ConfigError, match=r"ledger\.jsonl:1: the record was edited, or one after it removed"):
         ledger.read(path)
 
 
@@ -108,3 +110,71 @@ def test_concurrent_appenders_lose_nothing(tmp_path: Path) -> None:
     records = ledger.read(path).records
     assert len(records) == 30
     assert {g: sum(r.gate == g for r in records) for g in ("route", "backend_ops", "equivalence")} == {"route": 10, "backend_ops": 10, "equivalence": 10}
+
+
+def _forge_last(path: Path, **changes: Any) -> None:
+    lines = path.read_text().splitlines()
+    last = json.loads(lines[-1])
+    last.update(changes)
+    path.write_text("\n".join([*lines[:-1], json.dumps(last, sort_keys=True)]) + "\n")
+
+
+def test_a_forged_last_record_is_caught_by_the_head(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.jsonl"
+    ledger.append(path, result("route"), CONTEXT)
+    ledger.append(path, result("backend_ops", Status.FAILED), CONTEXT)
+    _forge_last(path, verdict="passed")
+    with pytest.raises(ConfigError) as exc:
+        ledger.read(path)
+    assert exc.value.message == f"{path}: the last record does not match the ledger's head (edited or removed?)"
+
+
+def test_a_deleted_last_record_is_caught_by_the_head(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.jsonl"
+    ledger.append(path, result("route"), CONTEXT)
+    ledger.append(path, result("backend_ops", Status.FAILED), CONTEXT)
+    path.write_text(path.read_text().splitlines()[0] + "\n")  # sed -i '$d'
+    with pytest.raises(ConfigError, match="the last record does not match the ledger's head"):
+        ledger.read(path)
+    path.unlink()
+    with pytest.raises(ConfigError, match=r"missing, but its head ledger\.jsonl\.head names records"):
+        ledger.read(path)
+
+
+def test_a_record_appended_by_hand_is_caught_by_the_head(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.jsonl"
+    first = ledger.append(path, result("route"), CONTEXT)
+    forged = dict(first.data, gate="backend_ops", prev=first.sha256)
+    with path.open("a") as fh:
+        fh.write(json.dumps(forged, sort_keys=True) + "\n")
+    with pytest.raises(ConfigError, match="does not match the ledger's head"):
+        ledger.read(path)
+
+
+def test_an_append_writes_one_line_and_the_head_never_the_whole_file(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.jsonl"
+    ledger.append(path, result("route"), CONTEXT)
+    inode = path.stat().st_ino
+    ledger.append(path, result("backend_ops"), CONTEXT)
+    assert path.stat().st_ino == inode  # appended in place, not rewritten through a rename
+    head = json.loads((tmp_path / "ledger.jsonl.head").read_text())
+    assert head == {"count": 2, "sha256": ledger.read(path).records[-1].sha256}
+
+
+def test_with_a_key_every_record_is_signed_and_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv("ONEBIT_LEDGER_KEY", "runner secret")
+    ledger.append(path, result("route"), CONTEXT)
+    ledger.append(path, result("backend_ops", Status.FAILED), CONTEXT)
+    key = ledger.signing_key()
+    assert key is not None
+    assert all("sig" in r.data for r in ledger.read(path, key).records)
+    # someone without the key rewrites the last record and its head consistently: the chain and head hold, the signature does not
+    _forge_last(path, verdict="passed")
+    records = path.read_bytes().splitlines()
+    ledger.Head(len(records), hashlib.sha256(records[-1]).hexdigest()).write(path)
+    ledger.read(path)  # without the key the forgery is consistent
+    with pytest.raises(ConfigError, match=r"ledger.jsonl:2: the record's signature does not match ONEBIT_LEDGER_KEY \(forged, or signed with another key\)"):
+        ledger.read(path, key)
+    with pytest.raises(ConfigError, match="signed with another key"):
+        ledger.read(path, b"another key")

@@ -155,3 +155,17 @@ def test_a_one_off_flag_is_named_when_a_later_session_refuses_the_build(build_pr
     r = build_project.ci("gpu-tests", "--profile", "cpu")
     assert r.code == 4
     assert "built with -DFIXTURE_GREETING=once, which this run does not have" in r.err
+
+
+def test_a_forged_last_record_stops_ship(build_project: Project) -> None:
+    m = built(build_project)
+    record(build_project, m, GATES.route, GATES.equivalence, GATES.backend_ops_failed)
+    path = build_project.root / "build" / "results" / "ledger.jsonl"
+    lines = path.read_text().splitlines()
+    last = json.loads(lines[-1])
+    last["verdict"] = "passed"
+    path.write_text("\n".join([*lines[:-1], json.dumps(last, sort_keys=True)]) + "\n")
+    r = ship(build_project)
+    assert r.code == 2
+    assert r.err == f"onebit-ci: error: {path}: the last record does not match the ledger's head (edited or removed?)\n"
+    assert not (build_project.root / "dist").exists()
