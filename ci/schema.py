@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
+
 from ci.errors import ConfigError
 
 T = TypeVar("T")
@@ -156,3 +158,48 @@ def parse_json(text: str | bytes) -> Any:
 
 def load_json(path: Path) -> Any:
     return parse_json(path.read_bytes())
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: object, line: int, first: int) -> None:
+        super().__init__(f'the key "{key}" is given twice (line {line}, first at line {first})')
+        self.line = line
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (YAML says keys are unique; PyYAML keeps the last)."""
+
+
+def _mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: dict[object, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        line = key_node.start_mark.line + 1
+        if isinstance(key, (str, int, float, bool)) or key is None:
+            if key in seen:
+                raise _DuplicateKey(key, line, seen[key])
+            seen[key] = line
+    return loader.construct_mapping(node)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
+def parse_yaml(text: str, name: str) -> Any:
+    """``text`` as YAML, strictly: a key given twice, a syntax error or a document nested past Python's recursion
+    limit is one ConfigError naming ``name`` and the line."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)
+    except _DuplicateKey as exc:
+        raise ConfigError(f"{name}:{exc.line}: {exc}") from None
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc)
+        context = getattr(exc, "context", None)
+        mark = getattr(exc, "problem_mark", None)
+        opened = getattr(exc, "context_mark", None)
+        if opened is not None and "end of stream" in str(problem):  # something opened and never closed: name where
+            mark = opened
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{name}: not valid YAML{where}: {context + ': ' if context else ''}{problem}") from None
+    except RecursionError:
+        raise ConfigError(f"{name}: nested too deeply to be a configuration file") from None

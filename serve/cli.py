@@ -50,6 +50,7 @@ def parser() -> argparse.ArgumentParser:
         help="where it runs (default auto: rocm for a Hadamard-rotated file, else $ONEBIT_SERVE_DEVICE or vulkan)",
     )
     p.add_argument("--llama-server", metavar="PATH", help="this llama-server instead of the profile's build")
+    p.add_argument("--allow-stale", action="store_true", help="run the profile's build even when pins.yaml or patches/ moved on since it was built")
     p.add_argument(
         "--profile", help="the build profile whose llama-server runs (default from the device: rocm->gfx1151, cuda, cpu, vulkan)"
     )
@@ -134,13 +135,15 @@ def serve(argv: Sequence[str], environ: Mapping[str, str], cwd: Path, out: TextI
         found = server.from_option(ns.llama_server, environ)
     else:
         try:
-            found = server.from_manifest(decision.profile, cwd, environ)
+            found = server.from_manifest(decision.profile, cwd, environ, ns.allow_stale)
         except NoBuild as exc:
             if not ns.dry_run:
                 raise
             found = server.Server(program=server.BINARY, source="no build yet (dry run)")
             decision = decision.with_note(f"a launch would stop here: {exc.problem}")
     decision = decision.with_program(found.program)
+    if found.warning:
+        print(f"{SERVE}: warning: {found.warning}; running it anyway (--allow-stale)", file=err)
 
     facts_lines = [f"{model.path}: {model.describe()}"]
     if drafter is not None:

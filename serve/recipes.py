@@ -168,6 +168,8 @@ def parse(text: str, name: str) -> RecipeSet:
         raise r.error(f'key "{exc.key}" is given twice in one object') from None
     except json.JSONDecodeError as exc:
         raise r.error(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise r.error("nested too deeply to be a recipes file") from None
     if not isinstance(doc, dict):
         raise r.error(f'{_describe(doc)} is not an object; expected {{"about": ..., "recipes": [...]}}')
     for key in doc:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from serve.errors import FileProblem, NoBuild, NoServer, Refused
+from serve.identity import staleness
 
 ROOT_VAR = "ONEBIT_CI_ROOT"
 ROOT_MARKER = "pins.yaml"
@@ -35,6 +36,7 @@ class Server:
 
     program: str
     source: str
+    warning: str = ""  # a stale build run anyway (--allow-stale)
 
 
 def display(path: Path, cwd: Path) -> str:
@@ -82,8 +84,9 @@ def no_build(profile: str, why: str) -> NoBuild:
     )
 
 
-def from_manifest(profile: str, cwd: Path, environ: Mapping[str, str]) -> Server:
-    """The llama-server that the build of ``profile`` recorded, its sha256 checked."""
+def from_manifest(profile: str, cwd: Path, environ: Mapping[str, str], allow_stale: bool = False) -> Server:
+    """The llama-server that the build of ``profile`` recorded, its sha256 checked, and the build checked against
+    pins.yaml and patches/ (a stale build is refused, or run with a warning under ``allow_stale``)."""
     root = find_root(cwd, environ)
     if root is None:
         raise no_build(profile, f"no {ROOT_MARKER} above {cwd} and no ${ROOT_VAR}")
@@ -96,11 +99,15 @@ def from_manifest(profile: str, cwd: Path, environ: Mapping[str, str]) -> Server
     except (OSError, UnicodeDecodeError) as exc:
         raise FileProblem(f"cannot be read ({exc})", shown) from None
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
+        doc = json.loads(text, object_pairs_hook=_unique_keys)
+    except ValueError as exc:
+        if not isinstance(exc, json.JSONDecodeError):
+            raise FileProblem(f"{exc}; rebuild with `nox -s build -- --profile {profile}`", shown) from None
         raise FileProblem(
             f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}; rebuild with `nox -s build -- --profile {profile}`", shown
         ) from None
+    except RecursionError:
+        raise FileProblem(f"nested too deeply to be a build manifest; rebuild with `nox -s build -- --profile {profile}`", shown) from None
     entry = doc.get("binaries", {}).get(BINARY) if isinstance(doc, dict) and isinstance(doc.get("binaries", {}), dict) else None
     if not isinstance(entry, dict):
         raise FileProblem(f"has no binaries.{BINARY}; rebuild with `nox -s build -- --profile {profile}`", shown)
@@ -122,7 +129,22 @@ def from_manifest(profile: str, cwd: Path, environ: Mapping[str, str]) -> Server
         )
     if not os.access(binary, os.X_OK):
         raise NoServer("is not executable; rebuild it", binary_shown)
-    return Server(program=str(binary.resolve()), source=shown)
+    stale = staleness(root, (doc.get("pin") or {}).get("commit"), (doc.get("patches") or {}).get("digest"))
+    if stale is None:
+        return Server(program=str(binary.resolve()), source=shown)
+    why = f"the {profile} build no longer matches {stale}"
+    if not allow_stale:
+        raise Refused(f"{why}; rebuild with `nox -s build -- --profile {profile}`, or pass --allow-stale to run it anyway", shown)
+    return Server(program=str(binary.resolve()), source=f"{shown} (STALE: {why})", warning=why)
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f'the key "{key}" is given twice in one object')
+        out[key] = value
+    return out
 
 
 def sha256_of(path: Path) -> str:

@@ -32,6 +32,7 @@ import requests
 
 from ci.command import resolve
 from ci.errors import ServerFailed, describe_returncode
+from ci.schema import parse_json
 
 log = logging.getLogger("onebit-ci")
 
@@ -268,9 +269,10 @@ class LlamaServer:
                 text = text[:BODY_LIMIT] + " [...]"
             raise ServerFailed(f"{self.launch.name} server: POST {path}: HTTP {r.status_code}: {text}", self.log_tail())
         try:
-            answer = r.json()
-        except ValueError:
-            raise ServerFailed(f"{self.launch.name} server: POST {path}: the answer is not JSON: {r.text[:200]!r}", self.log_tail()) from None
+            answer = parse_json(r.content)
+        except (ValueError, RecursionError) as exc:
+            why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc) if "twice" in str(exc) else "not JSON"
+            raise ServerFailed(f"{self.launch.name} server: POST {path}: the answer is {why}: {r.content[:200]!r}", self.log_tail()) from None
         if not isinstance(answer, dict):
             raise ServerFailed(f"{self.launch.name} server: POST {path}: the answer is not a JSON object", self.log_tail())
         return answer

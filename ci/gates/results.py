@@ -6,6 +6,7 @@ Parsing, judging and reporting are tested apart (nox's ``Result.serialize``).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -94,35 +95,43 @@ def write_json(path: Path, result: GateResult) -> None:
     write_atomic(path, json.dumps(result.to_json(), indent=2) + "\n")
 
 
+_NOT_XML = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_safe(text: str) -> str:
+    """``text`` with every character XML 1.0 cannot hold (control codes, a cut ANSI escape) shown as ``\\xNN``."""
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+
+
 def write_junit(path: Path, results: Iterable[GateResult], extra_properties: Mapping[str, str] | None = None) -> None:
     """One JUnit test suite per gate, one test case per judged case; unsupported/not-run cases are skipped."""
     from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
 
     xml = JUnitXml()
     for result in results:
-        suite = TestSuite(result.gate)
+        suite = TestSuite(xml_safe(result.gate))
         for k, v in [*(extra_properties or {}).items(), *result.properties]:
-            suite.add_property(k, str(v))
+            suite.add_property(xml_safe(k), xml_safe(str(v)))
         for k, n in result.counts:
             suite.add_property(f"count.{k}", str(n))
         for k, x in result.metrics:
             suite.add_property(f"metric.{k}", f"{x:g}")
         suite.add_property("verdict", result.status.value)
         for c in result.cases:
-            tc = TestCase(c.name, classname=c.classname or result.gate, time=c.seconds)
+            tc = TestCase(xml_safe(c.name), classname=xml_safe(c.classname or result.gate), time=c.seconds)
             if c.status is Status.FAILED:
-                tc.result = [Failure(c.message or "failed")]
+                tc.result = [Failure(xml_safe(c.message or "failed"))]
             elif c.status is Status.ERROR:
-                tc.result = [Error(c.message or "error")]
+                tc.result = [Error(xml_safe(c.message or "error"))]
             elif c.status is Status.SKIPPED:
-                tc.result = [Skipped(c.message or "skipped")]
+                tc.result = [Skipped(xml_safe(c.message or "skipped"))]
             if c.detail:
-                tc.system_out = c.detail
+                tc.system_out = xml_safe(c.detail)
             suite.add_testcase(tc)
         if not result.ok and not any(c.status in (Status.FAILED, Status.ERROR) for c in result.cases):
             # a gate can fail with every case passing (too few cases ran): the verdict must show in JUnit too
             tc = TestCase("gate verdict", classname=result.gate)
-            tc.result = [Failure("; ".join(result.problems) or result.summary)]
+            tc.result = [Failure(xml_safe("; ".join(result.problems) or result.summary))]
             suite.add_testcase(tc)
         suite.update_statistics()
         xml.add_testsuite(suite)

@@ -16,7 +16,7 @@ import yaml
 
 from ci import defaults
 from ci.errors import ConfigError
-from ci.schema import Section, describe, did_you_mean
+from ci.schema import Section, describe, did_you_mean, parse_yaml
 
 PINS_FILE = "pins.yaml"
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -121,18 +121,16 @@ def load(path: Path) -> Pins:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: not found; run from the repository root or pass --pins") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot be read ({exc})") from None
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{name}:{line}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); write it as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"{name}: cannot be read ({exc.strerror})") from None
     return parse(text, path, name)
 
 
 def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{name}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    data = parse_yaml(text, name)
     top = Section(name, "", data if data is not None else {})
     fork_s = top.required_section("fork")
     fork = Fork(

@@ -104,7 +104,9 @@ def read_gitmodules(path: Path) -> dict[str, Submodule]:
         if section != "submodule" or "." not in rest:
             continue
         name, _, var = rest.rpartition(".")
-        raw.setdefault(name, {})[var] = value
+        if var in raw.setdefault(name, {}):
+            raise ConfigError(f'{path.name}: submodule "{name}": {var} is given twice; keep one')
+        raw[name][var] = value
     out: dict[str, Submodule] = {}
     for name, values in raw.items():
         p = values.get("path")

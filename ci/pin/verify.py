@@ -29,6 +29,8 @@ class PinCheck:
 
     def error(self) -> ConfigError:
         """Every problem, a line each (the entry point prints each as ``onebit-ci: error: ...``), then the count."""
+        if len(self.problems) == 1:
+            return ConfigError(self.problems[0])
         return ConfigError("\n".join([*self.problems, f"verify_pin: {len(self.problems)} problem(s)"]))
 
 

@@ -6,7 +6,6 @@ reaches outside the checkout.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,9 +15,11 @@ import pygit2
 from pygit2.enums import DeltaStatus, FileMode
 
 from ci.errors import ConfigError, Refused
+from serve.identity import series_digest
 
 PATCHES_DIR = "patches"
 SERIES_FILE = "series"
+DIFF_LINE_RE = re.compile(r"^diff --git a/\S+ b/\S+$")
 URL_RE = re.compile(r"^https?://\S+$")
 TRAILER_RE = re.compile(r"^(Upstream|Drop-when):[ \t]*(.*)$", re.MULTILINE)
 PATH_LINE_RE = re.compile(r"^(?:diff --git a/(\S+) b/(\S+)|--- (?:a/)?(\S+)|\+\+\+ (?:b/)?(\S+)|(?:rename|copy) (?:from|to) (\S+))\s*$", re.MULTILINE)
@@ -59,10 +60,7 @@ class Series:
     @property
     def digest(self) -> str:
         """sha256 over the series in order: each patch's name and bytes. Part of the build identity."""
-        h = hashlib.sha256()
-        for p in self.patches:
-            h.update(p.name.encode() + b"\0" + hashlib.sha256(p.data).digest())
-        return h.hexdigest()
+        return series_digest((p.name, p.data) for p in self.patches)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -95,7 +93,14 @@ def load_series(directory: Path) -> Series:
     if not path.is_file():
         return Series(directory, ())
     names: list[str] = []
-    for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        at = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{rel}:{at}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); the series file lists patch names, one a line") from None
+    except OSError as exc:
+        raise ConfigError(f"{rel}: cannot be read ({exc.strerror})") from None
+    for n, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
@@ -126,7 +131,14 @@ def parse_patch(path: Path, display: str) -> Patch:
     if not subject:
         raise ConfigError(f"{display}: no Subject: line; write it with git format-patch")
     message = head.split("\n---\n", 1)[0]
-    trailers = {k: v.strip() for k, v in TRAILER_RE.findall(message)}
+    trailers: dict[str, str] = {}
+    for k, v in TRAILER_RE.findall(message):
+        if k in trailers:
+            raise ConfigError(f"{display}: {k}: is given twice; keep one")
+        trailers[k] = v.strip()
+    for n, line in enumerate(diff_text.splitlines(), head.count("\n") + 1):
+        if line.startswith("diff --git ") and not DIFF_LINE_RE.match(line):
+            raise ConfigError(f"{display}:{n}: not a diff header (diff --git a/PATH b/PATH); write it with git format-patch")
     upstream = trailers.get("Upstream", "")
     if not upstream:
         raise ConfigError(f'{display}: no "Upstream:" trailer; add one: the URL where it was sent, or "not-needed: <reason>"')
@@ -138,6 +150,11 @@ def parse_patch(path: Path, display: str) -> Patch:
     try:
         pygit2.Diff.parse_diff(diff_text)
     except pygit2.GitError as exc:
+        # libgit2 counts lines from the diff's start; a reader counts them in the file
+        before = head.count("\n")
+        m = re.search(r"^(.*) at line (\d+)$", str(exc))
+        if m:
+            raise ConfigError(f"{display}:{int(m.group(2)) + before}: the diff cannot be parsed ({m.group(1)})") from None
         raise ConfigError(f"{display}: the diff cannot be parsed ({exc})") from None
     return Patch(path, path.name, data, subject, upstream, drop_when, diff_text)
 

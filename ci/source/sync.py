@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ci.errors import GitError, Refused
 from ci.files import write_atomic
+from ci.schema import parse_json
 from ci.source import checkout
 from ci.source.classify import Fate, SeriesPlan, classify
 from ci.source.git import Git
@@ -107,9 +108,9 @@ class Record:
     def read(cls, gitdir: Path) -> Record | None:
         path = gitdir / RECORD
         try:
-            data = json.loads(path.read_text())
+            data = parse_json(path.read_bytes())
             return cls(str(data["commit"]), str(data["tree"]), str(data["series"]))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
             return None  # no record, or a damaged one: the checkout is then judged as if never synced
 
     def write(self, gitdir: Path) -> None:

@@ -81,7 +81,7 @@ def test_a_run_that_hangs(stand_in: Path, tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("STANDIN_HANG", "1")
     result = run_gate(stand_in, "CUDA0", {OP: 54}, CAPTURE_COMMIT, True, 2.0, tmp_path / "logs")
     [problem] = result.problems
-    assert problem.startswith("test-backend-ops -o GATED_DELTA_NET -b CUDA0: it timed out after 2 s and was killed (SIGKILL) after 21 case lines on CUDA0")
+    assert problem.startswith("test-backend-ops -o GATED_DELTA_NET -b CUDA0: it timed out after 2 s and was killed (SIGTERM) after 21 case lines on CUDA0")
     assert "GATED_DELTA_NET: 34 of the 54 expected" in problem
 
 

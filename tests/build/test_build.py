@@ -293,3 +293,25 @@ def test_a_full_disk_is_one_line_naming_the_log_and_leaves_no_manifest(build_pro
     assert r.code == 74
     assert r.err == f"onebit-ci: error: {log}: No space left on device\n"
     assert not (build_project.root / "build" / "cpu" / "build.json").exists()
+
+
+@pytest.mark.parametrize("bad", ["=ON", "FOO BAR=1", "NOEQUALS", "X:BOOL"])
+def test_a_bad_define_is_refused_before_anything_is_touched(build_project: Project, bad: str) -> None:
+    assert build_cpu(build_project).code == 0
+    before = (build_project.root / "build" / "cpu" / "build.json").read_bytes()
+    r = build_cpu(build_project, "-D", bad)
+    assert r.code == 2
+    assert r.err.startswith(f'onebit-ci: error: -D: "-D{bad}" is not a CMake cache flag'), r.err
+    assert (build_project.root / "build" / "cpu" / "build.json").read_bytes() == before
+
+
+def test_a_bad_machine_flag_names_where_it_comes_from(build_project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    (build_project.root / "cmake-args.local").write_text("# this box\n-DGOOD=1 -D=ON\n")
+    r = build_cpu(build_project)
+    assert r.code == 2
+    assert r.err == 'onebit-ci: error: cmake-args.local:2: "-D=ON" is not a CMake cache flag (-DNAME=VALUE, NAME of letters, digits and _)\n'
+    (build_project.root / "cmake-args.local").unlink()
+    monkeypatch.setenv("ONEBIT_CMAKE_ARGS", "-DA='unclosed")
+    r = build_cpu(build_project)
+    assert r.code == 2
+    assert r.err.startswith("onebit-ci: error: ONEBIT_CMAKE_ARGS: No closing quotation")

@@ -226,3 +226,25 @@ def test_serve_runs_without_ci_nox_or_pygit2(tmp_path: Path, gguf_file: FileFn, 
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["argv"] == dry_run("-m", model).argv
+
+
+def test_a_stale_build_is_refused_and_runs_only_when_allowed(tmp_path: Path, gguf_file: FileFn, dry_run: DryRunFn, serve_error: ErrorFn) -> None:
+    binary = write_stand_in(tmp_path / "build" / "gfx1151" / "llama-server", tmp_path / "record.json")
+    write_manifest(tmp_path, "gfx1151", binary)
+    assert dry_run("-m", gguf_file("rotated-dense")).argv[0] == str(binary.resolve())
+    # the patch series moved on since the build: same binary, same sha256, but not what pins.yaml and patches/ say
+    (tmp_path / "patches").mkdir()
+    (tmp_path / "patches" / "fix.patch").write_text("a patch\n")
+    (tmp_path / "patches" / "series").write_text("fix.patch\n")
+    code, line = serve_error("-m", gguf_file("rotated-dense"))
+    assert code == 4
+    assert line.startswith("build/gfx1151/build.json: the gfx1151 build no longer matches patches/ (the series is ")
+    assert line.endswith("rebuild with `nox -s build -- --profile gfx1151`, or pass --allow-stale to run it anyway")
+    allowed = dry_run("-m", gguf_file("rotated-dense"), "--allow-stale")
+    assert allowed.argv[0] == str(binary.resolve())
+    assert "1bit serve: warning: the gfx1151 build no longer matches patches/" in allowed.stderr
+    # a pin moved on
+    (tmp_path / "patches" / "series").write_text("")
+    (tmp_path / "pins.yaml").write_text("fork:\n  commit: " + "b" * 40 + "\n")
+    code, line = serve_error("-m", gguf_file("rotated-dense"))
+    assert "no longer matches pins.yaml (the pin is bbbbbbb, the build's aaaaaaa)" in line

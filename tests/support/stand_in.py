@@ -75,17 +75,21 @@ def write_stand_in(path: Path, record: Path) -> Path:
     return path
 
 
-def write_manifest(root: Path, profile: str, binary: Path) -> Path:
-    """``build/<profile>/build.json`` recording ``binary`` (relative to the manifest) and its sha256."""
+def write_manifest(root: Path, profile: str, binary: Path, commit: str = "a" * 40) -> Path:
+    """``build/<profile>/build.json`` recording ``binary`` (relative to the manifest) and its sha256, built at
+    ``commit`` with no patches; ``root``'s pins.yaml is (re)written to pin ``commit`` so the build is current."""
+    (root / "pins.yaml").write_text(f"# marks the onebit-ci root for this case\nfork:\n  commit: {commit}\n")
     manifest = root / "build" / profile / "build.json"
     manifest.parent.mkdir(parents=True, exist_ok=True)
     doc = {
+        "pin": {"commit": commit},
+        "patches": {"digest": hashlib.sha256().hexdigest(), "names": []},
         "binaries": {
             "llama-server": {
                 "path": os.path.relpath(binary, manifest.parent),
                 "sha256": hashlib.sha256(binary.read_bytes()).hexdigest(),
             }
-        }
+        },
     }
     manifest.write_text(json.dumps(doc, indent=2))
     return manifest

@@ -1,0 +1,41 @@
+"""What a build was made from, as the launcher can check it without the orchestration: the pinned commit in
+pins.yaml and the patch series' digest (the same digest ``ci.source.series`` puts in the build key)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from pathlib import Path
+
+import yaml
+
+SERIES = Path("patches") / "series"
+
+
+def series_digest(patches: Iterable[tuple[str, bytes]]) -> str:
+    """sha256 over the series in order: each patch's name and the sha256 of its bytes."""
+    h = hashlib.sha256()
+    for name, data in patches:
+        h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return h.hexdigest()
+
+
+def staleness(root: Path, pin: object, digest: object) -> str | None:
+    """Why a build recorded with ``pin`` and series ``digest`` no longer matches ``root``'s pins.yaml and
+    patches/; None when it matches. What cannot be read here is named, never taken as a match."""
+    try:
+        doc = yaml.safe_load((root / "pins.yaml").read_text(encoding="utf-8"))
+        pinned = doc["fork"]["commit"]
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError, RecursionError):
+        return "pins.yaml, which cannot be read here"
+    if pinned != pin:
+        return f"pins.yaml (the pin is {str(pinned)[:7]}, the build's {str(pin)[:7]})"
+    try:
+        series = root / SERIES
+        names = [ln.strip() for ln in series.read_text(encoding="utf-8").splitlines() if ln.strip() and not ln.strip().startswith("#")] if series.is_file() else []
+        current = series_digest((n, (root / "patches" / n).read_bytes()) for n in names)
+    except (OSError, UnicodeDecodeError):
+        return "patches/, which cannot be read here"
+    if current != digest:
+        return f"patches/ (the series is {current[:12]}, the build's {str(digest)[:12]})"
+    return None
