@@ -323,3 +323,16 @@ def test_server_answers(tmp_path: Path, kind: str) -> None:
 
 
 Check = Callable[[], None]
+
+
+def test_a_binary_log_from_a_gpu_box_is_judged_and_recorded(project: Project, tmp_path: Path) -> None:
+    log = tmp_path / "cut.console.txt"
+    log.write_bytes(BINARY + b"\x1b[1;3")
+    r = project.ci("gpu-tests", "--profile", "cpu", "--from-log", str(log))
+    assert r.code == 7, r.err
+    assert "Traceback" not in r.err
+    from ci.release import ledger
+
+    (record,) = ledger.read(project.root / "build" / "results" / "ledger.jsonl").records
+    assert (record.gate, record.verdict) == ("backend_ops", "failed")
+    assert (project.root / "build" / "results" / "from-log" / "backend_ops.junit.xml").is_file()
