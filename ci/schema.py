@@ -140,20 +140,11 @@ class Section:
 # -- strict loaders: a key given twice is an error in every file the project reads ------------------------------
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise ValueError(f'the key "{k}" is given twice')
-        out[k] = v
-    return out
-
-
 def parse_json(text: str | bytes) -> Any:
-    """``json.loads`` that refuses a key given twice (ValueError)."""
-    import json
+    """``json.loads`` that refuses a key given twice (a ValueError), as the launcher reads JSON."""
+    from serve.strict import loads
 
-    return json.loads(text, object_pairs_hook=_no_duplicates)
+    return loads(text)
 
 
 def load_json(path: Path) -> Any:

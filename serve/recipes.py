@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from serve import flags
+from serve import flags, strict
 from serve.errors import FileProblem, did_you_mean
 
 DEVICES = ("rocm", "vulkan", "cuda", "cpu")
@@ -144,27 +144,12 @@ class _Reader:
         return tuple(out)
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
-class _DuplicateKey(ValueError):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
 def parse(text: str, name: str) -> RecipeSet:
     """The recipes in ``text``; ``name`` is how messages name the file."""
     r = _Reader(name)
     try:
-        doc = json.loads(text, object_pairs_hook=_no_duplicates)
-    except _DuplicateKey as exc:
+        doc = strict.loads(text)
+    except strict.DuplicateKey as exc:
         raise r.error(f'key "{exc.key}" is given twice in one object') from None
     except json.JSONDecodeError as exc:
         raise r.error(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from serve import strict
 from serve.errors import FileProblem, NoBuild, NoServer, Refused
 from serve.identity import staleness
 
@@ -99,7 +100,7 @@ def from_manifest(profile: str, cwd: Path, environ: Mapping[str, str], allow_sta
     except (OSError, UnicodeDecodeError) as exc:
         raise FileProblem(f"cannot be read ({exc})", shown) from None
     try:
-        doc = json.loads(text, object_pairs_hook=_unique_keys)
+        doc = strict.loads(text)
     except ValueError as exc:
         if not isinstance(exc, json.JSONDecodeError):
             raise FileProblem(f"{exc}; rebuild with `nox -s build -- --profile {profile}`", shown) from None
@@ -136,15 +137,6 @@ def from_manifest(profile: str, cwd: Path, environ: Mapping[str, str], allow_sta
     if not allow_stale:
         raise Refused(f"{why}; rebuild with `nox -s build -- --profile {profile}`, or pass --allow-stale to run it anyway", shown)
     return Server(program=str(binary.resolve()), source=f"{shown} (STALE: {why})", warning=why)
-
-
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f'the key "{key}" is given twice in one object')
-        out[key] = value
-    return out
 
 
 def sha256_of(path: Path) -> str:
