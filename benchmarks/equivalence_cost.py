@@ -217,7 +217,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="onebit-eq-bench-") as tmp:
         work = Path(tmp)
         models = write_tiny_models(work / "models")
-        plan = eq.plan(model=models.target, drafter=models.drafter, llama_server=server, device="cpu", tokens=args.tokens)
+        plan = eq.plan(model=models.target, drafter=models.near_drafter, llama_server=server, device="cpu", tokens=args.tokens)
         if args.overlap_start:
             plan = replace(plan, start_together=True)
         part1(plan, work, args.rounds)

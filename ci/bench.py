@@ -177,6 +177,10 @@ def plan(
         raise ConfigError(f"--prompt-tokens {prompt_tokens}: does not fit the context -c {context}; raise -c or lower --prompt-tokens")
     if not model.is_file():
         raise ConfigError(f"-m {model}: no such file")
+    if device == "auto" and llama_server.is_file():
+        from ci.gates import devices
+
+        device = devices.auto(llama_server)
     return BenchPlan(
         model=model,
         llama_server=llama_server,

@@ -143,7 +143,7 @@ def cmd_tiny_models(args: argparse.Namespace) -> int:
     from ci.gates.tinymodels import write_tiny_models
 
     models = write_tiny_models(Path(args.out))
-    say(f"tiny-models: wrote {models.target.name}, {models.drafter.name} and {models.other_target.name} in {args.out}")
+    say(f"tiny-models: wrote {models.target.name}, {models.near_drafter.name} (the default drafter), {models.drafter.name} and {models.other_target.name} in {args.out}")
     say(models.describe())
     return 0
 

@@ -82,3 +82,33 @@ def shown(path: Path, root: Path | None) -> str:
         except ValueError:
             pass
     return str(path)
+
+
+def cache_dir() -> Path:
+    """Where onebit-ci keeps what it can compute again: ``$XDG_CACHE_HOME/onebit-ci`` (``~/.cache/onebit-ci``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "onebit-ci"
+
+
+def sha256_cached(path: Path) -> str:
+    """The sha256 of ``path``, remembered by (real path, size, mtime_ns, inode) as git's index does: a model of
+    many GB is hashed once, not on every gate run."""
+    import hashlib
+
+    st = path.stat()
+    stamp = f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}"
+    entry = cache_dir() / "sha256" / hashlib.sha256(stamp.encode()).hexdigest()
+    try:
+        known = entry.read_text().strip()
+        if len(known) == 64:
+            return known
+    except OSError:
+        pass
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    digest = h.hexdigest()
+    with contextlib.suppress(OSError):  # a cache that cannot be written only costs the next run a hash
+        write_atomic(entry, digest + "\n")
+    return digest

@@ -8,15 +8,38 @@ builds a numpy view per array element, and a Qwen-size vocabulary (151,936 token
 
 from __future__ import annotations
 
+import importlib.util
 import mmap
 import os
 import struct
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-import gguf
+from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 from serve.errors import FileProblem
+
+
+def _gguf_constants() -> ModuleType:
+    """The gguf package's constants module alone: the package's own __init__ imports numpy and the reader, 0.12 s
+    at every launch (``python -X importtime -m serve serve --help``) for nothing this header walk needs."""
+    if "gguf.constants" in sys.modules:
+        return sys.modules["gguf.constants"]
+    found = importlib.util.find_spec("gguf")
+    if found is None or not found.submodule_search_locations:
+        raise ImportError("the gguf package is not installed (pip install gguf)", name="gguf")
+    spec = importlib.util.spec_from_file_location("serve._gguf_constants", Path(found.submodule_search_locations[0]) / "constants.py")
+    if spec is None or spec.loader is None:
+        raise ImportError("gguf: no constants module", name="gguf")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+gguf = _gguf_constants()
+ValueType = Any  # gguf's GGUFValueType, from the module loaded above
 
 HADAMARD_KEY = "onebit.hadamard_q4_0"
 HADAMARD_GROUP = 32  # tools/hadamard_q4_0.py stamps the rotation's group size; the lean ROCm build expects 32
@@ -24,7 +47,7 @@ DEFAULT_ALIGNMENT = 32  # GGUF's own default when general.alignment is absent
 
 Scalar = int | float | bool | str
 
-_SCALAR_FORMATS: dict[gguf.GGUFValueType, str] = {
+_SCALAR_FORMATS: dict[Any, str] = {
     gguf.GGUFValueType.UINT8: "B",
     gguf.GGUFValueType.INT8: "b",
     gguf.GGUFValueType.UINT16: "H",
@@ -117,14 +140,14 @@ class _Header:
         except UnicodeDecodeError:
             raise self.corrupt(f"{what} is not UTF-8") from None
 
-    def value_type(self, what: str) -> gguf.GGUFValueType:
+    def value_type(self, what: str) -> ValueType:
         code = self.u32(what)
         try:
             return gguf.GGUFValueType(code)
         except ValueError:
             raise self.corrupt(f"{what} has unknown value type {code}") from None
 
-    def value(self, vtype: gguf.GGUFValueType, what: str) -> Scalar | None:
+    def value(self, vtype: ValueType, what: str) -> Scalar | None:
         """A scalar or string; an array is stepped over (None): serve needs none of them."""
         if vtype == gguf.GGUFValueType.STRING:
             return self.string(what)
@@ -151,7 +174,7 @@ class _Header:
 def _tensor_nbytes(ggml_type: int, dims: list[int]) -> int | None:
     """Bytes of one tensor, or None for a type this gguf package does not know (a fork's own format)."""
     try:
-        block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(ggml_type)]
+        block, type_size = (int(x) for x in gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(ggml_type)])
     except (ValueError, KeyError):
         return None
     elements = 1
@@ -160,7 +183,7 @@ def _tensor_nbytes(ggml_type: int, dims: list[int]) -> int | None:
     return elements // block * type_size
 
 
-def read_header(path: str) -> tuple[dict[str, Scalar], dict[str, gguf.GGUFValueType]]:
+def read_header(path: str) -> tuple[dict[str, Scalar], dict[str, ValueType]]:
     """The scalar and string keys of ``path`` with their types; raises :class:`FileProblem` naming the file.
 
     Also walks the tensor infos and checks that the file is long enough for the data they describe, so an
@@ -181,7 +204,7 @@ def read_header(path: str) -> tuple[dict[str, Scalar], dict[str, gguf.GGUFValueT
         raise FileProblem(f"cannot be read ({exc.strerror or exc})", path) from None
 
 
-def _walk(h: _Header) -> tuple[dict[str, Scalar], dict[str, gguf.GGUFValueType]]:
+def _walk(h: _Header) -> tuple[dict[str, Scalar], dict[str, ValueType]]:
     magic = h.data[:4]
     if len(magic) < 4 or struct.unpack("<I", magic)[0] != gguf.GGUF_MAGIC:
         raise FileProblem(f"not a GGUF file (it starts with {magic!r}, a GGUF file with b'GGUF')", h.path)
@@ -195,7 +218,7 @@ def _walk(h: _Header) -> tuple[dict[str, Scalar], dict[str, gguf.GGUFValueType]]
     tensor_count = h.u64("the header")
     kv_count = h.u64("the header")
     values: dict[str, Scalar] = {}
-    types: dict[str, gguf.GGUFValueType] = {}
+    types: dict[str, ValueType] = {}
     for i in range(kv_count):
         key = h.string(f"key {i + 1} of {kv_count}")
         if key in types:
@@ -230,7 +253,7 @@ def _walk(h: _Header) -> tuple[dict[str, Scalar], dict[str, gguf.GGUFValueType]]
     return values, types
 
 
-def _integer(path: str, key: str, values: Mapping[str, Scalar], types: Mapping[str, gguf.GGUFValueType]) -> int | None:
+def _integer(path: str, key: str, values: Mapping[str, Scalar], types: Mapping[str, ValueType]) -> int | None:
     if key not in types:
         return None
     if types[key] not in _INTEGER_TYPES:

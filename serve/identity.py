@@ -7,8 +7,6 @@ import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
-import yaml
-
 SERIES = Path("patches") / "series"
 
 
@@ -23,6 +21,8 @@ def series_digest(patches: Iterable[tuple[str, bytes]]) -> str:
 def staleness(root: Path, pin: object, digest: object) -> str | None:
     """Why a build recorded with ``pin`` and series ``digest`` no longer matches ``root``'s pins.yaml and
     patches/; None when it matches. What cannot be read here is named, never taken as a match."""
+    import yaml  # here, not at the top: only a launch from a build reads pins.yaml, and the import costs 30 ms
+
     try:
         doc = yaml.safe_load((root / "pins.yaml").read_text(encoding="utf-8"))
         pinned = doc["fork"]["commit"]

@@ -13,7 +13,9 @@ bodies); :func:`run` starts the servers, asks, judges and returns a :class:`Gate
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -24,7 +26,10 @@ from typing import Any
 
 from ci import defaults
 from ci.errors import ConfigError, ServerFailed
+from ci.files import sha256_cached
+from ci.gates import devices
 from ci.gates.equivalence_judge import (
+    NEVER_REJECTED,
     Completion,
     Prompt,
     PromptVerdict,
@@ -45,7 +50,11 @@ DEFAULT_TOKENS = defaults.TOKENS
 DEFAULT_SEED = 42
 DEFAULT_SPEC_TYPE = "draft-simple"
 # the facts' probe: 8 drafted tokens a step, no probability cut (the fork's 0.75 default cuts blocks short)
-DRAFT_ARGS = ("--spec-draft-n-max", "8", "--spec-draft-p-min", "0")
+DRAFT_MAX = 8
+DRAFT_ARGS = ("--spec-draft-n-max", str(DRAFT_MAX), "--spec-draft-p-min", "0")
+RELEASE_MODELS = "release models"
+TINY_MODELS = "tiny generated models only"
+GIVEN_MODELS = "given models"
 
 
 # -- prompts ----------------------------------------------------------------------------------------------------
@@ -84,6 +93,33 @@ class Leg:
 
 
 @dataclass(frozen=True)
+class Identity:
+    """What the gate certified, by content: every record names it, and ship checks it against pins.yaml."""
+
+    model_sha256: str
+    drafter_sha256: str
+    prompts_sha256: str
+    llama_server_sha256: str
+    models: str = GIVEN_MODELS  # RELEASE_MODELS, TINY_MODELS or GIVEN_MODELS
+
+    def properties(self) -> tuple[tuple[str, str], ...]:
+        return (
+            ("model_sha256", self.model_sha256),
+            ("drafter_sha256", self.drafter_sha256),
+            ("prompts_sha256", self.prompts_sha256),
+            ("llama_server_sha256", self.llama_server_sha256),
+            ("models", self.models),
+        )
+
+
+def prompts_sha256(prompts: Sequence[Prompt]) -> str:
+    h = hashlib.sha256()
+    for p in sorted(prompts, key=lambda p: p.name):
+        h.update(p.name.encode() + b"\0" + hashlib.sha256(p.text.encode()).digest())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
 class EquivalencePlan:
     baseline: Leg
     drafter: Leg
@@ -97,6 +133,8 @@ class EquivalencePlan:
     drafter_model: Path | None = None  # the drafter GGUF, for the record
     spec_type: str = DEFAULT_SPEC_TYPE
     build_key: str = ""  # of the llama-server under test, for the record
+    identity: Identity | None = None
+    draft_max: int = 0  # tokens the drafter leg drafts a step at most, when this gate sets it
     health_timeout: float = 120.0
     request_timeout: float = defaults.REQUEST_TIMEOUT
     start_together: bool | None = None  # None: see overlap_start
@@ -118,7 +156,7 @@ class EquivalencePlan:
             serve_options=leg.serve_options,
             extra=leg.extra,
         )
-        return ServerLaunch(leg.name, argv, "127.0.0.1", port)
+        return ServerLaunch(leg.name, argv, "127.0.0.1", port, model=str(leg.model))
 
     def body(self, prompt: Prompt, resume: Resume) -> dict[str, Any]:
         """The greedy ``/completion`` request; a resume sends the prompt text followed by the prefix's token ids."""
@@ -126,6 +164,8 @@ class EquivalencePlan:
             # a mixed list: the text is tokenized (with BOS) and the ids follow as they are (tokenize_mixed)
             "prompt": [prompt.text, *resume.prefix] if resume.prefix else prompt.text,
             "n_predict": resume.n_predict,
+            # every prompt compares exactly n_predict tokens: an early end of generation would certify almost nothing
+            "ignore_eos": True,
             "temperature": 0,
             "top_k": 1,
             "seed": self.seed,
@@ -149,13 +189,14 @@ def gguf_architecture(path: Path) -> str:
         raise ConfigError(f"{path}: not a GGUF model file ({exc.problem})") from None
 
 
-def drafter_leg(drafter: Path, spec_type: str | None, model: Path) -> tuple[Leg, str]:
+def drafter_leg(drafter: Path, spec_type: str | None, model: Path) -> tuple[Leg, str, int]:
     """The drafter leg: a DFlash drafter through the launcher's ``--dflash`` (its route and recipes); any other
-    drafter, or an explicit ``--spec-type``, as ``-md`` plus the speculative args after ``--``."""
+    drafter, or an explicit ``--spec-type``, as ``-md`` plus the speculative args after ``--``. With the draft
+    length this gate sets (0: the launcher's)."""
     if spec_type is None and gguf_architecture(drafter) == "dflash":
-        return Leg("drafter", model, serve_options=("--dflash", str(drafter))), "draft-dflash"
+        return Leg("drafter", model, serve_options=("--dflash", str(drafter))), "draft-dflash", 0
     kind = spec_type or DEFAULT_SPEC_TYPE
-    return Leg("drafter", model, extra=("-md", str(drafter), "--spec-type", kind, *DRAFT_ARGS)), kind
+    return Leg("drafter", model, extra=("-md", str(drafter), "--spec-type", kind, *DRAFT_ARGS)), kind, DRAFT_MAX
 
 
 def plan(
@@ -171,6 +212,8 @@ def plan(
     seed: int = DEFAULT_SEED,
     context: int = 2048,
     build_key: str = "",
+    llama_server_sha256: str | None = None,
+    models: str = GIVEN_MODELS,
 ) -> EquivalencePlan:
     if tokens < 1:
         raise ConfigError(f"--tokens {tokens}: must be at least 1")
@@ -179,11 +222,21 @@ def plan(
     for what, path in (("--model", model), ("--drafter", drafter)):
         if not path.is_file():
             raise ConfigError(f"{what} {path}: no such file")
-    leg, kind = drafter_leg(drafter, spec_type, model)
+    leg, kind, draft_max = drafter_leg(drafter, spec_type, model)
+    if device == "auto":
+        device = devices.auto(llama_server)
+    chosen = tuple(prompts) if prompts is not None else load_prompts()
+    identity = Identity(
+        model_sha256=sha256_cached(model),
+        drafter_sha256=sha256_cached(drafter),
+        prompts_sha256=prompts_sha256(chosen),
+        llama_server_sha256=llama_server_sha256 or (sha256_cached(llama_server) if llama_server.is_file() else ""),
+        models=models,
+    )
     return EquivalencePlan(
         baseline=Leg("baseline", model),
         drafter=leg,
-        prompts=tuple(prompts) if prompts is not None else load_prompts(),
+        prompts=chosen,
         llama_server=llama_server,
         device=device,
         tokens=tokens,
@@ -193,6 +246,8 @@ def plan(
         drafter_model=drafter,
         spec_type=kind,
         build_key=build_key,
+        identity=identity,
+        draft_max=draft_max,
     )
 
 
@@ -228,10 +283,13 @@ def _terminate_all(pair: Sequence[LlamaServer]) -> None:
         server.terminate()
 
 
-def ask(server: LlamaServer, body: Mapping[str, Any], timeout: float) -> Completion:
+_PAIR = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="onebit-drafter-leg")
+
+
+def ask(server: LlamaServer, body: Mapping[str, Any], timeout: float, draft_max: int = 0) -> Completion:
     t0 = time.monotonic()
     answer = server.completion(body, timeout=timeout)
-    return replace(parse_completion(answer, server.launch.name), seconds=time.monotonic() - t0)
+    return replace(parse_completion(answer, server.launch.name, draft_max), seconds=time.monotonic() - t0)
 
 
 def judge_prompt(equivalence_plan: EquivalencePlan, prompt: Prompt, baseline: LlamaServer, drafter: LlamaServer) -> PromptVerdict:
@@ -244,8 +302,19 @@ def judge_prompt(equivalence_plan: EquivalencePlan, prompt: Prompt, baseline: Ll
         if segments:
             log.info("%s: near-tie at token %d; both legs resume there", prompt.name, len(step.prefix) - 1)
         body = equivalence_plan.body(prompt, step)
-        a = ask(baseline, body, equivalence_plan.request_timeout)
-        b = ask(drafter, body, equivalence_plan.request_timeout)
+        if not equivalence_plan.overlap_start:
+            # on the CPU one after the other: two servers' threads on the same cores slow each other 100-fold
+            # (3 prompts x 256 tokens: 133.8 s side by side against 1.9 s in turn; benchmarks/equivalence_cost.py)
+            a = ask(baseline, body, equivalence_plan.request_timeout)
+            b = ask(drafter, body, equivalence_plan.request_timeout, equivalence_plan.draft_max)
+        else:
+            # on a GPU both legs at once: separate processes give the same greedy answers either way, and the run
+            # takes the longer leg's decode instead of the sum
+            later = _PAIR.submit(ask, drafter, body, equivalence_plan.request_timeout, equivalence_plan.draft_max)
+            try:
+                a = ask(baseline, body, equivalence_plan.request_timeout)
+            finally:
+                b = later.result()
         segments.append(Segment(len(step.prefix), a, b))
 
 
@@ -259,9 +328,13 @@ def run(equivalence_plan: EquivalencePlan, logs: Path, factory: ServerFactory = 
         with servers(equivalence_plan, logs, factory) as (baseline, drafter):
             startup = (baseline.seconds_to_healthy, drafter.seconds_to_healthy)
             for prompt in equivalence_plan.prompts:
+                for server in (baseline, drafter):  # the answers must come from the servers this gate started
+                    server.check_own()
                 v = judge_prompt(equivalence_plan, prompt, baseline, drafter)
                 log.info("%s: %s: %s", prompt.name, v.status.value, v.message)
                 verdicts.append(v)
+                for server in (baseline, drafter):
+                    server.check_own()
     except ServerFailed as exc:
         failure = exc
     return gate_result(equivalence_plan, verdicts, failure, startup, time.monotonic() - t0)
@@ -302,6 +375,12 @@ def gate_result(
 
     base = sum((v.baseline for v in verdicts), Timings())
     drafted = sum((v.drafted for v in verdicts), Timings())
+    rollback_unseen = failure is None and verdicts and all(v.status.ok for v in verdicts) and drafted.draft_n > 0 and drafted.draft_n == drafted.draft_n_accepted
+    if rollback_unseen:
+        problems.append(
+            f"{NEVER_REJECTED} in the whole run ({drafted.draft_n_accepted} of {drafted.draft_n} drafted tokens accepted): "
+            "the rollback path never ran; use a drafter that disagrees with the target sometimes (the near drafter)"
+        )
     metrics: list[tuple[str, float]] = [
         ("acceptance", round(drafted.acceptance, 4)),
         ("draft_n", drafted.draft_n),
@@ -340,8 +419,9 @@ def gate_result(
         ("seed", str(equivalence_plan.seed)),
         ("acceptance", f"{drafted.draft_n_accepted}/{drafted.draft_n}"),
         ("build_key", equivalence_plan.build_key),
+        *(equivalence_plan.identity.properties() if equivalence_plan.identity else ()),
     )
-    status = _overall(cases, failure)
+    status = Status.FAILED if rollback_unseen else _overall(cases, failure)
     return GateResult(
         gate=GATE,
         status=status,

@@ -63,6 +63,7 @@ class Timings:
     predicted_ms: float = 0.0
     draft_n: int = 0  # absent from the answer when nothing was drafted
     draft_n_accepted: int = 0
+    draft_max: int = 0  # tokens drafted per step at most, when known (not in the answer: the leg's setting)
 
     def __add__(self, other: Timings) -> Timings:
         return Timings(
@@ -72,6 +73,7 @@ class Timings:
             self.predicted_ms + other.predicted_ms,
             self.draft_n + other.draft_n,
             self.draft_n_accepted + other.draft_n_accepted,
+            max(self.draft_max, other.draft_max),
         )
 
     @property
@@ -83,10 +85,19 @@ class Timings:
         return self.draft_n_accepted / self.draft_n if self.draft_n else 0.0
 
     @property
+    def steps(self) -> int:
+        """Target steps: each yields its accepted drafts plus one token of its own; and it takes at least one step
+        per ``draft_max`` drafted tokens (when every draft is accepted, the count of the steps' own tokens can
+        come out at 0: the last step's own token lies past n_predict)."""
+        if self.predicted_n <= 0:
+            return 0
+        least = -(-self.draft_n // self.draft_max) if self.draft_max else 1
+        return max(self.predicted_n - self.draft_n_accepted, least, 1)
+
+    @property
     def tokens_per_step(self) -> float:
-        """Generated tokens per target step: a step yields its accepted drafts plus one token of its own."""
-        steps = self.predicted_n - self.draft_n_accepted
-        return self.predicted_n / steps if steps > 0 else 0.0
+        """Generated tokens per target step."""
+        return self.predicted_n / self.steps if self.steps else 0.0
 
 
 @dataclass(frozen=True)
@@ -101,7 +112,7 @@ class Completion:
         return "".join(t.text for t in self.tokens)
 
 
-def parse_completion(answer: Mapping[str, Any], leg: str = "server") -> Completion:
+def parse_completion(answer: Mapping[str, Any], leg: str = "server", draft_max: int = 0) -> Completion:
     """A ``/completion`` answer with ``return_tokens`` and ``n_probs``; :class:`ServerFailed` names what is missing."""
     ids = answer.get("tokens")
     if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
@@ -127,6 +138,7 @@ def parse_completion(answer: Mapping[str, Any], leg: str = "server") -> Completi
         predicted_ms=float(t.get("predicted_ms", 0.0)),
         draft_n=int(t.get("draft_n", 0)),
         draft_n_accepted=int(t.get("draft_n_accepted", 0)),
+        draft_max=draft_max,
     )
     return Completion(tuple(tokens), str(answer.get("stop_type", "none")), timings)
 
@@ -210,6 +222,9 @@ class PromptVerdict:
 
 
 NEVER_DRAFTED = "drafter loaded but never drafted"
+NEVER_ACCEPTED = "no draft was accepted"
+NEVER_REJECTED = "no draft was rejected"
+INSUFFICIENT = "insufficient evidence"
 
 
 def judge(prompt: Prompt, segments: Sequence[Segment], requested: int, near_tie: float) -> Resume | PromptVerdict:
@@ -243,14 +258,14 @@ def judge(prompt: Prompt, segments: Sequence[Segment], requested: int, near_tie:
                     f"truncated: the {short} leg stopped after {n_short} tokens (stop: {stop}) where the other went on to {n_long}",
                     compared=n_short,
                 )
-            ended = seg.baseline.stop_type == "eos" and seg.drafted.stop_type == "eos"
-            if len(a) < want and not ended:
+            if len(a) < want:
+                # the end of generation is ignored, so this is a full context or a stop word: too little to certify
                 return verdict(
-                    Status.ERROR,
-                    f"both legs stopped after {covered} of {requested} tokens (stop: {seg.baseline.stop_type}): raise -c or lower --tokens",
+                    Status.FAILED,
+                    f"{INSUFFICIENT}: {covered} of {requested} tokens compared (both legs stopped: {seg.baseline.stop_type}); raise -c or lower --tokens",
                     compared=covered,
                 )
-            what = f"identical over {covered} tokens" + ("" if covered >= requested else f" (both ended with end-of-generation before {requested})")
+            what = f"identical over {covered} tokens"
             if near_ties:
                 what += f" after {len(near_ties)} near-tie(s): " + "; ".join(n.describe() for n in near_ties)
             return verdict(Status.PASSED, what, compared=covered)
@@ -263,8 +278,7 @@ def judge(prompt: Prompt, segments: Sequence[Segment], requested: int, near_tie:
             common += a[: i + 1]
             if not last:
                 continue
-            baseline_ended = seg.baseline.stop_type == "eos" and i == len(a) - 1
-            if len(common) >= requested or baseline_ended:
+            if len(common) >= requested:
                 what = f"identical over {len(common)} tokens after {len(near_ties)} near-tie(s): " + "; ".join(n.describe() for n in near_ties)
                 return verdict(Status.PASSED, what, compared=len(common))
             return Resume(tuple(t.id for t in common), requested - len(common))
@@ -302,4 +316,11 @@ def _finish(
         message = f"{NEVER_DRAFTED} (timings.draft_n absent or 0 in {requests} request(s)); {message}"
         if status is Status.PASSED:
             status = Status.FAILED
+    elif drafted.draft_n_accepted == 0:
+        # every token came from the target alone: the path that keeps accepted drafts never ran
+        never = f"{NEVER_ACCEPTED} (0 of {drafted.draft_n} drafted tokens in {requests} request(s)): the accept path never ran"
+        if status is Status.PASSED:
+            status, message = Status.FAILED, f"{never}; {message}"
+        else:  # a divergence says more; the acceptance comes after it
+            message = f"{message}; {never}"
     return PromptVerdict(prompt.name, status, message, requested, compared, tuple(near_ties), divergence, detail, baseline, drafted, requests)

@@ -51,6 +51,7 @@ class ServerLaunch:
     host: str
     port: int
     env: tuple[tuple[str, str], ...] = ()
+    model: str = ""  # the model it was given: its /props must name it, or another server answers the port
 
     @property
     def url(self) -> str:
@@ -177,6 +178,7 @@ class LlamaServer:
                 r = self._http.get(f"{self.url}/health", timeout=2)
                 if r.status_code == 200:
                     self._track()
+                    self.check_own(answered=True)
                     self.seconds_to_healthy = time.monotonic() - self._started
                     log.info("%s server healthy on %s after %.2f s", self.launch.name, self.url, self.seconds_to_healthy)
                     return
@@ -185,6 +187,30 @@ class LlamaServer:
             if time.monotonic() >= deadline:
                 raise ServerFailed(f"{self.launch.name} server not healthy on {self.url} after {self.health_timeout:g} s", self.log_tail())
             time.sleep(0.01)
+
+    def check_own(self, answered: bool = False) -> None:
+        """That the server answering the port is the one started here: the launcher and its llama-server alive, and
+        ``/props`` naming the model it was given. Another process on the port is a :class:`ServerFailed` naming it;
+        ``answered``: something just answered /health on the port."""
+        port = self.launch.port
+        code = self.poll()
+        if code is None and self._tree and not any(p.alive() for p in self._tree):
+            code = -1
+        if code is not None:
+            why = describe_returncode(code) if code >= 0 else "its llama-server is gone"
+            if answered:
+                raise ServerFailed(f"{self.launch.name} server exited ({why}), yet port {port} answered /health: another server holds port {port}", self.log_tail())
+            raise ServerFailed(f"{self.launch.name} server died ({why}) on port {port}", self.log_tail())
+        if not self.launch.model:
+            return
+        try:
+            r = self._http.get(f"{self.url}/props", timeout=10)
+            props = parse_json(r.content) if r.status_code == 200 else {}
+        except (requests.RequestException, ValueError, RecursionError):
+            props = {}
+        named = props.get("model_path") if isinstance(props, dict) else None
+        if isinstance(named, str) and named and Path(named).resolve() != Path(self.launch.model).resolve():
+            raise ServerFailed(f"port {port} is answered by another server: its /props names {named}, not {self.launch.model} that the {self.launch.name} server was started with", self.log_tail())
 
     def poll(self) -> int | None:
         if self._proc is None:

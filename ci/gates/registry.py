@@ -13,7 +13,8 @@ from typing import Protocol
 
 from ci.build.context import Context
 from ci.build.stage import CurrentBuild
-from ci.errors import ConfigError
+from ci.errors import ConfigError, Refused
+from ci.files import sha256_cached
 from ci.gates import backend_ops, equivalence, route, tinymodels
 from ci.gates.results import GateResult
 from ci.schema import did_you_mean
@@ -76,13 +77,8 @@ class EquivalenceGate:
 
     def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
         ctx, manifest = target.ctx, target.build.manifest
+        model, drafter, models = equivalence_models(ctx, options, target.build.build_dir)
         config = ctx.pins.equivalence
-        model, drafter = options.model, options.drafter
-        if model is None and config.model is not None and config.drafter is not None:
-            model, drafter = ctx.root / config.model, ctx.root / config.drafter
-        if model is None or drafter is None:
-            models = tinymodels.write_tiny_models(target.build.build_dir / "tiny-models")
-            model, drafter = models.target, models.drafter
         equivalence_plan = equivalence.plan(
             model=model,
             drafter=drafter,
@@ -92,8 +88,30 @@ class EquivalenceGate:
             near_tie=config.near_tie_nats,
             device=ctx.profile(manifest.profile).serve_device,
             build_key=manifest.key,
+            llama_server_sha256=manifest.binaries["llama-server"].sha256,
+            models=models,
         )
         return equivalence.run(equivalence_plan, out / "equivalence-logs")
+
+
+def equivalence_models(ctx: Context, options: GateOptions, build_dir: Path) -> tuple[Path, Path, str]:
+    """The target and drafter the equivalence gate runs, and what they are: ``--model``/``--drafter``, else the
+    release models pins.yaml names (each checked against its sha256), else the tiny generated ones (the near drafter)."""
+    config = ctx.pins.equivalence
+    if options.model is not None and options.drafter is not None:
+        return options.model, options.drafter, equivalence.GIVEN_MODELS
+    if config.model is not None and config.drafter is not None:
+        paths = []
+        for key, ref in (("model", config.model), ("drafter", config.drafter)):
+            path = ctx.root / ref.path
+            if not path.is_file():
+                raise ConfigError(f"pins.yaml: equivalence.{key}.path: {ref.path}: no such file; put the model there or fix the path")
+            if ref.sha256 is not None and sha256_cached(path) != ref.sha256:
+                raise Refused(f"pins.yaml: equivalence.{key}: {ref.path} has sha256 {sha256_cached(path)[:12]}, not {ref.sha256[:12]}: another file than the release's")
+            paths.append(path)
+        return paths[0], paths[1], equivalence.RELEASE_MODELS if config.release_models else equivalence.GIVEN_MODELS
+    models = tinymodels.write_tiny_models(build_dir / "tiny-models")
+    return models.target, models.near_drafter, equivalence.TINY_MODELS
 
 
 GATES: tuple[Gate, ...] = (RouteGate(), BackendOpsGate(), EquivalenceGate())

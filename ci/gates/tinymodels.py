@@ -41,6 +41,15 @@ class TinyModelSpec:
     # Logit scale: the output rows' std is ``logit_std / sqrt(dim)``; near 3 nats most top-2 margins are well
     # above the gate's near-tie threshold, so a random model's greedy path is stable on the CPU.
     logit_std: float = 3.0
+    # A copy of another spec's weights (``perturb_of``'s seed), each tensor plus Gaussian noise of ``perturb`` times
+    # its own std (``seed`` draws the noise): a drafter that agrees with that target often, not always.
+    perturb_of: TinyModelSpec | None = None
+    perturb: float = 0.0
+    # "eos": whatever the context, </s> on top (a drafter whose drafts are never accepted by a run that ignores the
+    # end of generation); "random": the rows drawn like every other weight
+    output: str = "random"
+    # the token the model says ends generation: </s> (never greedy's pick), or an ordinary token it emits early
+    eos: str = "</s>"
 
 
 # The shapes of the facts' probe: target 4 layers x 128, drafter 1 layer x 64 (../shared facts).
@@ -48,6 +57,16 @@ TARGET = TinyModelSpec(name="tiny-target", layers=4, dim=128, ff=192, heads=4, s
 DRAFTER = TinyModelSpec(name="tiny-drafter", layers=1, dim=64, ff=128, heads=2, seed=2)
 # Same shape as the target, other weights: a "wrong build" whose tokens differ by large margins.
 OTHER_TARGET = TinyModelSpec(name="tiny-other-target", layers=4, dim=128, ff=192, heads=4, seed=3)
+# The target's weights, perturbed: the gate's default drafter, whose drafts are accepted often and rejected often,
+# so both the accept path and the rollback path of speculative decoding run. PERTURB was tuned on the CPU
+# llama-server for 30-80% acceptance on code, prose and short (docs/equivalence.md, benchmarks/near_drafter.py).
+PERTURB = 0.05
+NEAR_DRAFTER = TinyModelSpec(name="tiny-near-drafter", layers=4, dim=128, ff=192, heads=4, seed=4, perturb_of=TARGET, perturb=PERTURB)
+# For negative runs: a drafter that drafts nothing but </s> (the gate ignores the end of generation, so the target
+# never accepts one), and the target with an ordinary token as its end of generation: "▁imp", its first token on
+# the code and prose prompts, so it ends at once unless the end is ignored.
+NEVER_ACCEPTED_DRAFTER = TinyModelSpec(name="tiny-eos-drafter", layers=1, dim=64, ff=128, heads=2, seed=5, output="eos")
+EARLY_END = TinyModelSpec(name="tiny-early-end", layers=4, dim=128, ff=192, heads=4, seed=1, eos=SPACE + "imp")
 
 
 @dataclass(frozen=True)
@@ -85,6 +104,15 @@ def vocab() -> Vocab:
 
 
 def _weights(spec: TinyModelSpec, n_vocab: int) -> list[tuple[str, np.ndarray]]:
+    if spec.perturb_of is not None:
+        noise = np.random.default_rng(spec.seed)
+        out = []
+        for name, array in _weights(spec.perturb_of, n_vocab):
+            std = float(array.std())
+            if std > 0:
+                array = (array + noise.normal(0.0, spec.perturb * std, size=array.shape)).astype(np.float32)
+            out.append((name, array))
+        return out
     rng = np.random.default_rng(spec.seed)
 
     def normal(shape: Sequence[int], std: float) -> np.ndarray:
@@ -111,6 +139,12 @@ def _weights(spec: TinyModelSpec, n_vocab: int) -> list[tuple[str, np.ndarray]]:
     # 150 tokens one is never the argmax nor the runner-up, so a run never stops early on </s> and never
     # emits <unk>'s empty text (seen with random rows: <unk> was the runner-up of the first token).
     output[: len(CONTROLS)] = 0.0
+    if spec.output == "eos":
+        # every layer adds nothing, every embedding has a positive first feature, and only </s> reads it
+        tensors = [(name, np.zeros_like(a) if name.startswith("blk.") and not name.endswith("norm.weight") else a) for name, a in tensors]
+        tensors[0][1][:, 0] = 1.0
+        output[:] = 0.0
+        output[EOS_ID, 0] = 10.0
     tensors += [("output_norm.weight", np.ones(d, dtype=np.float32)), ("output.weight", output)]
     return tensors
 
@@ -141,7 +175,7 @@ def write_model(path: Path, spec: TinyModelSpec) -> Path:
     writer.add_token_scores(list(v.scores))
     writer.add_token_types(list(v.types))
     writer.add_bos_token_id(BOS_ID)
-    writer.add_eos_token_id(EOS_ID)
+    writer.add_eos_token_id(v.tokens.index(spec.eos))
     writer.add_unk_token_id(UNK_ID)
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
@@ -158,19 +192,23 @@ def write_model(path: Path, spec: TinyModelSpec) -> Path:
 @dataclass(frozen=True)
 class TinyModels:
     target: Path
-    drafter: Path
+    drafter: Path  # the far drafter: another model altogether, its drafts mostly rejected
     other_target: Path
+    near_drafter: Path  # the gate's default drafter: the target perturbed, about half its drafts accepted
 
     def describe(self) -> str:
-        return "\n".join(f"{p.name}: {p.stat().st_size / 1e6:.2f} MB, sha256 {sha256(p)[:16]}" for p in (self.target, self.drafter, self.other_target))
+        files = (self.target, self.near_drafter, self.drafter, self.other_target)
+        return "\n".join(f"{p.name}: {p.stat().st_size / 1e6:.2f} MB, sha256 {sha256(p)[:16]}" for p in files)
 
 
 def write_tiny_models(directory: Path) -> TinyModels:
-    """The gate's three tiny models in ``directory``: a target, a drafter, and another target (for negative runs)."""
+    """The gate's tiny models in ``directory``: a target, its near and far drafters, and another target (for
+    negative runs)."""
     return TinyModels(
         target=write_model(directory / f"{TARGET.name}.gguf", TARGET),
         drafter=write_model(directory / f"{DRAFTER.name}.gguf", DRAFTER),
         other_target=write_model(directory / f"{OTHER_TARGET.name}.gguf", OTHER_TARGET),
+        near_drafter=write_model(directory / f"{NEAR_DRAFTER.name}.gguf", NEAR_DRAFTER),
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -87,14 +88,28 @@ class BuildConfig:
 
 
 @dataclass(frozen=True)
+class ModelRef:
+    """A model file named in pins.yaml: its path (relative to the repository, or absolute) and, for the release
+    models, the sha256 it must have."""
+
+    path: str
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
 class EquivalenceConfig:
     """pins.yaml ``equivalence``: the greedy-equivalence gate's threshold and models for this pin."""
 
     near_tie_nats: float = defaults.NEAR_TIE
     tokens: int = defaults.TOKENS
-    model: str | None = None  # None: the gate's tiny generated models
-    drafter: str | None = None
+    model: ModelRef | None = None  # None: the gate's tiny generated models
+    drafter: ModelRef | None = None
     spec_type: str | None = None
+
+    @property
+    def release_models(self) -> bool:
+        """Whether pins.yaml names the release models by content (then only evidence on exactly them ships)."""
+        return self.model is not None and self.drafter is not None and self.model.sha256 is not None and self.drafter.sha256 is not None
 
 
 @dataclass(frozen=True)
@@ -171,6 +186,21 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
     )
 
 
+def _model_ref(section: Section, key: str) -> ModelRef | None:
+    """``key: PATH`` or ``key: {path: PATH, sha256: HEX}``."""
+    if not section.has(key):
+        return None
+    if not isinstance(section.data[key], Mapping):
+        return ModelRef(section.string(key))
+    ref = section.required_section(key)
+    path = ref.string("path")
+    digest = ref.string("sha256", required=False, default="") or None
+    if digest is not None and not re.match(r"^[0-9a-f]{64}$", digest):
+        raise ref.error(f'"{digest}" is not a sha256 (64 lowercase hex digits)', "sha256")
+    ref.done()
+    return ModelRef(path, digest)
+
+
 def _equivalence_config(section: Section | None) -> EquivalenceConfig:
     if section is None:
         return EquivalenceConfig()
@@ -178,8 +208,8 @@ def _equivalence_config(section: Section | None) -> EquivalenceConfig:
     config = EquivalenceConfig(
         near_tie_nats=section.number("near_tie_nats", required=False, default=default.near_tie_nats, minimum=0.0),
         tokens=section.integer("tokens", required=False, default=default.tokens, minimum=1),
-        model=section.string("model", required=False, default="") or None,
-        drafter=section.string("drafter", required=False, default="") or None,
+        model=_model_ref(section, "model"),
+        drafter=_model_ref(section, "drafter"),
         spec_type=section.string("spec_type", required=False, default="") or None,
     )
     if (config.model is None) != (config.drafter is None):

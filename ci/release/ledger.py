@@ -176,6 +176,7 @@ def append(path: Path, result: GateResult, context: BuildContext, artefacts: Map
             "summary": result.summary,
             "counts": dict(result.counts),
             "problems": list(result.problems),
+            "properties": dict(result.properties),  # what the gate judged by content (models, binaries, prompts)
             **context.to_json(),
             "versions": versions(),
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

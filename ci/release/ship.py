@@ -23,8 +23,11 @@ from ci.build.stage import current_build
 from ci.command import run
 from ci.errors import GateFailed, ToolchainError
 from ci.files import shown, write_atomic
+from ci.gates.equivalence import GATE as GATE_EQUIVALENCE
+from ci.gates.equivalence import RELEASE_MODELS
 from ci.gates.registry import NAMES
 from ci.gates.route import SOURCE_ROOT
+from ci.pin.pins import EquivalenceConfig
 from ci.release import ledger as ledger_mod
 
 DIST_NAME = "onebit-serve"
@@ -56,8 +59,11 @@ class ShipCheck:
         return all(s.state is Standing.PASSED for s in self.standings)
 
 
-def standings(ledger: ledger_mod.Ledger, key: str, required: Sequence[str] = NAMES) -> tuple[GateStanding, ...]:
-    """Where each required gate stands for the build ``key``, from the ledger's records (pure)."""
+def standings(
+    ledger: ledger_mod.Ledger, key: str, required: Sequence[str] = NAMES, release: EquivalenceConfig | None = None
+) -> tuple[GateStanding, ...]:
+    """Where each required gate stands for the build ``key``, from the ledger's records (pure). With ``release``
+    naming the release models, an equivalence pass counts only on exactly those files."""
     out = []
     for gate in required:
         rec = ledger_mod.latest(ledger, gate, key)
@@ -66,6 +72,12 @@ def standings(ledger: ledger_mod.Ledger, key: str, required: Sequence[str] = NAM
             problems = list(rec.data.get("problems", []))
             why = f": {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "") if state is Standing.FAILED and problems else ""
             detail = f"{rec.data.get('summary', '')}{why} (ledger line {rec.line}, {rec.data.get('time', '')})"
+            covers = _covers(rec, release) if gate == GATE_EQUIVALENCE else None
+            if covers is not None:
+                what, ok = covers
+                detail += f" [{what}]"
+                if state is Standing.PASSED and not ok:
+                    state, detail = Standing.FAILED, f"covers {what}, not the release models pins.yaml names (equivalence.model, .drafter): run nox -s gpu_tests with them; {detail}"
             out.append(GateStanding(gate, state, detail, rec))
             continue
         others = [r for r in ledger.records if r.gate == gate]
@@ -77,10 +89,20 @@ def standings(ledger: ledger_mod.Ledger, key: str, required: Sequence[str] = NAM
     return tuple(out)
 
 
+def _covers(rec: ledger_mod.Record, release: EquivalenceConfig | None) -> tuple[str, bool]:
+    """What an equivalence record covers, and whether that is what pins.yaml requires."""
+    props = rec.data.get("properties") or {}
+    what = str(props.get("models") or "models not named by content")
+    if release is None or not release.release_models or release.model is None or release.drafter is None:
+        return what, True
+    same = props.get("model_sha256") == release.model.sha256 and props.get("drafter_sha256") == release.drafter.sha256
+    return (RELEASE_MODELS if same else what), same
+
+
 def check(ctx: Context, profile: str, results_dir: Path) -> ShipCheck:
     build = current_build(ctx, profile)
     ledger = ledger_mod.read(ledger_mod.ledger_path(results_dir), ledger_mod.signing_key())
-    return ShipCheck(build.key, build.manifest, standings(ledger, build.key))
+    return ShipCheck(build.key, build.manifest, standings(ledger, build.key, release=ctx.pins.equivalence))
 
 
 def table(result: ShipCheck) -> str:
@@ -111,6 +133,7 @@ def release_manifest(ctx: Context, result: ShipCheck, results_dir: Path) -> dict
             "toolchain": m.toolchain,
             "binaries": {k: a.sha256 for k, a in m.binaries.items()},
         },
+        "evidence": next((str((s.record.data.get("properties") or {}).get("models", "")) for s in result.standings if s.gate == GATE_EQUIVALENCE and s.record), ""),
         "gates": {
             s.gate: {
                 "verdict": s.state.value,
@@ -118,6 +141,7 @@ def release_manifest(ctx: Context, result: ShipCheck, results_dir: Path) -> dict
                 "summary": s.record.data.get("summary", "") if s.record else "",
                 "ledger_line": s.record.line if s.record else None,
                 "record_sha256": s.record.sha256 if s.record else None,
+                "properties": dict(s.record.data.get("properties") or {}) if s.record else {},
                 "time": s.record.data.get("time") if s.record else None,
             }
             for s in result.standings

@@ -19,10 +19,12 @@ import pytest
 from ci.cli import main
 from ci.gates import equivalence as eq
 from ci.gates import equivalence_judge as ej
-from ci.gates.llama import LlamaServer, ServerLaunch, group_members
+from ci.gates import tinymodels
+from ci.gates.llama import LlamaServer, ServerLaunch, free_ports, group_members
 from ci.gates.results import Status
 from ci.gates.tinymodels import TinyModels
 from tests.support.binaries import llama_binary
+from tests.support.http import answering
 from tests.support.processes import live_processes_naming
 
 pytestmark = pytest.mark.slow
@@ -52,12 +54,12 @@ def assert_nothing_left(*paths: Path) -> None:
 
 
 def equivalence_plan(models: TinyModels, llama_server: Path, **kw: Any) -> eq.EquivalencePlan:
-    return eq.plan(model=models.target, drafter=models.drafter, llama_server=llama_server, device="cpu", **kw)
+    return eq.plan(model=models.target, drafter=models.near_drafter, llama_server=llama_server, device="cpu", **kw)
 
 
 def test_gate_passes_with_a_drafter_that_drafts(tiny_models: TinyModels, llama_server: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "gates"
-    rc = main(["equivalence", "--model", str(tiny_models.target), "--drafter", str(tiny_models.drafter), "--llama-server", str(llama_server),
+    rc = main(["equivalence", "--model", str(tiny_models.target), "--drafter", str(tiny_models.near_drafter), "--llama-server", str(llama_server),
                "--spec-type", "draft-simple", "--device", "cpu", "--out", str(out)])  # fmt: skip
     printed = capsys.readouterr().out
     assert rc == 0, printed
@@ -71,6 +73,15 @@ def test_gate_passes_with_a_drafter_that_drafts(tiny_models: TinyModels, llama_s
         assert m[f"{name}.compared"] == 256
     assert m["draft_n"] > 0
     assert m["acceptance"] == pytest.approx(m["draft_n_accepted"] / m["draft_n"], abs=1e-4)
+    for name in ("code", "prose", "short"):  # the near drafter: both the accept and the rollback path run on every prompt
+        assert 0.3 <= m[f"{name}.acceptance"] <= 0.8, (name, m[f"{name}.acceptance"])
+        assert m[f"{name}.tokens_per_step"] > 1.5
+    props = result["properties"]
+    assert props["model_sha256"] == tinymodels.sha256(tiny_models.target)
+    assert props["drafter_sha256"] == tinymodels.sha256(tiny_models.near_drafter)
+    assert props["llama_server_sha256"] == tinymodels.sha256(llama_server)
+    assert props["prompts_sha256"] == eq.prompts_sha256(eq.load_prompts())
+    assert props["models"] == "given models"
     assert m["baseline_decode_tps"] > 0
     assert m["drafter_decode_tps"] > 0
     assert result["properties"]["spec_type"] == "draft-simple"
@@ -85,11 +96,42 @@ def test_target_as_its_own_drafter_accepts_every_draft(tiny_models: TinyModels, 
     # the facts' GPU figure was 226/226 for 256 tokens with the target as its own drafter
     plan = eq.plan(model=tiny_models.target, drafter=tiny_models.target, llama_server=llama_server, device="cpu", tokens=64)
     result = eq.run(plan, tmp_path)
-    assert result.status is Status.PASSED, result.problems
     m = dict(result.metrics)
     assert m["draft_n"] > 0
     assert m["draft_n_accepted"] == m["draft_n"]
-    assert m["tokens_per_step"] > 4
+    assert m["tokens_per_step"] > 4  # full acceptance: at least one step per 8 drafted tokens, never 0.00
+    # every prompt equal, yet no draft was ever rejected: the rollback path never ran, and the gate says so
+    assert result.status is Status.FAILED
+    assert all(c.status is Status.PASSED for c in result.cases)
+    (problem,) = result.problems
+    assert problem.startswith(f"no draft was rejected in the whole run ({m['draft_n']} of {m['draft_n']} drafted tokens accepted): the rollback path never ran")
+
+
+def test_a_drafter_whose_drafts_are_never_accepted_fails_with_its_own_verdict(tiny_models: TinyModels, llama_server: Path, tmp_path: Path) -> None:
+    never = tinymodels.write_model(tmp_path / "never.gguf", tinymodels.NEVER_ACCEPTED_DRAFTER)
+    result = eq.run(eq.plan(model=tiny_models.target, drafter=never, llama_server=llama_server, device="cpu", tokens=32), tmp_path)
+    assert result.status is Status.FAILED
+    for case in result.cases:
+        assert case.status is Status.FAILED
+        assert case.message.startswith(f"{ej.NEVER_ACCEPTED} (0 of ")
+        assert "the accept path never ran; identical over 32 tokens" in case.message
+
+
+def test_a_model_that_ends_early_still_compares_every_token(tiny_models: TinyModels, llama_server: Path, tmp_path: Path) -> None:
+    early = tinymodels.write_model(tmp_path / "early.gguf", tinymodels.EARLY_END)
+    # without ignore_eos this model stops within a few tokens on every prompt (its end of generation is a letter)
+    plan = eq.plan(model=early, drafter=tiny_models.near_drafter, llama_server=llama_server, device="cpu", tokens=64)
+    with LlamaServer(plan.launch(plan.baseline, free_ports(1)[0]), tmp_path / "plain.log") as server:
+        plain = {}
+        for prompt in plan.prompts:
+            body = {k: v for k, v in plan.body(prompt, ej.Resume((), 64)).items() if k != "ignore_eos"}
+            plain[prompt.name] = len(ej.parse_completion(server.completion(body)).tokens)
+    assert plain["code"] <= 1
+    assert plain["prose"] <= 1
+    result = eq.run(plan, tmp_path / "gate")
+    m = dict(result.metrics)
+    for name in ("code", "prose", "short"):
+        assert m[f"{name}.compared"] == 64, result.problems
 
 
 def test_a_drafter_that_never_drafts_fails(tiny_models: TinyModels, llama_server: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -133,7 +175,10 @@ def test_near_ties_resume_from_the_baseline_token_on_the_real_server(tiny_models
     with eq.servers(plan, tmp_path) as (baseline, drafter):
         verdict = eq.judge_prompt(plan, short, baseline, drafter)
         straight = ej.parse_completion(baseline.completion(plan.body(short, ej.Resume((), 24))))
-    assert verdict.status is Status.PASSED, verdict.message
+    # equal over all 24 tokens once resolved; failed only because another model's drafts are never accepted
+    assert verdict.status is Status.FAILED
+    assert verdict.message.startswith(f"{ej.NEVER_ACCEPTED} (0 of ")
+    assert "identical over 24 tokens after " in verdict.message
     assert verdict.compared == 24
     assert len(verdict.near_ties) >= 5
     assert verdict.requests == len(verdict.near_ties) + (0 if verdict.near_ties[-1].position == 23 else 1)
@@ -176,7 +221,7 @@ def test_a_server_that_dies_mid_run_is_reported_and_reaped(tiny_models: TinyMode
     assert result.status is Status.ERROR
     assert [(c.name, c.status) for c in result.cases] == [("code", Status.PASSED), ("prose", Status.ERROR), ("short", Status.SKIPPED)]
     problem = result.problems[-1]
-    assert problem.startswith("drafter server died during POST /completion: ")
+    assert problem.startswith(("drafter server died during POST /completion: ", "drafter server died (its llama-server is gone) on port "))
     assert "log tail:" in problem
     assert "1bit serve: running:" in problem  # the launcher's own lines are in the server's log
     assert result.summary.startswith("ERROR: 1/3 prompts")
@@ -224,3 +269,14 @@ def test_a_model_that_does_not_load_is_reported_with_the_server_log(tiny_models:
     assert result.status is Status.ERROR
     assert any("baseline server exited with status" in p and "before it was healthy" in p for p in result.problems)
     assert_nothing_left(broken, tiny_models.target)
+
+
+def test_a_port_answered_by_another_server_is_an_error_naming_the_port(tiny_models: TinyModels, llama_server: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with answering(b'{"model_path": "/elsewhere/another-model.gguf"}', get=True) as taken:
+        free = free_ports(1)[0]
+        monkeypatch.setattr(eq, "free_ports", lambda n: (free, taken))
+        result = eq.run(equivalence_plan(tiny_models, llama_server, tokens=16), tmp_path)
+    assert result.status is Status.ERROR
+    assert any(f"port {taken}" in p for p in result.problems), result.problems
+    assert not any(ej.NEVER_DRAFTED in p for p in result.problems)  # not a verdict on the drafter
+    assert_nothing_left(tiny_models.target)

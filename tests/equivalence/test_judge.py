@@ -10,6 +10,8 @@ import pytest
 from ci.defaults import NEAR_TIE as DEFAULT_NEAR_TIE
 from ci.errors import ServerFailed
 from ci.gates.equivalence_judge import (
+    INSUFFICIENT,
+    NEVER_ACCEPTED,
     NEVER_DRAFTED,
     Completion,
     PromptVerdict,
@@ -161,24 +163,42 @@ def test_truncated_stream_fails(recorded: Recorded, short_leg: str) -> None:
     assert v.message == f"truncated: the {short_leg} leg stopped after 40 tokens (stop: limit) where the other went on to 64"
 
 
-def test_both_legs_short_without_eos_cannot_be_judged(recorded: Recorded) -> None:
+def test_both_legs_short_is_insufficient_evidence(recorded: Recorded) -> None:
     seg = Segment(0, cut(recorded.answer("baseline@0")), cut(recorded.answer("drafter@0")))
     v = verdict(judge(recorded.prompt, [seg], 64, DEFAULT_NEAR_TIE))
-    assert v.status is Status.ERROR
-    assert "both legs stopped after 40 of 64 tokens" in v.message
+    assert v.status is Status.FAILED
+    assert v.message.startswith(f"{INSUFFICIENT}: 40 of 64 tokens compared (both legs stopped: limit)")
 
 
-def test_both_legs_ending_with_eos_at_the_same_token_pass(recorded: Recorded) -> None:
+def test_both_legs_ending_with_eos_early_is_insufficient_evidence_too(recorded: Recorded) -> None:
+    # the gate ignores the end of generation; a server that stopped anyway compared too little to certify
     eos = Token(2, "", ())
 
     def end(c: Completion) -> Completion:
-        return replace(c, tokens=(*c.tokens[:40], eos), stop_type="eos")
+        return replace(c, tokens=(*c.tokens[:3], eos), stop_type="eos")
 
     seg = Segment(0, end(recorded.answer("baseline@0")), end(recorded.answer("drafter@0")))
+    v = verdict(judge(recorded.prompt, [seg], 256, DEFAULT_NEAR_TIE))
+    assert v.status is Status.FAILED
+    assert v.compared == 4
+    assert v.message.startswith(f"{INSUFFICIENT}: 4 of 256 tokens compared")
+
+
+def test_a_drafter_whose_drafts_are_never_accepted_fails(recorded: Recorded) -> None:
+    seg = Segment(0, recorded.answer("baseline@0"), recorded.answer("never_accepted@0"))
     v = verdict(judge(recorded.prompt, [seg], 64, DEFAULT_NEAR_TIE))
-    assert v.status is Status.PASSED
-    assert v.compared == 41
-    assert "ended with end-of-generation" in v.message
+    assert v.status is Status.FAILED
+    drafted = recorded.raw("never_accepted@0")["timings"]["draft_n"]
+    assert v.message == f"{NEVER_ACCEPTED} (0 of {drafted} drafted tokens in 1 request(s)): the accept path never ran; identical over 64 tokens"
+
+
+def test_tokens_per_step_at_full_acceptance_counts_a_step_per_draft_block() -> None:
+    every = Timings(predicted_n=16, draft_n=16, draft_n_accepted=16, draft_max=8)
+    assert every.steps == 2
+    assert every.tokens_per_step == 8.0
+    assert Timings(predicted_n=16, draft_n=16, draft_n_accepted=16).tokens_per_step == 16.0  # draft length unknown: one step at least
+    assert Timings(predicted_n=64, draft_n=74, draft_n_accepted=53, draft_max=8).tokens_per_step == pytest.approx(64 / 11)
+    assert Timings().tokens_per_step == 0.0
 
 
 def test_tokens_beyond_the_request_are_not_judged(recorded: Recorded) -> None:

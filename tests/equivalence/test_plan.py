@@ -67,7 +67,8 @@ def test_request_body_is_greedy_and_resumes_with_token_ids() -> None:
     plan = eq.EquivalencePlan(eq.Leg("baseline", Path("m")), eq.Leg("drafter", Path("m")), (), Path("s"), seed=7)
     p = ej.Prompt("short", "Q: A?\nA:")
     assert plan.body(p, ej.Resume((), 256)) == {
-        "prompt": "Q: A?\nA:", "n_predict": 256, "temperature": 0, "top_k": 1, "seed": 7, "cache_prompt": False, "n_probs": 2, "return_tokens": True,
+        "prompt": "Q: A?\nA:", "n_predict": 256, "ignore_eos": True, "temperature": 0, "top_k": 1, "seed": 7, "cache_prompt": False, "n_probs": 2,
+        "return_tokens": True,
     }  # fmt: skip
     body = plan.body(p, ej.Resume((5, 6, 7), 253))
     assert body["prompt"] == ["Q: A?\nA:", 5, 6, 7]
@@ -138,3 +139,33 @@ def test_a_server_failure_is_an_error_with_the_log_tail(recorded: Recorded) -> N
     assert result.cases[0].detail == "line 1\nlast words\n"
     assert result.problems == ("drafter server died during POST /completion: SIGKILL (killed by signal 9); log tail:\nline 1\nlast words",)
     assert result.summary.startswith("ERROR: 0/2 prompts")
+
+
+@pytest.mark.slow
+def test_auto_asks_the_real_cpu_llama_server_and_picks_cpu() -> None:
+    from ci.gates import devices
+    from tests.support.binaries import llama_binary
+
+    assert devices.auto(llama_binary("llama-server")) == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("listing", "device"),
+    [
+        ("  CUDA0: NVIDIA H200 (143156 MiB, 142000 MiB free)\n  Vulkan0: NVIDIA H200 (143156 MiB, 142000 MiB free)\n", "vulkan"),
+        ("  ROCm0: Radeon 8060S Graphics (98304 MiB, 97000 MiB free)\n  Vulkan0: Radeon 8060S Graphics (RADV GFX1151)\n", "rocm"),
+        ("  CUDA0: NVIDIA H200 (143156 MiB, 142000 MiB free)\n", "cuda"),
+        ("  (none)\n", "cpu"),
+    ],
+)
+def test_auto_picks_in_the_routes_order_from_a_stand_in_listing(tmp_path: Path, listing: str, device: str) -> None:
+    """A stand-in llama-server that prints a GPU box's --list-devices (no GPU here); asked once, then cached."""
+    from ci.gates import devices
+
+    calls = tmp_path / "calls"
+    server = tmp_path / "llama-server"
+    server.write_text(f"#!/bin/sh\necho x >> {calls}\nprintf 'Available devices:\\n{listing.replace(chr(10), chr(92) + 'n')}'\n")
+    server.chmod(0o755)
+    assert devices.auto(server) == device
+    assert devices.auto(server) == device
+    assert calls.read_text().count("x") == 1

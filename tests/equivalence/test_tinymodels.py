@@ -43,9 +43,9 @@ def test_every_token_is_text_on_its_own() -> None:
             assert text.isprintable()
 
 
-def test_cli_writes_the_three_models(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_writes_the_models(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tiny-models", "--out", str(tmp_path)]) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny-drafter.gguf", "tiny-other-target.gguf", "tiny-target.gguf"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny-drafter.gguf", "tiny-near-drafter.gguf", "tiny-other-target.gguf", "tiny-target.gguf"]
     assert "tiny-target.gguf: 2.38 MB" in capsys.readouterr().out
 
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,20 @@ def test_on_github_actions_the_table_goes_to_the_job_summary(build_project: Proj
     assert row.startswith("| backend_ops | **FAILED** | 36 | 0 | 0 | 0 | ")
     assert "- backend_ops: GATED_DELTA_NET: 54 expected, 36 ran and passed" in text
 
+
+
+def test_release_models_are_checked_against_their_sha256_before_anything_runs(make_build_project: Callable[..., Project]) -> None:
+    pins = "\nequivalence:\n  model: {path: models/target.gguf, sha256: " + "a" * 64 + "}\n  drafter: {path: models/drafter.gguf, sha256: " + "b" * 64 + "}\n"
+    project = make_build_project(pins)
+    assert build_cpu(project).code == 0
+    r = project.ci("gpu-tests", "--profile", "cpu", "--gate", "equivalence")
+    assert r.code == 2
+    assert r.err.startswith("onebit-ci: error: pins.yaml: equivalence.model.path: models/target.gguf: no such file")
+    (project.root / "models").mkdir()
+    (project.root / "models" / "target.gguf").write_bytes(b"not the release's target")
+    (project.root / "models" / "drafter.gguf").write_bytes(b"nor its drafter")
+    r = project.ci("gpu-tests", "--profile", "cpu", "--gate", "equivalence")
+    assert r.code == 4
+    assert "pins.yaml: equivalence.model: models/target.gguf has sha256 " in r.err
+    assert f"not {'a' * 12}: another file than the release's" in r.err
+    assert not (project.root / "build" / "results" / "ledger.jsonl").exists()

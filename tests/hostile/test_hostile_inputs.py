@@ -6,10 +6,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from ci.gates.llama import LlamaServer, ServerLaunch
 from serve.cli import main as serve_main
 from tests.support.fixtures import MakePatch
 from tests.support.gguf_files import make
+from tests.support.http import answering
 from tests.support.project import DELTA_AT_C1, Project
 
 BINARY = bytes(range(256)) * 8  # NUL, control codes, bytes that are not UTF-8
@@ -285,29 +284,6 @@ def answer(kind: str) -> bytes:
         "duplicated-key": b'{"content": "x", "content": "y"}',
         "deeply-nested": b"[" * DEEP + b"]" * DEEP,
     }[kind]
-
-
-@contextlib.contextmanager
-def answering(body: bytes) -> Iterator[int]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.mark.parametrize("kind", KINDS)

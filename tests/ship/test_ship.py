@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -169,3 +171,40 @@ def test_a_forged_last_record_stops_ship(build_project: Project) -> None:
     assert r.code == 2
     assert r.err == f"onebit-ci: error: {path}: the last record does not match the ledger's head (edited or removed?)\n"
     assert not (build_project.root / "dist").exists()
+
+
+RELEASE = {"model": "a" * 64, "drafter": "b" * 64}
+RELEASE_PINS = f"""
+equivalence:
+  model: {{path: models/Qwen3.8-27B-Q4_0-H32.gguf, sha256: {RELEASE["model"]}}}
+  drafter: {{path: models/Qwen3.8-27B-DFlash2-q8_0.gguf, sha256: {RELEASE["drafter"]}}}
+"""
+
+
+def equivalence_on(models: str, model_sha: str, drafter_sha: str) -> GateResult:
+    props = (("models", models), ("model_sha256", model_sha), ("drafter_sha256", drafter_sha))
+    return dataclasses.replace(GATES.equivalence, properties=props)
+
+
+def test_with_release_models_named_a_tiny_model_pass_does_not_ship(make_build_project: Callable[..., Project]) -> None:
+    project = make_build_project(RELEASE_PINS)
+    m = built(project)
+    record(project, m, GATES.route, GATES.backend_ops, equivalence_on("tiny generated models only", "c" * 64, "d" * 64))
+    r = ship(project)
+    assert r.code == 7
+    assert "equivalence  FAILED    covers tiny generated models only, not the release models pins.yaml names" in r.out
+    record(project, m, equivalence_on("release models", RELEASE["model"], RELEASE["drafter"]))
+    r = ship(project)
+    assert r.code == 0, r.out + r.err
+    assert "[release models]" in r.out
+    release = json.loads(next((project.root / "dist").glob("onebit_serve-*.release.json")).read_text())
+    assert release["evidence"] == "release models"
+    assert release["gates"]["equivalence"]["properties"]["model_sha256"] == RELEASE["model"]
+
+
+def test_without_release_models_the_table_says_what_the_evidence_covers(build_project: Project) -> None:
+    m = built(build_project)
+    record(build_project, m, GATES.route, GATES.backend_ops, equivalence_on("tiny generated models only", "c" * 64, "d" * 64))
+    r = ship(build_project, "--check")
+    assert r.code == 0, r.err
+    assert "[tiny generated models only]" in r.out

@@ -2,7 +2,8 @@
 
     python -m tests.support.record_streams LLAMA_SERVER
 
-Tiny models from ci.gates.tinymodels, the committed ``short`` prompt, 64 tokens, the gate's own request bodies. Servers
+Tiny models from ci.gates.tinymodels (the drafter leg: the near drafter), the committed ``short`` prompt, 64 tokens,
+the gate's own request bodies (the end of generation ignored). Servers
 are started as plain llama-server command lines (the recording does not depend on the launcher). Positions 27
 and 45 are where the baseline's top-2 margin is at or under 0.1 nats (0.0653 and 0.0118 when recorded), so
 the resume requests start after them.
@@ -19,7 +20,7 @@ from typing import Any
 from ci.gates import equivalence as eq
 from ci.gates import equivalence_judge as ej
 from ci.gates.llama import LlamaServer, ServerLaunch, free_ports
-from ci.gates.tinymodels import write_tiny_models
+from ci.gates.tinymodels import NEVER_ACCEPTED_DRAFTER, write_model, write_tiny_models
 
 OUT = Path(__file__).resolve().parents[1] / "equivalence" / "data" / "streams.json"
 TOKENS = 64
@@ -39,12 +40,14 @@ def main(llama_server: str) -> None:
     equivalence_plan = eq.EquivalencePlan(baseline=eq.Leg("baseline", Path()), drafter=eq.Leg("drafter", Path()), prompts=(prompt,), llama_server=Path(llama_server))
     with tempfile.TemporaryDirectory() as tmp:
         models = write_tiny_models(Path(tmp))
-        draft = ["-md", str(models.drafter), "--spec-type", "draft-simple", *eq.DRAFT_ARGS]
+        draft = ["-md", str(models.near_drafter), "--spec-type", "draft-simple", *eq.DRAFT_ARGS]
+        never = write_model(Path(tmp) / "never.gguf", NEVER_ACCEPTED_DRAFTER)
         legs = {
             "baseline": [str(models.target)],
             "drafter": [str(models.target), *draft],
             "other_target": [str(models.other_target), *draft],
-            "never_drafts": [str(models.target), "-md", str(models.drafter), "--spec-type", "none"],
+            "never_drafts": [str(models.target), "-md", str(models.near_drafter), "--spec-type", "none"],
+            "never_accepted": [str(models.target), "-md", str(never), "--spec-type", "draft-simple", *eq.DRAFT_ARGS],
         }
         record: dict[str, Any] = {"prompt": prompt.text, "tokens": TOKENS, "answers": {}}
         for name, (model, *extra) in legs.items():

