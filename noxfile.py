@@ -81,6 +81,13 @@ def gpu_tests(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def gate_selftest(session: nox.Session) -> None:
+    """Plant known faults in a copy of the pinned fork and expect each gate to catch its own: -- --profile P."""
+    _install(session)
+    _ci(session, "gate-selftest")
+
+
+@nox.session(default=False)
 def ship(session: nox.Session) -> None:
     """Build the serve launcher's wheel and sdist when every gate passed for exactly this build: -- --profile P."""
     _install(session, "test")  # python -m build and setuptools, for the wheel and the sdist

@@ -56,10 +56,11 @@ def cmd_verify_pin(args: argparse.Namespace) -> int:
 
 
 def cmd_bump_pin(args: argparse.Namespace) -> int:
+    from ci.gates.selftest import stale_lines
     from ci.pin import bump
 
     request = bump.BumpRequest(args.commit, args.branch, args.allow_rollback, args.reference, args.drop_upstreamed)
-    return bump.session(_ctx(args).project, request, args.remote, _path(args.report), say)
+    return bump.session(_ctx(args).project, request, args.remote, _path(args.report), say, stale_lines)
 
 
 def cmd_patches(args: argparse.Namespace) -> int:
@@ -118,6 +119,23 @@ def cmd_main_job(args: argparse.Namespace) -> int:
     from ci.release import main_job
 
     return main_job.run(_ctx(args), main_job.MainJobRequest(args.profile, args.remote), say)
+
+
+def cmd_gate_selftest(args: argparse.Namespace) -> int:
+    from ci.release import evidence
+
+    return evidence.gate_selftest_session(_ctx(args), args.profile, _abs(args.faults), tuple(args.fault), say)
+
+
+def cmd_selftest_fault(args: argparse.Namespace) -> int:
+    from ci.gates import selftest
+
+    fault = next((f for f in selftest.load_faults(_abs(args.faults)) if f.id == args.fault), None)
+    if fault is None:
+        from ci.errors import ConfigError
+
+        raise ConfigError(f"--fault {args.fault}: no such fault")
+    return selftest.inside(_ctx(args), args.profile, fault, Path(args.work), say)
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
@@ -259,6 +277,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "gpu-tests": cmd_gpu_tests,
     "ship": cmd_ship,
     "main-job": cmd_main_job,
+    "gate-selftest": cmd_gate_selftest,
+    "selftest-fault": cmd_selftest_fault,
     "matrix": cmd_matrix,
     "backend-ops": cmd_backend_ops,
     "tiny-models": cmd_tiny_models,

@@ -85,6 +85,19 @@ def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpa
     p.add_argument("--check", action="store_true", help="only say which gates passed, failed, are missing or stale")
     p.add_argument("--dist", help="where the wheel, sdist and release manifest go (default: dist/)")
 
+    p = command("gate-selftest", "plant known faults in a copy of the pinned fork, one at a time, and expect each gate to catch its own")
+    _profile(p, "whose build to start from")
+    p.add_argument("--faults", metavar="FILE", help="the faults (default: ci/gates/faults.yaml)")
+    p.add_argument("--fault", action="append", default=[], metavar="ID", help="only this fault; repeatable")
+
+    p = sub.add_parser("selftest-fault")  # gate-selftest runs it in each fault's own mount namespace
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
+    p.add_argument("--profile", required=True)
+    p.add_argument("--fault", required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("--faults")
+    p.set_defaults(func=commands["selftest-fault"])
+
     p = command("main-job", "what nox runs by default: verify the pin; build, gate and check shipping where the toolchain is")
     _profile(p, "the profile (or $ONEBIT_PROFILE)", os.environ.get("ONEBIT_PROFILE", "gfx1151"))
     _remote(p)

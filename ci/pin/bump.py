@@ -59,6 +59,7 @@ class BumpPlan:
     dropped_verdicts: tuple[PatchVerdict, ...] = ()  # patches already upstream, removed from the series by this bump
     series_text: str | None = None
     checkout: sync.SyncPlan | None = None  # how the checkout follows, when there is one
+    stale_faults: tuple[str, ...] = ()  # gate_selftest's faults that no longer apply at the new pin, each with why
 
     @property
     def dropped(self) -> tuple[str, ...]:
@@ -110,6 +111,10 @@ class BumpPlan:
             lines += [f"### Patch series ({count(len(self.series.patches), 'patch')})", ""]
             lines += [f"- `{v.patch}`: {v.fate.value}" + (f" ({v.detail})" if v.detail else "") for v in self.series_plan.verdicts]
             lines += [f"- `{v.patch}`: {v.fate.value}, dropped from the series by this bump ({v.detail})" for v in self.dropped_verdicts]
+            lines.append("")
+        if self.stale_faults:
+            lines += ["### Stale gate_selftest faults", "", "Re-aim them in this PR (ci/gates/faults.yaml; docs/gates.md):", ""]
+            lines += [f"- {line}" for line in self.stale_faults]
             lines.append("")
         expected = self.pins.expected_cases()
         if expected:
@@ -246,7 +251,12 @@ class BumpOutcome:
     report: Path | None  # None when nothing changed
 
 
-def run(project: Project, request: BumpRequest, remote: str | None, report: Path | None, say: Callable[[str], None]) -> BumpOutcome:
+StaleCheck = Callable[[Path, str], list[str]]  # (fork store, tree) -> "fault: why" lines
+
+
+def run(
+    project: Project, request: BumpRequest, remote: str | None, report: Path | None, say: Callable[[str], None], stale: StaleCheck | None = None
+) -> BumpOutcome:
     """``nox -s bump_pin``: the current pin must verify; fetch; plan; write everything or nothing; the report."""
     check = verify(project)
     if not check.ok:
@@ -259,15 +269,20 @@ def run(project: Project, request: BumpRequest, remote: str | None, report: Path
     bump = plan(project, store, request)
     if bump.unchanged:
         return BumpOutcome(bump, None)
+    if stale is not None:
+        tree = bump.series_plan.tree if bump.series_plan is not None else str(store.tree_of(bump.new).id)
+        bump = dataclasses.replace(bump, stale_faults=tuple(stale(Path(store.repo.path), tree)))
     execute(project, bump)
     path = report or project.root / "build" / "bump-report.md"
     write_report(path, bump)
     return BumpOutcome(bump, path)
 
 
-def session(project: Project, request: BumpRequest, remote: str | None, report: Path | None, say: Callable[[str], None]) -> int:
+def session(
+    project: Project, request: BumpRequest, remote: str | None, report: Path | None, say: Callable[[str], None], stale: StaleCheck | None = None
+) -> int:
     """``nox -s bump_pin -- SHA``: what moves, the series at the new pin, then everything written (or nothing)."""
-    done = run(project, request, remote, report, say)
+    done = run(project, request, remote, report, say, stale)
     bump = done.plan
     say(f"bump_pin: {bump.headline()}")
     for line in bump.subject_lines():
@@ -282,6 +297,8 @@ def session(project: Project, request: BumpRequest, remote: str | None, report: 
         return 0
     if bump.checkout is not None:
         say(bump.checkout.describe())
+    for line in bump.stale_faults:
+        say(f"bump_pin: {line}; re-aim it in the same PR")
     rel = shown(done.report, project.root)
     say(f"bump_pin: wrote pins.yaml and the gitlink (staged); report: {rel}")
     say(f"bump_pin: next: nox -s build gpu_tests, then git commit -F {rel}")

@@ -68,6 +68,7 @@ class Fork:
 
 
 TOOLCHAIN_KEYS = ("cmake", "rocm", "cuda", "cxx")
+EXTRA_GATES = ("gate_selftest", "perf")  # what pins.yaml release.require may name
 VERSION_RE = re.compile(r"^\d+(\.\d+){0,3}$")
 
 
@@ -124,6 +125,7 @@ class Pins:
     backend_ops: tuple[tuple[str, int], ...] = field(default=())
     build: BuildConfig = field(default_factory=BuildConfig)
     equivalence: EquivalenceConfig = field(default_factory=EquivalenceConfig)
+    release_require: tuple[str, ...] = ()  # gates ship requires beyond route, backend_ops and equivalence
 
     def expected_cases(self) -> dict[str, int]:
         return dict(self.backend_ops)
@@ -180,9 +182,18 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
         expect.done()
     build = _build_config(top.section("build", required=False))
     equivalence = _equivalence_config(top.section("equivalence", required=False))
+    require: tuple[str, ...] = ()
+    release = top.section("release", required=False)
+    if release is not None:
+        require = release.strings("require", required=False)
+        for i, gate in enumerate(require):
+            if gate not in EXTRA_GATES:
+                raise release.error(f'"{gate}" is not a gate ship can require{did_you_mean(gate, EXTRA_GATES)}; known: {", ".join(EXTRA_GATES)}', f"require[{i}]")
+        release.done()
     top.done()
     return Pins(
-        path=path, text=text, fork=fork, submodule=submodule, omit=omit, backend_ops=tuple(cases), build=build, equivalence=equivalence
+        path=path, text=text, fork=fork, submodule=submodule, omit=omit, backend_ops=tuple(cases), build=build, equivalence=equivalence,
+        release_require=require,
     )
 
 

@@ -222,3 +222,27 @@ def _one_gate(result: GateResult, out: Path, say: Callable[[str], None]) -> int:
     if result.ok:
         return 0
     return GateFailed.exit_code if result.status is Status.FAILED else ServerFailed.exit_code
+
+
+def gate_selftest_session(ctx: Context, profile: str, faults: Path | None, only: Sequence[str], say: Callable[[str], None]) -> int:
+    """``nox -s gate_selftest``: every fault of the profile planted and judged; the record goes to the ledger under
+    the build key, for ship when pins.yaml release.require names gate_selftest."""
+    from ci.gates import selftest
+
+    build = current_build(ctx, profile)
+    result, shown = selftest.selftest(ctx, profile, faults, only, say)
+    m = build.manifest
+    results_dir = ledger.default_results_dir(ctx.root)
+    out = results_dir / m.key[:12]
+    line = record(
+        result, out, {"build_key": m.key, "profile": m.profile}, ledger_path=ledger.ledger_path(results_dir),
+        build=ledger.BuildContext(m.key, m.pin_commit, m.series_digest, m.profile, m.device), root=ctx.root,
+    )  # fmt: skip
+    say(shown)
+    say(f"gate_selftest: {result.summary} (ledger line {line.line if line else '?'})")
+    step_summary(f"### gate_selftest, profile {profile}\n\n```\n{shown}\n```\n")
+    if not result.ok:
+        for problem in result.problems:
+            say(f"  {problem}")
+        raise GateFailed(f"gate_selftest: {sum(not c.status.ok for c in result.cases)} of {len(result.cases)} faults not as expected")
+    return 0

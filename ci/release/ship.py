@@ -102,7 +102,8 @@ def _covers(rec: ledger_mod.Record, release: EquivalenceConfig | None) -> tuple[
 def check(ctx: Context, profile: str, results_dir: Path) -> ShipCheck:
     build = current_build(ctx, profile)
     ledger = ledger_mod.read(ledger_mod.ledger_path(results_dir), ledger_mod.signing_key())
-    return ShipCheck(build.key, build.manifest, standings(ledger, build.key, release=ctx.pins.equivalence))
+    required = (*NAMES, *ctx.pins.release_require)
+    return ShipCheck(build.key, build.manifest, standings(ledger, build.key, required, release=ctx.pins.equivalence))
 
 
 def table(result: ShipCheck) -> str:

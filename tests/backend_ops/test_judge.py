@@ -9,7 +9,7 @@ import pytest
 from ci.errors import ConfigError
 from ci.gates.backend_ops import judge_log
 from ci.gates.backend_ops_judge import ConsoleRun, DirtyRule, GateSpec, Outcome, SqlRun, judge
-from ci.gates.backend_ops_output import parse_console, parse_sql
+from ci.gates.backend_ops_output import CaseMark, parse_console, parse_sql
 from ci.gates.results import GateResult, Status
 from tests.support.backend_ops import CAPTURE_COMMIT, DATA, ENGINE_PIN, OP, text
 
@@ -353,3 +353,17 @@ def test_a_missing_log_is_one_line_naming_it(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         judge_log(tmp_path / "nope.log", "ROCm0", {OP: 54})
     assert exc.value.message == f"--from-log {tmp_path / 'nope.log'}: not found; give a saved test-backend-ops output"
+
+
+def test_failing_cases_have_no_sql_row_and_that_is_agreement() -> None:
+    """With a kernel fault the --output sql run prints rows for the passing cases only and exits 1 (measured on the
+    H200); the judge keeps the real problems (the failing cases) and adds no false disagreement."""
+    console = parse_console(text("h200-cuda0-fail.console.txt"))
+    failing = {c.params for d in console.devices for c in d.cases if c.status is CaseMark.FAIL}
+    assert len(failing) == 3
+    body = "\n".join(ln for ln in text(FORK_SQL).splitlines() if not any(f"'{p}'" in ln for p in failing)) + "\n"
+    result = judge(spec(), [ran("h200-cuda0-fail.console.txt", 1)], sql_run(body, returncode=1))
+    assert result.status is Status.FAILED
+    assert not any("although every row passed" in p for p in result.problems), result.problems
+    assert not any("the two runs disagree" in p for p in result.problems), result.problems
+    assert any("FAIL" in p or "failed" in p for p in result.problems)

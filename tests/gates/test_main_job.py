@@ -1,13 +1,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
 from ci.release import ledger
-from tests.support.binaries import llama_binary
-from tests.support.build import manifest
+from tests.support.build import manifest, stand_in_flags
 from tests.support.project import Project
 
 
@@ -39,8 +37,7 @@ def test_the_main_job_passes_end_to_end_with_a_stand_in_test_backend_ops(make_bu
     the build commit it was configured at (a stand-in: no real test-backend-ops reports the fixture's commit)."""
     project = make_build_project()
     project.pins.write_text(project.pins.read_text().replace("GATED_DELTA_NET: 54", "GATED_DELTA_NET: 36"))
-    data = Path(__file__).resolve().parents[1] / "backend_ops" / "data"
-    machine = f"-DFIXTURE_REPLAY_CONSOLE={data / 'cpu.console.txt'} -DFIXTURE_REPLAY_SQL={data / 'cpu.sql.txt'} -DFIXTURE_LLAMA_SERVER={llama_binary('llama-server')}"
+    machine = stand_in_flags()
     monkeypatch.setenv("ONEBIT_CMAKE_ARGS", machine)  # the machine's flags reach the build, the gates and ship alike
     r = project.ci("main-job", "--profile", "cpu", "--remote", str(project.fork.path))
     assert r.code == 0, r.out + r.err

@@ -194,3 +194,13 @@ def test_a_checkout_with_local_changes_is_refused(project: Project) -> None:
     assert f"third_party/llama.cpp-rocmfpx: at {project.fork.c2[:7]}, holds changes this tool did not make (README.md); nothing was touched" in r.err
     assert project.state() == before
     assert (project.submodule / "README.md").read_text() == "my work\n"
+
+
+def test_the_report_lists_the_gate_selftest_faults_that_no_longer_apply(project: Project) -> None:
+    r = bump(project, project.fork.c2[:8])
+    assert r.code == 0, r.err
+    # the committed faults aim at the ROCmFPX fork's files, which the fixture fork does not have
+    assert "bump_pin: cuda-gdn-decay: stale fault: ggml/src/ggml-cuda/gated_delta_net.cu does not exist at the pin; re-aim it in the same PR" in r.out
+    report = (project.root / "build" / "bump-report.md").read_text()
+    assert "### Stale gate_selftest faults" in report
+    assert "- spec-accept-draft-token: stale fault: common/sampling.cpp does not exist at the pin" in report

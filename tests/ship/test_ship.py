@@ -208,3 +208,19 @@ def test_without_release_models_the_table_says_what_the_evidence_covers(build_pr
     r = ship(build_project, "--check")
     assert r.code == 0, r.err
     assert "[tiny generated models only]" in r.out
+
+
+def test_pins_yaml_can_require_the_gate_selftest(make_build_project: Callable[..., Project]) -> None:
+    project = make_build_project("release:\n  require: [gate_selftest]\n")
+    m = built(project)
+    record(project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
+    r = ship(project, "--check")
+    assert r.code == 7
+    assert "gate_selftest  MISSING" in r.out
+    record(project, m, gate("gate_selftest", Status.PASSED, "PASSED: 4/4 faults caught by their gates, 1/1 benign edits passed every gate"))
+    assert ship(project, "--check").code == 0
+    # a gate ship does not know is refused in pins.yaml itself
+    project.pins.write_text(project.pins.read_text().replace("require: [gate_selftest]", "require: [gate_selftst]"))
+    r = ship(project, "--check")
+    assert r.code == 2
+    assert 'pins.yaml: release.require[0]: "gate_selftst" is not a gate ship can require (did you mean "gate_selftest"?)' in r.err

@@ -52,3 +52,15 @@ def add_fixture_patch(project: Project, fork: BuildFork, name: str, path: str, o
     """A patch replacing ``old`` with ``new`` in ``path`` of the fixture project, appended to the series."""
     text = (project.submodule / path).read_text().replace(old, new)
     add_to_series(project.root, name, make_patch_text(fork.builder, fork.f0, {path: text}))
+
+
+def stand_in_flags() -> str:
+    """The machine flags that make the fixture's binaries stand in for the fork's: test-backend-ops replays the real
+    CPU one's output (the failing run when ggml's answer is wrong), llama-server runs the real CPU llama-server."""
+    from tests.support.binaries import llama_binary
+
+    data = FIXTURE.parents[1] / "backend_ops" / "data"
+    return (
+        f"-DFIXTURE_REPLAY_CONSOLE={data / 'cpu.console.txt'} -DFIXTURE_REPLAY_SQL={data / 'cpu.sql.txt'} "
+        f"-DFIXTURE_REPLAY_CONSOLE_FAIL={data / 'cpu-fail.console.txt'} -DFIXTURE_LLAMA_SERVER={llama_binary('llama-server')}"
+    )

@@ -1,0 +1,117 @@
+"""gate_selftest on the fixture fork: the real machinery (copies, a mount namespace per fault, an incremental rebuild,
+the real gates) with faults aimed at the fixture's library, which its test-backend-ops stand-in reports on."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ci.errors import ConfigError
+from ci.gates import selftest
+from ci.release import ledger
+from tests.support.build import build_cpu, stand_in_flags
+from tests.support.project import Project
+
+FAULTS = """\
+faults:
+  - id: answer-off-by-one
+    file: ggml/ggml.c
+    search: "return 42;"
+    replace: "return 43;"
+    gate: backend_ops
+    expect: failed
+    profiles: [cpu]
+    why: the library computes a wrong answer, as a kernel fault does
+  - id: moved-away
+    file: ggml/ggml.c
+    search: "return ggml_old_name();"
+    replace: "return 0;"
+    gate: backend_ops
+    expect: failed
+    profiles: [cpu]
+    why: aimed at code the pin no longer has
+  - id: comment
+    file: ggml/ggml.c
+    search: "int ggml_fixture_answer(void) { return 42; }"
+    replace: "int ggml_fixture_answer(void) { return 42; } /* a comment edit */"
+    gate: all
+    expect: passed
+    profiles: [cpu]
+    why: a benign edit every gate must pass
+"""
+
+
+def tree_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(path.rglob("*")):
+        if p.is_file() and not p.is_symlink():
+            st = p.stat()
+            h.update(f"{p.relative_to(path)}\0{st.st_mtime_ns}\0".encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.mark.slow
+def test_caught_stale_and_benign_on_the_fixture_fork(make_build_project: Callable[..., Project], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    project = make_build_project()
+    project.pins.write_text(project.pins.read_text().replace("GATED_DELTA_NET: 54", "GATED_DELTA_NET: 36"))
+    monkeypatch.setenv("ONEBIT_CMAKE_ARGS", stand_in_flags())
+    monkeypatch.setenv("ONEBIT_CI_ROOT", str(project.root))  # the fault runs (python -m ci in a namespace) find this project
+    assert build_cpu(project).code == 0
+    faults = tmp_path / "faults.yaml"
+    faults.write_text(FAULTS)
+    before = (tree_digest(project.submodule), tree_digest(project.root / "build" / "cpu"))
+    r = project.ci("gate-selftest", "--profile", "cpu", "--faults", str(faults))
+    assert (tree_digest(project.submodule), tree_digest(project.root / "build" / "cpu")) == before  # the user's tree and build untouched
+    assert r.code == 7, r.out + r.err  # the stale fault is not as expected
+    lines = r.out.splitlines()
+    assert "gate_selftest: moved-away: stale fault: ggml/ggml.c has no match for 'return ggml_old_name();'" in lines
+    row = {ln.split()[0]: ln.split() for ln in lines if ln.split() and ln.split()[0] in ("answer-off-by-one", "moved-away", "comment")}
+    assert row["answer-off-by-one"][1:4] == ["backend_ops", "failed", "failed"]
+    assert row["comment"][1:4] == ["all", "passed", "passed"]
+    assert row["moved-away"][3] == "stale"
+    assert "gate_selftest: FAILED: 1/2 faults caught by their gates, 1/1 benign edits passed every gate" in r.out
+    (rec,) = [x for x in ledger.read(project.root / "build" / "results" / "ledger.jsonl").records if x.gate == "gate_selftest"]
+    assert rec.verdict == "failed"
+    assert rec.build_key == json.loads((project.root / "build" / "cpu" / "build.json").read_text())["key"]
+    rebuild = json.loads((project.root / "build" / "selftest" / "cpu" / "answer-off-by-one" / "rebuild.json").read_text())
+    assert rebuild["seconds"] < 30
+    # without the stale fault every fault is as expected, and ship counts it when pins.yaml requires it
+    faults.write_text(FAULTS.replace("  - id: moved-away", "  - id: moved-away-x").replace("return ggml_old_name();", "int ggml_fixture_answer(void) { return 42; } /* x */").replace("gate: backend_ops\n    expect: failed\n    profiles: [cpu]\n    why: aimed", "gate: backend_ops\n    expect: passed\n    profiles: [cpu]\n    why: aimed"))
+    r = project.ci("gate-selftest", "--profile", "cpu", "--faults", str(faults), "--fault", "answer-off-by-one")
+    assert r.code == 0, r.out + r.err
+    assert "gate_selftest: PASSED: 1/1 faults caught by their gates, 0/0 benign edits passed every gate" in r.out
+
+
+def test_faults_file_errors_are_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "faults.yaml"
+    bad.write_text(FAULTS.replace("gate: backend_ops", "gate: backendops", 1))
+    with pytest.raises(ConfigError, match=r'faults\[0\]\.gate: "backendops" is not a gate: backend_ops, equivalence, all'):
+        selftest.load_faults(bad)
+    bad.write_text(FAULTS.replace("id: comment", "id: answer-off-by-one"))
+    with pytest.raises(ConfigError, match=r'faults\[2\]\.id: the id "answer-off-by-one" is given twice'):
+        selftest.load_faults(bad)
+
+
+def test_the_committed_faults_aim_at_the_real_forks_files() -> None:
+    faults = selftest.load_faults()
+    kernel = [f for f in faults if f.gate == "backend_ops"]
+    speculative = [f for f in faults if f.gate == "equivalence"]
+    benign = [f for f in faults if f.expect.value == "passed"]
+    assert any("ggml-cuda" in f.file for f in kernel)
+    assert any(f.file.endswith(".comp") for f in kernel)
+    assert len(speculative) >= 2
+    assert benign
+
+
+def test_a_stale_fault_is_named_with_its_anchor() -> None:
+    (fault,) = [f for f in selftest.load_faults() if f.id == "cuda-gdn-decay"]
+    assert selftest.stale(fault, "no kernel here") == f"stale fault: {fault.file} has no match for '{fault.search}'"
+    twice = selftest.stale(fault, fault.search + fault.search)
+    assert twice is not None
+    assert twice.startswith(f"stale fault: {fault.file} has 2 matches")
+    assert selftest.stale(fault, None) == f"stale fault: {fault.file} does not exist at the pin"
+    assert selftest.stale(fault, "x" + fault.search + "y") is None
