@@ -32,9 +32,9 @@ def run_build(ctx: Context, request: BuildRequest, say: Callable[[str], None]) -
         if not check.ok:
             raise Refused("the pin does not verify: " + "; ".join(check.problems) + "; run nox -s verify_pin")
         profile = ctx.profile(request.profile)
-        build_plan = ctx.build_plan(request)  # every flag checked before anything is touched
     with _timed(say, "toolchain"):
         tools = ctx.toolchain(profile)
+        build_plan = ctx.build_plan(request)  # every flag checked before anything is touched
         say(f"toolchain: {tools.describe()}; ccache: {tools.ccache or 'not found'}")
     with _timed(say, "checkout and patches"):
         say(sync(ctx.source(), remote=request.remote).describe())

@@ -62,9 +62,9 @@ def _which(name: str, env: Mapping[str, str]) -> str | None:
     return shutil.which(name, path=env.get("PATH"))
 
 
-def _probe(role: str, path: str, args: tuple[str, ...] = ("--version",), pattern: re.Pattern[str] = VERSION_RE) -> Tool:
+def _probe(role: str, path: str, args: tuple[str, ...] = ("--version",), pattern: re.Pattern[str] = VERSION_RE, env: Mapping[str, str] | None = None) -> Tool:
     try:
-        text = output_of([path, *args])
+        text = output_of([path, *args], env=env) if env is not None else output_of([path, *args])
     except OnebitError as exc:
         raise ToolchainError(f"{role}: {path} {' '.join(args)} failed ({exc.message})") from None
     return Tool(role, path, _version(text, pattern))
@@ -126,9 +126,75 @@ def detect(profile: Profile, build: BuildConfig, env: Mapping[str, str] | None =
         tools.append(tool)
         flags.append(f"-DCMAKE_CUDA_COMPILER={nvcc}")
     elif profile.backend == "vulkan":
-        glslc = _require(env, "glslc", ("glslc",), "GLSLC", "install the Vulkan SDK (glslc, the headers and the loader)")
-        tools.append(_probe("glslc", glslc))
+        found, vk_flags, vk_env = _vulkan(env, profile, build)
+        tools += found
+        flags += vk_flags
+        extra_env += vk_env
     return Toolchain(tuple(tools), tuple(flags), tuple(extra_env), _which("ccache", env))
+
+
+VK_HEADER_RE = re.compile(r"^#define\s+VK_HEADER_VERSION_COMPLETE\s+VK_MAKE_API_VERSION\(\s*0\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*VK_HEADER_VERSION\s*\)", re.MULTILINE)
+VK_PATCH_RE = re.compile(r"^#define\s+VK_HEADER_VERSION\s+(\d+)", re.MULTILINE)
+VK_HINT = "Debian: apt-get install glslc libvulkan-dev spirv-headers; or set VULKAN_SDK to an SDK (include/, lib/, bin/glslc)"
+
+
+def _vulkan_roots(env: Mapping[str, str]) -> list[Path]:
+    roots = [Path(env["VULKAN_SDK"])] if env.get("VULKAN_SDK") else []
+    return [*roots, Path("/usr"), Path("/usr/local")]
+
+
+def _vulkan(env: Mapping[str, str], profile: Profile, build: BuildConfig) -> tuple[list[Tool], list[str], list[tuple[str, str]]]:
+    """glslc, the Vulkan headers (their version from vulkan_core.h) and the loader, each named when missing (one line
+    each); handed to CMake's FindVulkan so the ones found are the ones used."""
+    roots = _vulkan_roots(env)
+    where = ", ".join(str(r) for r in roots)
+    missing: list[str] = []
+    sdk_glslc = [str(roots[0] / "bin" / "glslc")] if env.get("VULKAN_SDK") else []
+    glslc_path = next((p for p in sdk_glslc if os.access(p, os.X_OK)), None) or _which_env(env, "glslc", "GLSLC")
+    if glslc_path is None:
+        missing.append(f"{profile.name}: glslc (the shader compiler) is missing: not on PATH, not $GLSLC, not $VULKAN_SDK/bin; {VK_HINT}")
+    include = next((r / "include" for r in roots if (r / "include" / "vulkan" / "vulkan_core.h").is_file()), None)
+    version = "unknown"
+    if include is None:
+        missing.append(f"{profile.name}: the Vulkan headers are missing: no include/vulkan/vulkan_core.h under {where}; {VK_HINT}")
+    else:
+        core = (include / "vulkan" / "vulkan_core.h").read_text(encoding="utf-8", errors="replace")
+        m, patch = VK_HEADER_RE.search(core), VK_PATCH_RE.search(core)
+        version = f"{m.group(1)}.{m.group(2)}.{patch.group(1)}" if m and patch else "unknown"
+        if not (include / "vulkan" / "vulkan.hpp").is_file():
+            missing.append(f"{profile.name}: the Vulkan C++ headers are missing: no {include}/vulkan/vulkan.hpp; {VK_HINT}")
+        minimum = build.minimum("vulkan")
+        if minimum and (version == "unknown" or version_key(version) < version_key(minimum)):
+            missing.append(
+                f"{profile.name}: vulkan-headers {version} ({include}) are older than the pin's minimum {minimum} (pins.yaml build.toolchain.vulkan); "
+                "newer headers are text and need no newer driver: unpack Debian trixie's libvulkan-dev and set VULKAN_SDK to its usr/"
+            )
+    lib_dirs = [d for r in roots for d in (r / "lib", r / "lib" / "x86_64-linux-gnu", r / "lib64")]
+    library = next((d / name for d in lib_dirs for name in ("libvulkan.so", "libvulkan.so.1") if (d / name).exists()), None)
+    if library is None:
+        missing.append(f"{profile.name}: the Vulkan loader is missing: no libvulkan.so under {where}; Debian: apt-get install libvulkan-dev (it brings libvulkan1)")
+    if missing or glslc_path is None or include is None or library is None:
+        raise ToolchainError("\n".join(missing))
+    # an SDK's glslc finds its libshaderc beside the loader, as the LunarG SDK's setup-env.sh arranges
+    sdk_libs = [str(d) for d in lib_dirs[:3] if env.get("VULKAN_SDK") and d.is_dir()]
+    vk_env = [("LD_LIBRARY_PATH", os.pathsep.join([*sdk_libs, env.get("LD_LIBRARY_PATH", "")]).rstrip(os.pathsep))] if sdk_libs else []
+    glslc = _probe("glslc", glslc_path, env={**env, **dict(vk_env)})
+    tools = [glslc, Tool("vulkan-headers", str(include), version), Tool("vulkan-loader", str(library), _loader_version(library))]
+    flags = [f"-DVulkan_INCLUDE_DIR={include}", f"-DVulkan_LIBRARY={library}", f"-DVulkan_GLSLC_EXECUTABLE={glslc.path}"]
+    return tools, flags, vk_env
+
+
+def _which_env(env: Mapping[str, str], name: str, var: str) -> str | None:
+    if env.get(var):
+        given = env[var]
+        found = given if os.sep in given else _which(given, env)
+        return found if found and os.access(found, os.X_OK) else None
+    return _which(name, env)
+
+
+def _loader_version(library: Path) -> str:
+    m = re.search(r"\.so\.(\d+(?:\.\d+)+)$", str(library.resolve()))
+    return m.group(1) if m else "unknown"
 
 
 def _rocm_path(env: Mapping[str, str], profile: Profile) -> Path:

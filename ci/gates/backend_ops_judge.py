@@ -185,6 +185,10 @@ def _judge_console(j: _Judgement, run: ConsoleRun) -> dict[str, tuple[int, int, 
     label = _label(run, device)
     section = report.device(device)
     cases = section.cases if section is not None else ()
+    if section is not None and section.description:
+        j.properties["device_description"] = section.description  # which GPU and driver ran: the records name it
+    if report.backend_lines:
+        j.properties["backend_info"] = "; ".join(report.backend_lines[:4])
     cut = outcome.killed or not report.complete
     counted: dict[str, tuple[int, int, int]] = {}
     if report.mode != "test":

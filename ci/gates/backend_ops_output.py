@@ -22,6 +22,9 @@ from enum import Enum
 OP_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# the device lines a backend prints when it starts: "ggml_vulkan: 0 = NVIDIA H200 (NVIDIA) | uma: 0 | ..." and
+# "  Device 0: NVIDIA H200, compute capability 9.0, VMM: yes" (CUDA, HIP)
+_BACKEND_INFO_RE = re.compile(r"^(?:ggml_vulkan: \d+ = .*|  Device \d+: .*)$", re.MULTILINE)
 _TESTING_RE = re.compile(r"^Testing (\d+) devices?$")
 _HEADER_RE = re.compile(r"^Backend (\d+)/(\d+): (\S.*)$")
 _SKIP_RE = re.compile(r"^  (Skipping.*)$")
@@ -108,6 +111,7 @@ class ConsoleReport:
     mode: str = "test"  # "perf" or "support" when the cases say so: not output this gate can judge
     last_words: str = ""  # what was printed after the last line of the report: an assertion, an abort message
     lines: int = 0
+    backend_lines: tuple[str, ...] = ()  # what the backends said of their devices: "ggml_vulkan: 0 = NVIDIA H200 (NVIDIA) | ..."
 
     @property
     def complete(self) -> bool:
@@ -299,6 +303,7 @@ def parse_console(text: str) -> ConsoleReport:
         mode=mode,
         last_words=last_words,
         lines=len(lines),
+        backend_lines=tuple(m.group(0).strip() for m in _BACKEND_INFO_RE.finditer("\n".join(lines))),
     )
 
 

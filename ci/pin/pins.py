@@ -67,7 +67,7 @@ class Fork:
         return self.commit[:7]
 
 
-TOOLCHAIN_KEYS = ("cmake", "rocm", "cuda", "cxx")
+TOOLCHAIN_KEYS = ("cmake", "rocm", "cuda", "cxx", "vulkan")
 EXTRA_GATES = ("gate_selftest", "perf")  # what pins.yaml release.require may name
 VERSION_RE = re.compile(r"^\d+(\.\d+){0,3}$")
 

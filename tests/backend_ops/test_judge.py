@@ -51,6 +51,9 @@ def test_the_real_h200_run_with_the_fork_sql_passes() -> None:
         "CUDA0", OP, CAPTURE_COMMIT, "c14872f-dirty", "passed", "made",
     )
     assert (p["exit.GATED_DELTA_NET"], p["exit.sql"], p["dirty_rule"], p["patched"], p["source"]) == ("status 0", "status 0", "dirty", "yes", "run")
+    # which GPU ran is in the record: the backend's own device line and test-backend-ops' description
+    assert p["backend_info"] == "Device 0: NVIDIA H200, compute capability 9.0, VMM: yes, VRAM: 143155 MiB"
+    assert p["device_description"] == "NVIDIA H200"
 
 
 def test_a_saved_log_passes_but_says_the_cross_check_was_not_made() -> None:
