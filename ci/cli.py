@@ -102,7 +102,7 @@ def cmd_gpu_tests(args: argparse.Namespace) -> int:
             from ci.errors import ConfigError
 
             raise ConfigError("--model and --drafter go together (the equivalence gate's target and drafter)")
-        options = GateOptions(args.timeout, _abs(args.model), _abs(args.drafter), args.tokens)
+        options = GateOptions(timeout=args.timeout, rounds=args.rounds, model=_abs(args.model), drafter=_abs(args.drafter), tokens=args.tokens)
         done = evidence.run_gpu_tests(ctx, evidence.GpuTestsRequest(args.profile, tuple(args.gate), _abs(args.out), options), say)
     evidence.report(done, f"gpu_tests, profile {args.profile}", say)
     return 0

@@ -71,13 +71,14 @@ def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpa
 
     p = command("gpu-tests", "every gate against the current build's binaries; results to the ledger")
     _profile(p, "whose build to test")
-    p.add_argument("--gate", action="append", default=[], help="run only this gate (route, backend_ops, equivalence); repeatable")
+    p.add_argument("--gate", action="append", default=[], help="run only this gate (route, backend_ops, equivalence, perf); repeatable")
     p.add_argument("--from-log", metavar="FILE", help="judge a saved test-backend-ops console log with the profile's device and the pin; run nothing")
     p.add_argument("--from-sql", metavar="FILE", help="with --from-log: its --output sql output")
     _timeout(p)
     p.add_argument("--model", help="the equivalence gate's target GGUF (default: pins.yaml equivalence, else tiny models)")
     p.add_argument("--drafter", help="the equivalence gate's drafter GGUF")
     p.add_argument("--tokens", type=int, help="tokens per prompt for the equivalence gate (default: pins.yaml, 256)")
+    p.add_argument("--rounds", type=int, default=5, help="rounds of the perf gate, each running both configs once (default 5)")
     _out(p, "the JSON, JUnit and logs (default: build/results/<key>/)")
 
     p = command("ship", "build the serve launcher's wheel and sdist if every gate passed for the current build")

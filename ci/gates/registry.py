@@ -23,6 +23,7 @@ from ci.schema import did_you_mean
 @dataclass(frozen=True)
 class GateOptions:
     timeout: float = backend_ops.DEFAULT_TIMEOUT  # seconds per test-backend-ops run
+    rounds: int = 5  # the perf gate's rounds (docs/bench.md: how many give a stable verdict)
     model: Path | None = None  # the equivalence gate's target; default pins.yaml, else tiny models
     drafter: Path | None = None
     tokens: int | None = None
@@ -114,13 +115,27 @@ def equivalence_models(ctx: Context, options: GateOptions, build_dir: Path) -> t
     return models.target, models.near_drafter, equivalence.TINY_MODELS
 
 
+class PerfGate:
+    """The seeds' performance claims (pins.yaml expect.perf), measured by the bench on the build's llama-server."""
+
+    name = "perf"
+
+    def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
+        from ci.gates import perf_run
+
+        return perf_run.run(target, options, out)
+
+
 GATES: tuple[Gate, ...] = (RouteGate(), BackendOpsGate(), EquivalenceGate())
 NAMES: tuple[str, ...] = tuple(g.name for g in GATES)
+OPTIONAL: tuple[Gate, ...] = (PerfGate(),)  # run when asked (--gate perf) or when pins.yaml expects it
 
 
-def select(names: Sequence[str]) -> tuple[Gate, ...]:
-    """The gates named (all of them when none is), in the registry's order."""
+def select(names: Sequence[str], extra: Sequence[str] = ()) -> tuple[Gate, ...]:
+    """The gates named (all the required ones, and the optional ones in ``extra``, when none is), in order."""
+    known = (*NAMES, *(g.name for g in OPTIONAL))
     for n in names:
-        if n not in NAMES:
-            raise ConfigError(f"--gate {n}: unknown gate{did_you_mean(n, NAMES)}; gates: {', '.join(NAMES)}")
-    return tuple(g for g in GATES if not names or g.name in names)
+        if n not in known:
+            raise ConfigError(f"--gate {n}: unknown gate{did_you_mean(n, known)}; gates: {', '.join(known)}")
+    wanted = set(names) if names else {*NAMES, *extra}
+    return tuple(g for g in (*GATES, *OPTIONAL) if g.name in wanted)

@@ -114,6 +114,15 @@ class EquivalenceConfig:
 
 
 @dataclass(frozen=True)
+class PerfCheck:
+    """One line of pins.yaml expect.perf: the check, where its floor comes from, the drop that counts as a regression."""
+
+    check: str
+    measured: str
+    tolerance: float = 0.1
+
+
+@dataclass(frozen=True)
 class Pins:
     """What is pinned, and what the gates must see at that pin."""
 
@@ -126,6 +135,10 @@ class Pins:
     build: BuildConfig = field(default_factory=BuildConfig)
     equivalence: EquivalenceConfig = field(default_factory=EquivalenceConfig)
     release_require: tuple[str, ...] = ()  # gates ship requires beyond route, backend_ops and equivalence
+    perf: tuple[tuple[str, tuple[PerfCheck, ...]], ...] = ()  # expect.perf: per model set ("tiny" or a profile)
+
+    def perf_checks(self, models: str) -> tuple[PerfCheck, ...]:
+        return dict(self.perf).get(models, ())
 
     def expected_cases(self) -> dict[str, int]:
         return dict(self.backend_ops)
@@ -170,6 +183,7 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
         omit = tuple(p.rstrip("/") + "/" for p in omit)
         checkout.done()
     cases: list[tuple[str, int]] = []
+    perf: list[tuple[str, tuple[PerfCheck, ...]]] = []
     expect = top.section("expect", required=False)
     if expect is not None:
         ops = expect.section("backend_ops", required=False)
@@ -179,6 +193,17 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
                     raise ops.error("is not a ggml op name (upper case, as test-backend-ops -o takes it)", op)
                 cases.append((op, ops.integer(op, minimum=1)))
             ops.done()
+        perf_section = expect.section("perf", required=False)
+        if perf_section is not None:
+            for models, items in perf_section.items():
+                if not isinstance(items, list) or not items:
+                    raise perf_section.error("is not a list of checks", models)
+                checks = []
+                for i, item in enumerate(items):
+                    c = Section(perf_section.file, f"{perf_section.key(models)}[{i}]", item)
+                    checks.append(PerfCheck(c.string("check"), c.string("measured"), c.number("tolerance", required=False, default=0.1, minimum=0.0)))
+                    c.done()
+                perf.append((models, tuple(checks)))
         expect.done()
     build = _build_config(top.section("build", required=False))
     equivalence = _equivalence_config(top.section("equivalence", required=False))
@@ -194,6 +219,7 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
     return Pins(
         path=path, text=text, fork=fork, submodule=submodule, omit=omit, backend_ops=tuple(cases), build=build, equivalence=equivalence,
         release_require=require,
+        perf=tuple(perf),
     )
 
 

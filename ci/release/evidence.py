@@ -60,7 +60,7 @@ def run_gpu_tests(ctx: Context, request: GpuTestsRequest, say: Callable[[str], N
     say(f"gpu_tests: {manifest.profile} build {key[:12]} (pin {manifest.pin_commit[:7]}, patches {manifest.series_digest[:12]}), device {manifest.device}")
     target = BuildUnderTest(ctx, build)
     done: list[GateResult] = []
-    for gate in select(request.gates):
+    for gate in select(request.gates, extra=("perf",) if ctx.pins.perf else ()):
         say(f"gpu_tests: {gate.name} ...")
         result = gate.run(target, request.options, out)
         line = record(result, out, {"build_key": key, "profile": manifest.profile}, ledger_path=ledger.ledger_path(ledger.default_results_dir(ctx.root)), build=context, root=ctx.root)

@@ -177,6 +177,7 @@ def append(path: Path, result: GateResult, context: BuildContext, artefacts: Map
             "counts": dict(result.counts),
             "problems": list(result.problems),
             "properties": dict(result.properties),  # what the gate judged by content (models, binaries, prompts)
+            "metrics": dict(result.metrics),
             **context.to_json(),
             "versions": versions(),
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -26,6 +26,7 @@ from ci.files import shown, write_atomic
 from ci.gates.equivalence import GATE as GATE_EQUIVALENCE
 from ci.gates.equivalence import RELEASE_MODELS
 from ci.gates.registry import NAMES
+from ci.gates.results import GateResult, Status
 from ci.gates.route import SOURCE_ROOT
 from ci.pin.pins import EquivalenceConfig
 from ci.release import ledger as ledger_mod
@@ -102,7 +103,7 @@ def _covers(rec: ledger_mod.Record, release: EquivalenceConfig | None) -> tuple[
 def check(ctx: Context, profile: str, results_dir: Path) -> ShipCheck:
     build = current_build(ctx, profile)
     ledger = ledger_mod.read(ledger_mod.ledger_path(results_dir), ledger_mod.signing_key())
-    required = (*NAMES, *ctx.pins.release_require)
+    required = (*NAMES, *ctx.pins.release_require, *(("perf",) if ctx.pins.perf and "perf" not in ctx.pins.release_require else ()))
     return ShipCheck(build.key, build.manifest, standings(ledger, build.key, required, release=ctx.pins.equivalence))
 
 
@@ -229,9 +230,14 @@ def ship(ctx: Context, result: ShipCheck, results_dir: Path, dist: Path) -> list
     except metadata.PackageNotFoundError:  # run from a checkout that was never installed (a GPU box, --no-venv)
         import re
 
-        m = re.search(r'^version = "([^"]+)"', (SOURCE_ROOT / "pyproject.toml").read_text(), re.MULTILINE)
-        base = m.group(1) if m else "0.0.0"
-    return build_distribution(manifest, dist, base)
+        found = re.search(r'^version = "([^"]+)"', (SOURCE_ROOT / "pyproject.toml").read_text(), re.MULTILINE)
+        base = found.group(1) if found else "0.0.0"
+    built = build_distribution(manifest, dist, base)
+    # the release in the ledger: the next bump's perf gate compares with this build's figures
+    m = result.manifest
+    shipped = GateResult("ship", Status.PASSED, f"shipped {built[0].name}", properties=(("release", built[-1].name),))
+    ledger_mod.append(ledger_mod.ledger_path(results_dir), shipped, ledger_mod.BuildContext(m.key, m.pin_commit, m.series_digest, m.profile, m.device))
+    return built
 
 
 def session(ctx: Context, profile: str, results_dir: Path, dist: Path | None, check_only: bool, say: Callable[[str], None]) -> int:

@@ -114,7 +114,8 @@ def test_every_gate_passed_ships_with_the_evidence(build_project: Project) -> No
     assert release["build"]["key"] == m["key"]
     assert release["pin"]["commit"] == m["pin"]["commit"]
     assert release["patches"]["digest"] == m["patches"]["digest"]
-    records = ledger.read(build_project.root / "build" / "results" / "ledger.jsonl").records
+    *records, shipped = ledger.read(build_project.root / "build" / "results" / "ledger.jsonl").records
+    assert (shipped.gate, shipped.verdict, shipped.build_key) == ("ship", "passed", m["key"])  # the release, for the next perf gate
     for gate, rec in zip(("route", "backend_ops", "equivalence"), records, strict=True):
         assert release["gates"][gate]["verdict"] == "passed"
         assert release["gates"][gate]["record_sha256"] == rec.sha256

@@ -1,0 +1,233 @@
+"""The perf gate: the seeds' performance claims as ratios measured in one run, against that run's own baseline.
+
+pins.yaml ``expect.perf`` declares checks per model set: the release models' per profile, the tiny generated
+models' (smoke-level) under ``tiny``. A check reads ``METRIC(CONFIG[, PROMPT]) [/ METRIC(CONFIG[, PROMPT])] >=
+FLOOR``: metrics ``prompt`` and ``decode`` (t/s), ``tokens_per_step`` and ``acceptance``; configs ``base`` (no
+drafter) and ``draft`` (the drafter: the release's DFlash drafter through ``--dflash``, else ``-md``). Machines are
+shared and noisy, so the gate never judges an absolute time: the configs run interleaved, round by round, on fresh
+servers (the bench), every sample is kept, and each check is one value per round. Its verdict comes from a
+bootstrap 95% interval of the median over the rounds: above the floor passes, below fails, and an interval that
+straddles the floor is *inconclusive: raise --rounds*, never a pass.
+
+When a build of the same profile and models shipped before, each check is also compared with that release's
+median (the ledger's perf record of the shipped build): a drop beyond the declared tolerance fails, naming both
+figures and both pins, so a "6.7 -> 5.4 tokens per step" is caught at bump time.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ci.errors import ConfigError
+from ci.gates.results import CaseResult, GateResult, Status, case_counts
+
+GATE = "perf"
+CONFIGS = ("base", "draft")
+METRICS = ("prompt", "decode", "tokens_per_step", "acceptance")
+BOOTSTRAP = 2000
+_TERM = r"(?P<m{n}>[a-z_]+)\(\s*(?P<c{n}>[a-z]+)\s*(?:,\s*(?P<p{n}>[a-z]+)\s*)?\)"
+CHECK_RE = re.compile(rf"^\s*{_TERM.format(n=1)}\s*(?:/\s*{_TERM.format(n=2)}\s*)?>=\s*(?P<floor>[0-9.]+)\s*$")
+
+
+@dataclass(frozen=True)
+class Term:
+    metric: str
+    config: str
+    prompt: str | None  # None: the long prompt for "prompt", every decode prompt pooled otherwise
+
+    def show(self) -> str:
+        return f"{self.metric}({self.config}{', ' + self.prompt if self.prompt else ''})"
+
+
+@dataclass(frozen=True)
+class Check:
+    text: str
+    top: Term
+    bottom: Term | None
+    floor: float
+    measured: str  # where the floor comes from, as recipes say it
+    tolerance: float = 0.1  # the drop against the last release that fails it
+
+    @property
+    def name(self) -> str:
+        return self.top.show() + (f" / {self.bottom.show()}" if self.bottom else "")
+
+
+def parse_check(text: str, measured: str, tolerance: float, where: str) -> Check:
+    m = CHECK_RE.match(text)
+    if not m:
+        raise ConfigError(f'{where}: "{text}" is not METRIC(CONFIG[, PROMPT]) [/ METRIC(CONFIG[, PROMPT])] >= NUMBER')
+    terms = []
+    for n in ("1", "2"):
+        if m.group(f"m{n}") is None:
+            continue
+        term = Term(m.group(f"m{n}"), m.group(f"c{n}"), m.group(f"p{n}"))
+        if term.metric not in METRICS:
+            raise ConfigError(f'{where}: "{term.metric}" is not a metric: {", ".join(METRICS)}')
+        if term.config not in CONFIGS:
+            raise ConfigError(f'{where}: "{term.config}" is not a config: {", ".join(CONFIGS)}')
+        terms.append(term)
+    if not measured.strip():
+        raise ConfigError(f"{where}: has no measured: say where the floor comes from (a PR, a run and its command)")
+    return Check(text.strip(), terms[0], terms[1] if len(terms) > 1 else None, float(m.group("floor")), measured, tolerance)
+
+
+# -- the samples, per round --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What the bench measured for one config, round and metric: the figures a check reads."""
+
+    round: int
+    config: str
+    metric: str  # "prompt" or "decode NAME"
+    tps: float
+    predicted_n: int = 0
+    draft_n: int = 0
+    draft_n_accepted: int = 0
+
+
+def value(term: Term, samples: Sequence[Sample], round_: int) -> float | None:
+    """``term`` in one round: the median t/s over the reps, or tokens/step or acceptance over them."""
+    if term.metric == "prompt":
+        mine = [s for s in samples if s.round == round_ and s.config == term.config and s.metric == "prompt"]
+    else:
+        want = f"decode {term.prompt}" if term.prompt else None
+        mine = [s for s in samples if s.round == round_ and s.config == term.config and s.metric.startswith("decode") and (want is None or s.metric == want)]
+    if not mine:
+        return None
+    if term.metric in ("prompt", "decode"):
+        return statistics.median(s.tps for s in mine)
+    drafted = sum(s.draft_n for s in mine)
+    accepted = sum(s.draft_n_accepted for s in mine)
+    if term.metric == "acceptance":
+        return accepted / drafted if drafted else 0.0
+    predicted = sum(s.predicted_n for s in mine)
+    steps = max(predicted - accepted, 1) if predicted else 0
+    return predicted / steps if steps else 0.0
+
+
+def per_round(check: Check, samples: Sequence[Sample]) -> list[float]:
+    out = []
+    for r in sorted({s.round for s in samples}):
+        top = value(check.top, samples, r)
+        bottom = value(check.bottom, samples, r) if check.bottom else 1.0
+        if top is not None and bottom:
+            out.append(top / bottom)
+    return out
+
+
+@dataclass(frozen=True)
+class Spread:
+    best: float
+    median: float
+    q1: float
+    q3: float
+    low: float  # bootstrap 95% interval of the median
+    high: float
+    n: int
+
+
+def spread(values: Sequence[float], seed: int = 0) -> Spread:
+    """Best, median, interquartile range and a bootstrap 95% interval of the median (seeded: the same samples give
+    the same interval)."""
+    xs = sorted(values)
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0], xs[0], xs[0]]
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(BOOTSTRAP))
+    return Spread(max(xs), statistics.median(xs), q[0], q[2], medians[int(0.025 * BOOTSTRAP)], medians[int(0.975 * BOOTSTRAP) - 1], len(xs))
+
+
+@dataclass(frozen=True)
+class Released:
+    """The last release's figures for the same profile and models: each check's median, and its pin."""
+
+    pin: str
+    medians: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class Judged:
+    check: Check
+    values: tuple[float, ...]
+    spread: Spread | None
+    status: Status
+    message: str
+
+
+def judge_check(check: Check, values: Sequence[float], released: Released | None, pin: str) -> Judged:
+    if not values:
+        return Judged(check, (), None, Status.ERROR, f"{check.name}: no samples (did both configs run?)")
+    s = spread(values)
+    figure = f"{check.name} = {s.median:.3f} (95% interval {s.low:.3f}-{s.high:.3f}, {s.n} rounds) against the floor {check.floor:g}"
+    if s.low >= check.floor:
+        status, message = Status.PASSED, f"{figure}: passes"
+    elif s.high < check.floor:
+        status, message = Status.FAILED, f"{figure}: fails"
+    else:
+        status, message = Status.FAILED, f"{figure}: inconclusive: raise --rounds"
+    if released is not None and check.name in released.medians:
+        before = released.medians[check.name]
+        if before > 0 and s.median < before * (1 - check.tolerance):
+            status = Status.FAILED
+            message += (
+                f"; a regression: {s.median:.3f} at pin {pin[:7]} against {before:.3f} at the last release (pin {released.pin[:7]}), "
+                f"{100 * (s.median / before - 1):+.1f}% beyond the {100 * check.tolerance:g}% tolerance"
+            )
+    return Judged(check, tuple(values), s, status, message)
+
+
+def result(checks: Sequence[Check], samples: Sequence[Sample], released: Released | None, pin: str, models: str, seconds: float) -> GateResult:
+    judged = [judge_check(c, per_round(c, samples), released, pin) for c in checks]
+    cases = tuple(CaseResult(j.check.name, j.status, j.message, classname=GATE, detail=f"{j.check.text}; measured: {j.check.measured}; values {', '.join(f'{v:.3f}' for v in j.values)}") for j in judged)
+    problems = tuple(j.message for j in judged if not j.status.ok)
+    status = Status.PASSED if judged and all(j.status.ok for j in judged) else (Status.ERROR if any(j.status is Status.ERROR for j in judged) else Status.FAILED)
+    inconclusive = sum("inconclusive" in j.message for j in judged)
+    summary = f"{status.value.upper()}: {sum(j.status.ok for j in judged)}/{len(judged)} checks hold on {models}" + (f", {inconclusive} inconclusive" if inconclusive else "")
+    metrics: list[tuple[str, float]] = []
+    for j in judged:
+        if j.spread is not None:
+            metrics += [(f"{j.check.name}.median", round(j.spread.median, 4)), (f"{j.check.name}.low", round(j.spread.low, 4)), (f"{j.check.name}.high", round(j.spread.high, 4))]
+            metrics += [(f"{j.check.name}.round{k}", round(v, 4)) for k, v in enumerate(j.values, 1)]
+    props = (("models", models), ("pin", pin), *((("released_pin", released.pin),) if released else ()))
+    return GateResult(GATE, status, summary, cases, problems, case_counts(cases), props, tuple(metrics), seconds)
+
+
+def medians(metrics: Mapping[str, float]) -> dict[str, float]:
+    """Each check's median from a perf record's metrics (what a release keeps for the next bump to compare with)."""
+    return {k[: -len(".median")]: float(v) for k, v in metrics.items() if k.endswith(".median")}
+
+
+def chart(samples: Sequence[Sample], path: Path) -> Path | None:
+    """Every sample per config and metric, as an SVG beside the JSON (matplotlib, the ``plot`` extra); None when
+    matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    metrics = sorted({s.metric for s in samples})
+    configs = sorted({s.config for s in samples})
+    fig, axes = plt.subplots(1, len(metrics), figsize=(3.2 * len(metrics), 3.0), squeeze=False)
+    for ax, metric in zip(axes[0], metrics, strict=True):
+        for x, config in enumerate(configs):
+            ys = [s.tps for s in samples if s.metric == metric and s.config == config]
+            ax.scatter([x + 0.04 * (k % 5 - 2) for k in range(len(ys))], ys, s=12, alpha=0.7)
+            if ys:
+                ax.hlines(statistics.median(ys), x - 0.25, x + 0.25, colors="black", linewidth=1)
+        ax.set_xticks(range(len(configs)), configs)
+        ax.set_title(metric, fontsize=9)
+        ax.set_ylabel("t/s", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="svg")
+    plt.close(fig)
+    return path

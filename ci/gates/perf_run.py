@@ -1,0 +1,71 @@
+"""The perf gate's run: the bench, interleaved, on the build's llama-server, then :mod:`ci.gates.perf`'s judgement."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ci import bench
+from ci.errors import ConfigError
+from ci.files import write_json
+from ci.gates import equivalence, perf
+from ci.gates.registry import BuildUnderTest, GateOptions, equivalence_models
+from ci.gates.results import GateResult
+
+
+def checks_for(target: BuildUnderTest, models: str) -> tuple[perf.Check, ...]:
+    pins = target.ctx.pins
+    key = target.build.manifest.profile if models == equivalence.RELEASE_MODELS else "tiny"
+    declared = pins.perf_checks(key)
+    return tuple(perf.parse_check(c.check, c.measured, c.tolerance, f"pins.yaml: expect.perf.{key}[{i}]") for i, c in enumerate(declared))
+
+
+def run(target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
+    t0 = time.monotonic()
+    ctx, manifest = target.ctx, target.build.manifest
+    model, drafter, models = equivalence_models(ctx, options, target.build.build_dir)
+    checks = checks_for(target, models)
+    if not checks:
+        raise ConfigError(f"pins.yaml: expect.perf.{manifest.profile if models == equivalence.RELEASE_MODELS else 'tiny'}: no checks for {models}; declare them (docs/bench.md)")
+    tiny = models == equivalence.TINY_MODELS
+    if equivalence.gguf_architecture(drafter) == "dflash":
+        draft = bench.parse_config(f"draft=--dflash {drafter}")
+    else:
+        draft = bench.parse_config(f"draft=-- -md {drafter} --spec-type draft-simple {' '.join(equivalence.DRAFT_ARGS)}")
+    bench_plan = bench.plan(
+        model=model,
+        llama_server=manifest.binary(target.build.build_dir, "llama-server"),
+        configs=[bench.parse_config("base="), draft],
+        device=ctx.profile(manifest.profile).serve_device,
+        rounds=options.rounds,
+        prompt_tokens=1000 if tiny else bench.DEFAULT_PROMPT_TOKENS,
+        context=2048 if tiny else bench.DEFAULT_CONTEXT,
+        decode_reps=1,
+        prompt_reps=3,
+    )
+    result = bench.run(bench_plan, out / "perf-logs", lambda line: None)
+    samples = [
+        perf.Sample(s.round, s.config, s.metric, s.tps, s.tokens if s.metric != bench.PROMPT else 0, s.draft_n, s.draft_n_accepted)
+        for s in result.samples
+    ]
+    write_json(out / "perf-samples.json", bench.to_json(result, bench.summarise(bench_plan, result.samples)))
+    perf.chart(samples, out / "perf.svg")
+    released = last_release(target, models)
+    return perf.result(checks, samples, released, manifest.pin_commit, models, time.monotonic() - t0)
+
+
+def last_release(target: BuildUnderTest, models: str) -> perf.Released | None:
+    """The perf figures of the last build of this profile and these models that shipped (the ledger's ship record
+    and the perf record of its key), when there is one."""
+    from ci.release import ledger
+
+    book = ledger.read(ledger.ledger_path(ledger.default_results_dir(target.ctx.root)), ledger.signing_key())
+    profile = target.build.manifest.profile
+    for rec in reversed(book.records):
+        if rec.gate != "ship" or rec.data.get("profile") != profile or rec.build_key == target.key:
+            continue
+        figures = ledger.latest(book, perf.GATE, rec.build_key)
+        if figures is None or (figures.data.get("properties") or {}).get("models") != models:
+            continue
+        return perf.Released(str(rec.data.get("pin", "")), perf.medians(figures.data.get("metrics") or {}))
+    return None

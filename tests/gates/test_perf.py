@@ -1,0 +1,77 @@
+"""The perf gate's judgement, pure: checks parsed, a value per round, a bootstrap interval, the three verdicts and a
+regression against the last release."""
+
+from __future__ import annotations
+
+import pytest
+
+from ci.errors import ConfigError
+from ci.gates import perf
+from ci.gates.results import Status
+
+
+def samples(base_decode: list[float], draft_decode: list[float], steps: tuple[int, int] = (256, 55)) -> list[perf.Sample]:
+    out = []
+    for r, (b, d) in enumerate(zip(base_decode, draft_decode, strict=True), 1):
+        out.append(perf.Sample(r, "base", "decode code", b, 256))
+        out.append(perf.Sample(r, "draft", "decode code", d, steps[0], draft_n=300, draft_n_accepted=steps[1]))
+    return out
+
+
+def check(text: str, tolerance: float = 0.1) -> perf.Check:
+    return perf.parse_check(text, "a measurement", tolerance, "pins.yaml: expect.perf.tiny[0]")
+
+
+def test_a_ratio_above_its_floor_passes_with_its_interval() -> None:
+    c = check("decode(draft, code) / decode(base, code) >= 2.5")
+    result = perf.result([c], samples([100, 102, 98, 101, 99], [300, 310, 295, 305, 290]), None, "a" * 40, "release models", 1.0)
+    assert result.status is Status.PASSED
+    (case,) = result.cases
+    assert case.message.startswith("decode(draft, code) / decode(base, code) = 3.010 (95% interval ")
+    assert case.message.endswith("5 rounds) against the floor 2.5: passes")
+    m = dict(result.metrics)
+    assert m["decode(draft, code) / decode(base, code).round1"] == 3.0  # every sample kept
+
+
+def test_below_fails_and_straddling_is_inconclusive() -> None:
+    c = check("decode(draft, code) / decode(base, code) >= 2.5")
+    low = perf.result([c], samples([100] * 5, [200, 210, 190, 205, 195]), None, "a" * 40, "x", 1.0)
+    assert low.status is Status.FAILED
+    assert low.cases[0].message.endswith(": fails")
+    noisy = perf.result([c], samples([100] * 5, [200, 300, 240, 260, 280]), None, "a" * 40, "x", 1.0)
+    assert noisy.status is Status.FAILED
+    assert noisy.cases[0].message.endswith(": inconclusive: raise --rounds")
+    assert "1 inconclusive" in noisy.summary
+
+
+def test_tokens_per_step_and_a_regression_against_the_last_release() -> None:
+    c = check("tokens_per_step(draft, code) >= 4.0")
+    now = samples([100] * 5, [300] * 5, steps=(256, 209))  # 256 / 47 steps = 5.45
+    released = perf.Released("b" * 40, {"tokens_per_step(draft, code)": 6.7})
+    result = perf.result([c], now, released, "c" * 40, "release models", 1.0)
+    assert result.status is Status.FAILED
+    msg = result.cases[0].message
+    assert "= 5.447" in msg
+    assert "a regression: 5.447 at pin ccccccc against 6.700 at the last release (pin bbbbbbb), -18.7% beyond the 10% tolerance" in msg
+    assert perf.result([c], now, perf.Released("b" * 40, {"tokens_per_step(draft, code)": 5.5}), "c" * 40, "x", 1.0).ok
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("decode(draft) > 2", r"is not METRIC\(CONFIG\[, PROMPT\]\)"),
+        ("speed(draft) >= 2", '"speed" is not a metric'),
+        ("decode(dflash) >= 2", '"dflash" is not a config'),
+    ],
+)
+def test_a_bad_check_is_one_line_naming_it(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        check(text)
+
+
+def test_the_interval_is_the_same_for_the_same_samples() -> None:
+    values = [1.0, 1.2, 0.9, 1.1, 1.05, 0.95]
+    assert perf.spread(values) == perf.spread(values)
+    s = perf.spread(values)
+    assert s.low <= s.median <= s.high
+    assert s.q1 <= s.median <= s.q3
