@@ -462,3 +462,57 @@ def session(bench_plan: BenchPlan, logs: Path, lock: Path | None, json_out: Path
         write_json(json_out, to_json(result, figures))
         say(f"bench: wrote {json_out}")
     return 0
+
+
+# -- a recipe re-measured ---------------------------------------------------------------------------------------------
+
+
+def recipe_configs(recipe_id: str, args: str, recipes_file: Path | None) -> list[BenchConfig]:
+    """The recipe's launch with and without it: ``with`` is serve with every recipe that matches (this one among
+    them), ``without`` the same with ``--skip-recipe ID``; ``args`` (the drafter, a device) go to both."""
+    own = f"--recipes {recipes_file} " if recipes_file else ""
+    return [parse_config(f"without={own}--skip-recipe {recipe_id} {args}".strip()), parse_config(f"with={own}{args}".strip())]
+
+
+def recipe_session(
+    bench_plan: BenchPlan, recipe_id: str, check: bool, logs: Path, json_out: Path | None, command: str, say: Callable[[str], None]
+) -> int:
+    """``nox -s bench -- --recipe ID -m MODEL``: with and without the recipe, interleaved; a ``measured:`` line ready
+    to paste into the recipe; with ``--check``, its claim re-judged (exit 7 when it no longer holds)."""
+    from ci.errors import GateFailed
+    from ci.gates import perf
+    from serve.recipes import builtin, load
+
+    recipes_arg = next((a for c in bench_plan.configs for i, a in enumerate(c.args) if i and c.args[i - 1] == "--recipes"), None)
+    recipe_set = load(recipes_arg) if recipes_arg else builtin()
+    recipe = next((r for r in recipe_set.recipes if r.id == recipe_id), None)
+    if recipe is None:
+        from ci.schema import did_you_mean
+
+        raise ConfigError(f"--recipe {recipe_id}: no such recipe{did_you_mean(recipe_id, recipe_set.ids)} in {recipe_set.name}")
+    result = run(bench_plan, logs, say)
+    figures = summarise(bench_plan, result.samples)
+    out = io.StringIO()
+    print_report(result, out)
+    say(out.getvalue().rstrip("\n"))
+    if json_out is not None:
+        write_json(json_out, to_json(result, figures))
+    by = {(f.config, f.metric): f for f in figures}
+    parts = []
+    for metric in bench_plan.metrics:
+        a, b = by.get(("without", metric)), by.get(("with", metric))
+        if a and b:
+            parts.append(f"{metric} {a.median:.1f} -> {b.median:.1f} t/s ({100 * (b.median / a.median - 1):+.1f}%)" if a.median else metric)
+    rounds = f"median of {bench_plan.rounds} interleaved rounds"
+    say(f'measured: "{"; ".join(parts)}, {rounds} ({command}, {datetime.date.today().isoformat()}, {platform.node()})"')
+    if not check:
+        return 0
+    if not recipe.check:
+        raise ConfigError(f'recipe "{recipe_id}" has no "check" to re-judge; add one (docs/recipes.md) or drop --check')
+    claim = perf.parse_check(recipe.check, recipe.measured, 0.1, f'recipe "{recipe_id}": check', configs=("with", "without"))
+    samples = [perf.Sample(s.round, s.config, s.metric, s.tps, s.tokens if s.metric != PROMPT else 0, s.draft_n, s.draft_n_accepted) for s in result.samples]
+    judged = perf.judge_check(claim, perf.per_round(claim, samples), None, "")
+    say(f"bench: recipe {recipe_id}: {judged.message}")
+    if not judged.status.ok:
+        raise GateFailed(f"bench: recipe {recipe_id}: its claim no longer holds ({recipe.check}); re-measure it or drop the recipe")
+    return 0

@@ -185,6 +185,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from ci.command import resolve
     from ci.errors import ConfigError
 
+    if args.recipe:
+        args.config = [f"{c.name}={' '.join(c.args)}" for c in bench.recipe_configs(args.recipe, args.args or "", _abs(args.recipes))]
     if args.llama_server:
         llama_server, device, root = Path(resolve(args.llama_server)), args.device or "auto", _project_or_cwd(args)
     else:
@@ -198,6 +200,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         prompt_tokens=args.prompt_tokens, context=args.ctx_size,
     )  # fmt: skip
     logs = _path(args.logs) or root / "build" / "bench" / "logs"
+    if args.recipe:
+        import shlex
+
+        shown = "nox -s bench -- " + shlex.join(sys.argv[sys.argv.index("bench") + 1 :] if "bench" in sys.argv else ["--recipe", args.recipe])
+        return bench.recipe_session(bench_plan, args.recipe, args.check, logs, _path(args.json), shown, say)
     return bench.session(bench_plan, logs, _path(args.lock), _path(args.json), say)
 
 

@@ -150,4 +150,8 @@ def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpa
     p.add_argument("--lock", metavar="PATH", help="hold an exclusive lock on PATH for the whole run (a shared box); a second bench waits")
     p.add_argument("--json", metavar="OUT", help="write the record (configs, every sample, the figures) here")
     p.add_argument("--logs", metavar="DIR", help="the servers' logs (default: build/bench/logs)")
+    p.add_argument("--recipe", metavar="ID", help="re-measure a recipe: its launch with and without it, interleaved; prints a measured: line")
+    p.add_argument("--args", metavar="ARGS", help="with --recipe: serve arguments both configs take (a drafter, a device)")
+    p.add_argument("--recipes", metavar="FILE", help="with --recipe: the recipes file (default: serve's built-in recipes)")
+    p.add_argument("--check", action="store_true", help="with --recipe: fail when the recipe's check no longer holds")
     return top

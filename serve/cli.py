@@ -73,6 +73,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--recipes", metavar="FILE", help="these recipes instead of the built-in ones")
     p.add_argument("--no-recipes", action="store_true", help="apply no recipes")
+    p.add_argument("--skip-recipe", action="append", default=[], metavar="ID", help="apply every recipe but this one (the bench's without-config); repeatable")
     p.add_argument("--dry-run", action="store_true", help="print the decision as JSON on stdout; start nothing")
     p.add_argument("--debug", action="store_true", help="show a traceback with an error")
     return p
@@ -127,6 +128,11 @@ def serve(argv: Sequence[str], environ: Mapping[str, str], cwd: Path, out: TextI
     if ns.recipes is not None and ns.no_recipes:
         raise UsageError("--recipes FILE and --no-recipes: pick one")
     recipe_set = None if ns.no_recipes else recipes.load(ns.recipes) if ns.recipes is not None else recipes.builtin()
+    if recipe_set is not None and ns.skip_recipe:
+        unknown = [i for i in ns.skip_recipe if i not in recipe_set.ids]
+        if unknown:
+            raise UsageError(f"--skip-recipe {unknown[0]}: no such recipe{did_you_mean(unknown[0], recipe_set.ids)} in {recipe_set.name}")
+        recipe_set = recipe_set.without(ns.skip_recipe)
     model = read_facts(options.model)
     drafter = read_facts(options.drafter_path) if options.drafter_path else None
     decision = route(model, drafter, options, environ, recipe_set)

@@ -20,7 +20,7 @@ from serve.errors import FileProblem, did_you_mean
 DEVICES = ("rocm", "vulkan", "cuda", "cpu")
 DRAFTERS = ("dflash", "mtp", "none")
 TOP_KEYS = ("about", "recipes")
-RECIPE_KEYS = ("id", "match", "args", "env", "why", "measured", "source")
+RECIPE_KEYS = ("id", "match", "args", "env", "why", "measured", "source", "check")
 LIST_MATCH_KEYS = ("device", "architecture", "drafter")
 BOOL_MATCH_KEYS = ("moe", "hadamard_q4_0")
 MATCH_KEYS = LIST_MATCH_KEYS + BOOL_MATCH_KEYS
@@ -72,6 +72,9 @@ class Recipe:
     why: str
     measured: str
     source: str
+    # how `nox -s bench -- --recipe ID --check` re-measures the claim: a perf check over the configs "with" and
+    # "without" the recipe, e.g. "tokens_per_step(with, code) / tokens_per_step(without, code) >= 1.15"
+    check: str = ""
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,9 @@ class RecipeSet:
     @property
     def ids(self) -> tuple[str, ...]:
         return tuple(r.id for r in self.recipes)
+
+    def without(self, ids: Sequence[str]) -> RecipeSet:
+        return RecipeSet(self.name, self.about, tuple(r for r in self.recipes if r.id not in ids))
 
 
 @dataclass(frozen=True)
@@ -210,6 +216,7 @@ def _recipe(r: _Reader, item: object, index: int) -> Recipe:
         why=r.text(item.get("why", ""), f"{where}: why"),
         measured=measured,
         source=r.text(item.get("source", ""), f"{where}: source"),
+        check=r.text(item.get("check", ""), f"{where}: check"),
     )
 
 

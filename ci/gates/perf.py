@@ -58,7 +58,7 @@ class Check:
         return self.top.show() + (f" / {self.bottom.show()}" if self.bottom else "")
 
 
-def parse_check(text: str, measured: str, tolerance: float, where: str) -> Check:
+def parse_check(text: str, measured: str, tolerance: float, where: str, configs: Sequence[str] = CONFIGS) -> Check:
     m = CHECK_RE.match(text)
     if not m:
         raise ConfigError(f'{where}: "{text}" is not METRIC(CONFIG[, PROMPT]) [/ METRIC(CONFIG[, PROMPT])] >= NUMBER')
@@ -69,8 +69,8 @@ def parse_check(text: str, measured: str, tolerance: float, where: str) -> Check
         term = Term(m.group(f"m{n}"), m.group(f"c{n}"), m.group(f"p{n}"))
         if term.metric not in METRICS:
             raise ConfigError(f'{where}: "{term.metric}" is not a metric: {", ".join(METRICS)}')
-        if term.config not in CONFIGS:
-            raise ConfigError(f'{where}: "{term.config}" is not a config: {", ".join(CONFIGS)}')
+        if term.config not in configs:
+            raise ConfigError(f'{where}: "{term.config}" is not a config: {", ".join(configs)}')
         terms.append(term)
     if not measured.strip():
         raise ConfigError(f"{where}: has no measured: say where the floor comes from (a PR, a run and its command)")

@@ -106,3 +106,28 @@ def test_two_benches_on_one_lock_run_one_after_the_other(tiny_models: TinyModels
     assert second["started"] >= first["finished"]  # ISO UTC timestamps in milliseconds: they order as text
     assert lock.read_text() == ""
     assert live_processes_naming(str(tiny_models.target)) == []
+
+
+RECIPES = """{"about": "a recipe for the CPU, to re-measure", "recipes": [
+ {"id": "cpu-ub-64", "match": {"device": ["cpu"]}, "args": ["-ub", "64"], "why": "a test", "measured": "to measure", "check": "CHECK"}
+]}"""
+
+
+@pytest.mark.parametrize(("check", "code"), [("prompt(with) / prompt(without) >= 0.05", 0), ("prompt(with) / prompt(without) >= 100", 7)])
+def test_a_recipe_is_re_measured_with_and_without_and_its_claim_checked(
+    tiny_models: TinyModels, tmp_path: Path, capsys: pytest.CaptureFixture[str], check: str, code: int
+) -> None:
+    recipes = tmp_path / "recipes.json"
+    recipes.write_text(RECIPES.replace("CHECK", check))
+    rc = main([
+        "bench", "--recipe", "cpu-ub-64", "--recipes", str(recipes), "-m", str(tiny_models.target), "--llama-server", str(llama_binary("llama-server")),
+        "--device", "cpu", "--rounds", "2", "--prompt-reps", "1", "--decode-reps", "1", "--prompt-tokens", "300", "--decode-tokens", "16", "-c", "2048",
+        "--logs", str(tmp_path / "logs"), "--check",
+    ])  # fmt: skip
+    out = capsys.readouterr()
+    assert rc == code, out.out + out.err
+    assert 'measured: "prompt ' in out.out
+    assert "median of 2 interleaved rounds (nox -s bench -- " in out.out
+    assert "bench: recipe cpu-ub-64: prompt(with) / prompt(without) = " in out.out
+    if code:
+        assert "its claim no longer holds (prompt(with) / prompt(without) >= 100)" in out.err
