@@ -197,7 +197,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     bench_plan = bench.plan(
         model=Path(args.model).resolve(), llama_server=llama_server, configs=[bench.parse_config(c) for c in args.config], device=device,
         rounds=args.rounds, prompt_reps=args.prompt_reps, decode_reps=args.decode_reps, decode_tokens=args.decode_tokens,
-        prompt_tokens=args.prompt_tokens, context=args.ctx_size,
+        prompt_tokens=args.prompt_tokens, context=args.ctx_size, warmup_tokens=args.warmup_tokens,
     )  # fmt: skip
     logs = _path(args.logs) or root / "build" / "bench" / "logs"
     if args.recipe:

@@ -18,4 +18,5 @@ BENCH_ROUNDS = 2
 BENCH_PROMPT_REPS = 5
 BENCH_DECODE_REPS = 3
 BENCH_DECODE_TOKENS = 256
+BENCH_WARMUP_TOKENS = 32  # an unmeasured decode on each fresh server first: one-time costs land before the samples
 BENCH_CONTEXT = 4096

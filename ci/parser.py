@@ -146,6 +146,7 @@ def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpa
     p.add_argument("--decode-reps", type=int, default=d.BENCH_DECODE_REPS, help=f"requests per decode prompt per run (default {d.BENCH_DECODE_REPS})")
     p.add_argument("--decode-tokens", type=int, default=d.BENCH_DECODE_TOKENS, help=f"tokens generated per decode request (default {d.BENCH_DECODE_TOKENS})")
     p.add_argument("--prompt-tokens", type=int, default=d.BENCH_PROMPT_TOKENS, help=f"tokens of the long prompt (default {d.BENCH_PROMPT_TOKENS})")
+    p.add_argument("--warmup-tokens", type=int, default=d.BENCH_WARMUP_TOKENS, help=f"an unmeasured decode of this many tokens on each fresh server first (default {d.BENCH_WARMUP_TOKENS}; 0: none)")
     p.add_argument("-c", "--ctx-size", type=int, default=d.BENCH_CONTEXT, help=f"every server's context (default {d.BENCH_CONTEXT})")
     p.add_argument("--lock", metavar="PATH", help="hold an exclusive lock on PATH for the whole run (a shared box); a second bench waits")
     p.add_argument("--json", metavar="OUT", help="write the record (configs, every sample, the figures) here")

@@ -22,9 +22,13 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ci.errors import ConfigError
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
+
+if TYPE_CHECKING:
+    from ci import bench
 
 GATE = "perf"
 CONFIGS = ("base", "draft")
@@ -91,6 +95,11 @@ class Sample:
     predicted_n: int = 0
     draft_n: int = 0
     draft_n_accepted: int = 0
+
+
+def from_bench(samples: Sequence[bench.Sample]) -> list[Sample]:
+    """The bench's samples as the checks read them: reps kept, tokens generated for decode."""
+    return [Sample(s.round, s.config, s.metric, s.tps, s.tokens if s.metric != "prompt" else 0, s.draft_n, s.draft_n_accepted) for s in samples]
 
 
 def value(term: Term, samples: Sequence[Sample], round_: int) -> float | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -27,31 +28,36 @@ def run(target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
     checks = checks_for(target, models)
     if not checks:
         raise ConfigError(f"pins.yaml: expect.perf.{manifest.profile if models == equivalence.RELEASE_MODELS else 'tiny'}: no checks for {models}; declare them (docs/bench.md)")
-    tiny = models == equivalence.TINY_MODELS
+    device = ctx.profile(manifest.profile).serve_device
+    server = manifest.binary(target.build.build_dir, "llama-server")
+    samples = measure(model, drafter, server, device, options.rounds, models == equivalence.TINY_MODELS, out)
+    drawn = perf.chart(samples, out / "perf.svg")
+    released = last_release(target, models)
+    judged = perf.result(checks, samples, released, manifest.pin_commit, models, time.monotonic() - t0)
+    chart = drawn.name if drawn else "not drawn: matplotlib is not installed (pip install '.[plot]')"
+    return dataclasses.replace(judged, properties=(*judged.properties, ("chart", chart)))
+
+
+def measure(model: Path, drafter: Path, llama_server: Path, device: str, rounds: int, tiny: bool, out: Path) -> list[perf.Sample]:
+    """The bench, base and drafter interleaved for ``rounds`` rounds; every sample, also in ``out/perf-samples.json``."""
     if equivalence.gguf_architecture(drafter) == "dflash":
         draft = bench.parse_config(f"draft=--dflash {drafter}")
     else:
         draft = bench.parse_config(f"draft=-- -md {drafter} --spec-type draft-simple {' '.join(equivalence.DRAFT_ARGS)}")
     bench_plan = bench.plan(
         model=model,
-        llama_server=manifest.binary(target.build.build_dir, "llama-server"),
+        llama_server=llama_server,
         configs=[bench.parse_config("base="), draft],
-        device=ctx.profile(manifest.profile).serve_device,
-        rounds=options.rounds,
+        device=device,
+        rounds=rounds,
         prompt_tokens=1000 if tiny else bench.DEFAULT_PROMPT_TOKENS,
         context=2048 if tiny else bench.DEFAULT_CONTEXT,
         decode_reps=1,
         prompt_reps=3,
     )
     result = bench.run(bench_plan, out / "perf-logs", lambda line: None)
-    samples = [
-        perf.Sample(s.round, s.config, s.metric, s.tps, s.tokens if s.metric != bench.PROMPT else 0, s.draft_n, s.draft_n_accepted)
-        for s in result.samples
-    ]
     write_json(out / "perf-samples.json", bench.to_json(result, bench.summarise(bench_plan, result.samples)))
-    perf.chart(samples, out / "perf.svg")
-    released = last_release(target, models)
-    return perf.result(checks, samples, released, manifest.pin_commit, models, time.monotonic() - t0)
+    return perf.from_bench(result.samples)
 
 
 def last_release(target: BuildUnderTest, models: str) -> perf.Released | None:

@@ -41,6 +41,9 @@ def test_two_configs_two_rounds_interleaved_on_fresh_servers(tiny_models: TinyMo
     record = json.loads((tmp_path / "bench.json").read_text())
     assert [(s["round"], s["config"]) for s in record["servers"]] == [(1, "base"), (1, "drafted"), (2, "base"), (2, "drafted")]
     assert all(s["start_seconds"] > 0 for s in record["servers"])
+    # every fresh server answered its warm-up decode before the samples, and the warm-up is not a sample
+    assert record["warmup_tokens"] == 32
+    assert all(s["warmup_seconds"] > 0 for s in record["servers"])
     assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["round1-base.log", "round1-drafted.log", "round2-base.log", "round2-drafted.log"]
     samples = record["samples"]
     # per server: 2 long-prompt samples, then code, prose and short once each

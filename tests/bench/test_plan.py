@@ -83,6 +83,8 @@ def test_the_request_bodies_measure_the_whole_prompt_and_exactly_n_decode_tokens
     assert p.decode_body(PROMPTS[0]) == {
         "prompt": "def f():", "n_predict": 64, "temperature": 0, "top_k": 1, "seed": 42, "cache_prompt": False, "ignore_eos": True,
     }  # fmt: skip
+    # the unmeasured warm-up: the first decode prompt, greedy like the samples, shorter
+    assert p.warmup_body() == {**p.decode_body(PROMPTS[0]), "n_predict": 32}
 
 
 @pytest.mark.parametrize(
@@ -92,6 +94,7 @@ def test_the_request_bodies_measure_the_whole_prompt_and_exactly_n_decode_tokens
         ({"configs": (bench.BenchConfig("a"), bench.BenchConfig("a"))}, "--config a: given twice"),
         ({"rounds": 0}, "--rounds 0: must be at least 1"),
         ({"decode_tokens": 0}, "--decode-tokens 0: must be at least 1"),
+        ({"warmup_tokens": -1}, "--warmup-tokens -1: must be 0 (no warm-up) or more"),
         ({"prompt_tokens": 4096, "context": 4096}, "--prompt-tokens 4096: does not fit the context -c 4096"),
     ],
 )

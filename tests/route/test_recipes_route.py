@@ -190,7 +190,7 @@ def test_recipes_and_no_recipes_together_are_refused(tmp_path: Path, gguf_file: 
 
 MALFORMED: list[tuple[str, object, str]] = [
     ("unknown-key", {"recipes": [a_recipe(mesured="x")]},
-     'recipe "mine": unknown key "mesured" (did you mean "measured"?); known: id, match, args, env, why, measured, source'),
+     'recipe "mine": unknown key "mesured" (did you mean "measured"?); known: id, match, args, env, why, measured, source, check'),
     ("unknown-top-key", {"recipes": [], "recipe": []},
      'unknown key "recipe" (did you mean "recipes"?); known: about, recipes'),
     ("unknown-match-key", {"recipes": [a_recipe(match={"archtecture": ["qwen3moe"]})]},

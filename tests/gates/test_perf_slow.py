@@ -1,0 +1,112 @@
+"""The perf gate end to end on the CPU llama-server (behind the fixture build's llama-server) with the tiny models:
+a pass, a fail (the random drafter: every draft rejected, so it only costs), an inconclusive floor, and a
+regression against a previous release written into the ledger."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Callable
+
+import pytest
+
+from ci.gates import equivalence, perf
+from ci.gates.results import GateResult, Status
+from ci.release import ledger
+from tests.support.build import build_cpu, manifest, stand_in_flags
+from tests.support.project import Project
+
+pytestmark = pytest.mark.slow
+
+CHECKS = """\
+  perf:
+    tiny:
+      - check: "tokens_per_step(draft, code) >= 3.5"
+        measured: "4.655 on the CPU llama-server, 5 rounds"
+      - check: "prompt(draft) / prompt(base) >= 0.05"
+        measured: "0.476 on the CPU llama-server, 5 rounds"
+      - check: "decode(draft, code) / decode(base, code) >= 0.02"
+        measured: "0.325 on the CPU llama-server, 5 rounds"
+"""
+ROUNDS = "3"
+
+
+@pytest.fixture
+def perf_project(make_build_project: Callable[..., Project], monkeypatch: pytest.MonkeyPatch) -> Project:
+    project = make_build_project(pins_extra=CHECKS)
+    monkeypatch.setenv("ONEBIT_CMAKE_ARGS", stand_in_flags())
+    r = build_cpu(project, "--remote", str(project.fork.path))
+    assert r.code == 0, r.err
+    return project
+
+
+def perf_gate(project: Project, *extra: str) -> tuple[int, str, dict[str, object]]:
+    r = project.ci("gpu-tests", "--profile", "cpu", "--gate", "perf", "--rounds", ROUNDS, *extra)
+    out = project.root / "build" / "results" / manifest(project)["key"][:12]
+    return r.code, r.out + r.err, json.loads((out / "perf.json").read_text())
+
+
+def test_the_near_drafter_passes_and_every_sample_is_kept(perf_project: Project) -> None:
+    code, printed, result = perf_gate(perf_project)
+    assert code == 0, printed
+    assert "PASSED: 3/3 checks hold on tiny generated models only" in printed
+    assert "tokens_per_step(draft, code) = " in json.dumps(result["cases"])
+    samples = json.loads((perf_project.root / "build" / "results" / manifest(perf_project)["key"][:12] / "perf-samples.json").read_text())
+    # every sample: 3 rounds x 2 configs x (3 long-prompt requests + code, prose, short once)
+    assert len(samples["samples"]) == 3 * 2 * (3 + 3)
+    assert [s["config"] for s in samples["servers"]] == ["base", "draft"] * 3
+    (rec,) = [r for r in ledger.read(perf_project.root / "build" / "results" / "ledger.jsonl").records if r.gate == "perf"]
+    assert rec.verdict == "passed"
+    rounds = [k for k in rec.data["metrics"] if k.startswith("prompt(draft) / prompt(base).round")]
+    assert len(rounds) == 3  # each check's value in every round, kept in the ledger
+
+
+def test_a_drafter_whose_every_draft_is_rejected_fails(perf_project: Project) -> None:
+    random_drafter = perf_project.root / "build" / "cpu" / "tiny-models" / "tiny-drafter.gguf"
+    target = perf_project.root / "build" / "cpu" / "tiny-models" / "tiny-target.gguf"
+    perf_project.ci("tiny-models", "--out", str(target.parent))
+    code, printed, _ = perf_gate(perf_project, "--model", str(target), "--drafter", str(random_drafter))
+    assert code == 7, printed
+    # the random drafter's drafts are all but never accepted: about one token per step, against the floor 3.5
+    assert "tokens_per_step(draft, code) = 1.0" in printed
+    assert "against the floor 3.5: fails" in printed
+
+
+def test_a_floor_inside_the_interval_is_inconclusive_not_a_pass(perf_project: Project) -> None:
+    """The real run's per-round prompt ratios, judged against a floor at their own median: the interval straddles it."""
+    code, printed, result = perf_gate(perf_project)
+    assert code == 0, printed
+    metrics = result["metrics"]
+    assert isinstance(metrics, dict)
+    values = [float(metrics[f"prompt(draft) / prompt(base).round{k}"]) for k in (1, 2, 3)]
+    assert len(set(values)) == 3, values  # timings: three different ratios
+    median = sorted(values)[1]
+    judged = perf.judge_check(
+        perf.parse_check(f"prompt(draft) / prompt(base) >= {median}", "its own median", 0.1, "test"), values, None, "c0ffee0"
+    )
+    assert judged.status is Status.FAILED
+    assert judged.message.endswith("inconclusive: raise --rounds")
+
+
+def test_a_drop_against_the_last_release_fails_with_both_figures_and_pins(perf_project: Project) -> None:
+    """A previous release of the cpu profile with the same models (its ship and perf records, written into the
+    ledger as gpu_tests and ship write them) did 10 tokens per step; this build does about 4.7."""
+    book = perf_project.root / "build" / "results" / "ledger.jsonl"
+    old_key, old_pin = "e" * 64, "b82c8b8" + "0" * 33
+    before = ledger.BuildContext(old_key, old_pin, "0" * 64, "cpu", "CPU")
+    figures = GateResult(
+        perf.GATE, Status.PASSED, "PASSED", properties=(("models", equivalence.TINY_MODELS), ("pin", old_pin)),
+        metrics=(("tokens_per_step(draft, code).median", 10.0),),
+    )  # fmt: skip
+    ledger.append(book, figures, before)
+    ledger.append(book, GateResult("ship", Status.PASSED, "shipped", properties=(("release", "old.release.json"),)), before)
+    code, printed, result = perf_gate(perf_project)
+    assert code == 7, printed
+    assert "a regression: 4." in printed
+    assert "against 10.000 at the last release (pin b82c8b8)" in printed
+    props = result["properties"]
+    assert isinstance(props, dict)
+    assert (props["models"], props["pin"], props["released_pin"]) == (equivalence.TINY_MODELS, manifest(perf_project)["pin"]["commit"], old_pin)
+    # the chart is drawn with the plot extra, and the record says when it is not
+    drawn = importlib.util.find_spec("matplotlib") is not None
+    assert props["chart"] == ("perf.svg" if drawn else "not drawn: matplotlib is not installed (pip install '.[plot]')")
