@@ -33,6 +33,7 @@ from ci.files import write_json
 from ci.gates.equivalence import load_prompts
 from ci.gates.equivalence_judge import Prompt
 from ci.gates.llama import LAUNCHER, LlamaServer, ServerFactory, ServerLaunch, default_server, free_ports, launcher_argv
+from ci.gates.perf import Spread, spread
 
 if TYPE_CHECKING:
     from ci.build.context import Context
@@ -373,13 +374,19 @@ class Figure:
     samples: int
     change_pct: float | None  # the median against the baseline's median; None for the baseline itself
     acceptance: float | None = None  # draft_n_accepted / draft_n over the samples, when anything was drafted
+    spread: Spread | None = None  # the interquartile range and a bootstrap 95% interval of the median
 
     def cell(self) -> str:
         text = f"{self.best:.1f} / {self.median:.1f}"
+        if self.spread is not None:
+            text += f" [{self.spread.low:.1f}-{self.spread.high:.1f}]"
         return text if self.change_pct is None else f"{text} ({self.change_pct:+.1f}%)"
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"best": round(self.best, 3), "median": round(self.median, 3), "samples": self.samples}
+        if self.spread is not None:
+            out["iqr"] = [round(self.spread.q1, 3), round(self.spread.q3, 3)]
+            out["median_95"] = [round(self.spread.low, 3), round(self.spread.high, 3)]
         out["change_pct"] = None if self.change_pct is None else round(self.change_pct, 2)
         if self.acceptance is not None:
             out["acceptance"] = round(self.acceptance, 4)
@@ -402,12 +409,12 @@ def summarise(bench_plan: BenchPlan, samples: Sequence[Sample]) -> tuple[Figure,
             change = None if config is bench_plan.baseline or not base.get(metric) else 100.0 * (median / base[metric] - 1.0)
             drafted = sum(s.draft_n for s in mine)
             accepted = sum(s.draft_n_accepted for s in mine) / drafted if drafted else None
-            out.append(Figure(config.name, metric, max(rates), median, len(mine), change, accepted))
+            out.append(Figure(config.name, metric, max(rates), median, len(mine), change, accepted, spread(rates)))
     return tuple(out)
 
 
 def table(bench_plan: BenchPlan, figures: Sequence[Figure]) -> str:
-    """The engine's table: a row per config, ``best / median`` t/s per metric, the change against the baseline."""
+    """The engine's table: a row per config, ``best / median [95% interval of the median]`` t/s per metric, the change against the baseline."""
     rows = [["config", *bench_plan.metrics]]
     by = {(f.config, f.metric): f for f in figures}
     for config in bench_plan.configs:
@@ -446,7 +453,7 @@ def print_report(result: BenchResult, out: TextIO) -> tuple[Figure, ...]:
     figures = summarise(result.plan, result.samples)
     p = result.plan
     print(
-        f"bench: {p.model.name}, {p.rounds} round(s) x {len(p.configs)} config(s); t/s best / median; prompt {p.prompt_tokens} tokens "
+        f"bench: {p.model.name}, {p.rounds} round(s) x {len(p.configs)} config(s); t/s best / median [95% interval of the median]; prompt {p.prompt_tokens} tokens "
         f"x {p.prompt_reps}, decode {p.decode_tokens} tokens x {p.decode_reps}; change: median against {p.baseline.name}'s",
         file=out,
     )

@@ -66,6 +66,10 @@ def test_two_configs_two_rounds_interleaved_on_fresh_servers(tiny_models: TinyMo
     assert drafted["best"] == pytest.approx(rates[-1], rel=1e-3)
     base_median = figures["base"]["decode code"]["median"]
     assert drafted["change_pct"] == pytest.approx(100 * (drafted["median"] / base_median - 1), abs=0.01)
+    # the spread beside every figure: the interval of the median lies within the samples
+    low, high = drafted["median_95"]
+    assert rates[0] - 1e-3 <= low <= drafted["median"] <= high <= rates[-1] + 1e-3
+    assert len(drafted["iqr"]) == 2
     lines = printed.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("config  "))
     assert lines[header].split() == ["config", "prompt", "decode", "code", "decode", "prose", "decode", "short"]

@@ -152,10 +152,13 @@ def test_figures_are_best_and_median_over_every_sample_and_the_change_is_against
     assert decode.change_pct == pytest.approx(210.0)
     assert decode.acceptance == pytest.approx(0.5)
     assert figures[("base", "decode code")].acceptance is None
+    # the spread: the interquartile range, and a bootstrap 95% interval of the median (the same samples, the same interval)
+    assert base.to_json()["iqr"] == [95.0, 110.0]
+    assert base.to_json()["median_95"] == [90.0, 120.0]
     assert bench.table(p, list(figures.values())) == (
-        "config  prompt                decode code\n"
-        "base    120.0 / 100.0         10.0 / 10.0\n"
-        "fast    110.0 / 99.0 (-1.0%)  32.0 / 31.0 (+210.0%)"
+        "config  prompt                             decode code\n"
+        "base    120.0 / 100.0 [90.0-120.0]         10.0 / 10.0 [10.0-10.0]\n"
+        "fast    110.0 / 99.0 [80.0-110.0] (-1.0%)  32.0 / 31.0 [30.0-32.0] (+210.0%)"
     )
 
 
