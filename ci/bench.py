@@ -33,7 +33,7 @@ from ci.files import write_json
 from ci.gates.equivalence import load_prompts
 from ci.gates.equivalence_judge import Prompt
 from ci.gates.llama import LAUNCHER, LlamaServer, ServerFactory, ServerLaunch, default_server, free_ports, launcher_argv
-from ci.gates.perf import Spread, spread
+from ci.gates.perf import Check, Spread, from_bench, judge_check, parse_check, per_round, spread
 
 if TYPE_CHECKING:
     from ci.build.context import Context
@@ -476,8 +476,11 @@ def llama_server_of(find: Callable[[], Context], profile: str) -> tuple[Path, st
     return build.manifest.binary(build.build_dir, "llama-server"), ctx.profile(profile).serve_device, ctx.root
 
 
-def session(bench_plan: BenchPlan, logs: Path, lock: Path | None, json_out: Path | None, say: Callable[[str], None]) -> int:
-    """``nox -s bench``: the configs interleaved round by round, the report, and the JSON record."""
+def measure(
+    bench_plan: BenchPlan, logs: Path, lock: Path | None, json_out: Path | None, say: Callable[[str], None]
+) -> tuple[BenchResult, tuple[Figure, ...]]:
+    """Every config through ``serve --dry-run`` first, then the rounds under the box's lock; the report, and the
+    JSON record when asked."""
     check_configs(bench_plan)
     with box_lock(lock, say):
         result = run(bench_plan, logs, say)
@@ -487,42 +490,57 @@ def session(bench_plan: BenchPlan, logs: Path, lock: Path | None, json_out: Path
     if json_out is not None:
         write_json(json_out, to_json(result, figures))
         say(f"bench: wrote {json_out}")
+    return result, figures
+
+
+def session(bench_plan: BenchPlan, logs: Path, lock: Path | None, json_out: Path | None, say: Callable[[str], None]) -> int:
+    """``nox -s bench``: the configs interleaved round by round, the report, and the JSON record."""
+    measure(bench_plan, logs, lock, json_out, say)
     return 0
 
 
 # -- a recipe re-measured ---------------------------------------------------------------------------------------------
 
 
-def recipe_configs(recipe_id: str, args: str, recipes_file: Path | None) -> list[BenchConfig]:
-    """The recipe's launch with and without it: ``with`` is serve with every recipe that matches (this one among
-    them), ``without`` the same with ``--skip-recipe ID``; ``args`` (the drafter, a device) go to both."""
-    own = f"--recipes {recipes_file} " if recipes_file else ""
-    return [parse_config(f"without={own}--skip-recipe {recipe_id} {args}".strip()), parse_config(f"with={own}{args}".strip())]
+@dataclass(frozen=True)
+class RecipeTarget:
+    """The recipe to re-measure, and its claim when ``--check`` asks for it: both settled before anything runs."""
+
+    id: str
+    claim: Check | None
 
 
-def recipe_session(
-    bench_plan: BenchPlan, recipe_id: str, check: bool, logs: Path, json_out: Path | None, command: str, say: Callable[[str], None]
-) -> int:
-    """``nox -s bench -- --recipe ID -m MODEL``: with and without the recipe, interleaved; a ``measured:`` line ready
-    to paste into the recipe; with ``--check``, its claim re-judged (exit 7 when it no longer holds)."""
-    from ci.errors import GateFailed
-    from ci.gates import perf
+def recipe_target(recipe_id: str, recipes_file: Path | None, check: bool) -> RecipeTarget:
     from serve.recipes import builtin, load
 
-    recipes_arg = next((a for c in bench_plan.configs for i, a in enumerate(c.args) if i and c.args[i - 1] == "--recipes"), None)
-    recipe_set = load(recipes_arg) if recipes_arg else builtin()
+    recipe_set = load(str(recipes_file)) if recipes_file else builtin()
     recipe = next((r for r in recipe_set.recipes if r.id == recipe_id), None)
     if recipe is None:
         from ci.schema import did_you_mean
 
         raise ConfigError(f"--recipe {recipe_id}: no such recipe{did_you_mean(recipe_id, recipe_set.ids)} in {recipe_set.name}")
-    result = run(bench_plan, logs, say)
-    figures = summarise(bench_plan, result.samples)
-    out = io.StringIO()
-    print_report(result, out)
-    say(out.getvalue().rstrip("\n"))
-    if json_out is not None:
-        write_json(json_out, to_json(result, figures))
+    if not check:
+        return RecipeTarget(recipe_id, None)
+    if not recipe.check:
+        raise ConfigError(f'recipe "{recipe_id}" has no "check" to re-judge; add one (docs/recipes.md) or drop --check')
+    return RecipeTarget(recipe_id, parse_check(recipe.check, recipe.measured, 0.1, f'recipe "{recipe_id}": check', configs=("with", "without")))
+
+
+def recipe_configs(recipe_id: str, args: str, recipes_file: Path | None) -> list[BenchConfig]:
+    """The recipe's launch with and without it: ``with`` is serve with every recipe that matches (this one among
+    them), ``without`` the same with ``--skip-recipe ID``; ``args`` (the drafter, a device) go to both."""
+    own = f"--recipes {shlex.quote(str(recipes_file))} " if recipes_file else ""
+    return [parse_config(f"without={own}--skip-recipe {recipe_id} {args}".strip()), parse_config(f"with={own}{args}".strip())]
+
+
+def recipe_session(
+    bench_plan: BenchPlan, target: RecipeTarget, logs: Path, lock: Path | None, json_out: Path | None, command: str, say: Callable[[str], None]
+) -> int:
+    """``nox -s bench -- --recipe ID -m MODEL``: with and without the recipe, interleaved; a ``measured:`` line ready
+    to paste into the recipe; with ``--check``, its claim re-judged (exit 7 when it no longer holds)."""
+    from ci.errors import GateFailed
+
+    result, figures = measure(bench_plan, logs, lock, json_out, say)
     by = {(f.config, f.metric): f for f in figures}
     parts = []
     for metric in bench_plan.metrics:
@@ -531,13 +549,10 @@ def recipe_session(
             parts.append(f"{metric} {a.median:.1f} -> {b.median:.1f} t/s ({100 * (b.median / a.median - 1):+.1f}%)" if a.median else metric)
     rounds = f"median of {bench_plan.rounds} interleaved rounds"
     say(f'measured: "{"; ".join(parts)}, {rounds} ({command}, {datetime.date.today().isoformat()}, {platform.node()})"')
-    if not check:
+    if target.claim is None:
         return 0
-    if not recipe.check:
-        raise ConfigError(f'recipe "{recipe_id}" has no "check" to re-judge; add one (docs/recipes.md) or drop --check')
-    claim = perf.parse_check(recipe.check, recipe.measured, 0.1, f'recipe "{recipe_id}": check', configs=("with", "without"))
-    judged = perf.judge_check(claim, perf.per_round(claim, perf.from_bench(result.samples)), None, "")
-    say(f"bench: recipe {recipe_id}: {judged.message}")
+    judged = judge_check(target.claim, per_round(target.claim, from_bench(result.samples)), None, "")
+    say(f"bench: recipe {target.id}: {judged.message}")
     if not judged.status.ok:
-        raise GateFailed(f"bench: recipe {recipe_id}: its claim no longer holds ({recipe.check}); re-measure it or drop the recipe")
+        raise GateFailed(f"bench: recipe {target.id}: its claim no longer holds ({target.claim.text}); re-measure it or drop the recipe")
     return 0

@@ -185,8 +185,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from ci.command import resolve
     from ci.errors import ConfigError
 
-    if args.recipe:
-        args.config = [f"{c.name}={' '.join(c.args)}" for c in bench.recipe_configs(args.recipe, args.args or "", _abs(args.recipes))]
+    target = bench.recipe_target(args.recipe, _abs(args.recipes), args.check) if args.recipe else None
+    configs = bench.recipe_configs(args.recipe, args.args or "", _abs(args.recipes)) if args.recipe else [bench.parse_config(c) for c in args.config]
     if args.llama_server:
         llama_server, device, root = Path(resolve(args.llama_server)), args.device or "auto", _project_or_cwd(args)
     else:
@@ -195,16 +195,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if not Path(args.model).is_file():
         raise ConfigError(f"-m {args.model}: no such file")
     bench_plan = bench.plan(
-        model=Path(args.model).resolve(), llama_server=llama_server, configs=[bench.parse_config(c) for c in args.config], device=device,
+        model=Path(args.model).resolve(), llama_server=llama_server, configs=configs, device=device,
         rounds=args.rounds, prompt_reps=args.prompt_reps, decode_reps=args.decode_reps, decode_tokens=args.decode_tokens,
         prompt_tokens=args.prompt_tokens, context=args.ctx_size, warmup_tokens=args.warmup_tokens,
     )  # fmt: skip
     logs = _path(args.logs) or root / "build" / "bench" / "logs"
-    if args.recipe:
+    if target is not None:
         import shlex
 
         shown = "nox -s bench -- " + shlex.join(sys.argv[sys.argv.index("bench") + 1 :] if "bench" in sys.argv else ["--recipe", args.recipe])
-        return bench.recipe_session(bench_plan, args.recipe, args.check, logs, _path(args.json), shown, say)
+        return bench.recipe_session(bench_plan, target, logs, _path(args.lock), _path(args.json), shown, say)
     return bench.session(bench_plan, logs, _path(args.lock), _path(args.json), say)
 
 

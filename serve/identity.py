@@ -10,6 +10,11 @@ from pathlib import Path
 SERIES = Path("patches") / "series"
 
 
+def series_entries(text: str) -> list[tuple[int, str]]:
+    """The patch names a series file lists, each with its line number: blank lines and ``#`` comments skipped."""
+    return [(n, line) for n, raw in enumerate(text.splitlines(), 1) if (line := raw.strip()) and not line.startswith("#")]
+
+
 def series_digest(patches: Iterable[tuple[str, bytes]]) -> str:
     """sha256 over the series in order: each patch's name and the sha256 of its bytes."""
     h = hashlib.sha256()
@@ -32,7 +37,7 @@ def staleness(root: Path, pin: object, digest: object) -> str | None:
         return f"pins.yaml (the pin is {str(pinned)[:7]}, the build's {str(pin)[:7]})"
     try:
         series = root / SERIES
-        names = [ln.strip() for ln in series.read_text(encoding="utf-8").splitlines() if ln.strip() and not ln.strip().startswith("#")] if series.is_file() else []
+        names = [name for _, name in series_entries(series.read_text(encoding="utf-8"))] if series.is_file() else []
         current = series_digest((n, (root / "patches" / n).read_bytes()) for n in names)
     except (OSError, UnicodeDecodeError):
         return "patches/, which cannot be read here"

@@ -14,20 +14,14 @@ from ci.gates.registry import BuildUnderTest, GateOptions, equivalence_models
 from ci.gates.results import GateResult
 
 
-def checks_for(target: BuildUnderTest, models: str) -> tuple[perf.Check, ...]:
-    pins = target.ctx.pins
-    key = target.build.manifest.profile if models == equivalence.RELEASE_MODELS else "tiny"
-    declared = pins.perf_checks(key)
-    return tuple(perf.parse_check(c.check, c.measured, c.tolerance, f"pins.yaml: expect.perf.{key}[{i}]") for i, c in enumerate(declared))
-
-
 def run(target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
     t0 = time.monotonic()
     ctx, manifest = target.ctx, target.build.manifest
     model, drafter, models = equivalence_models(ctx, options, target.build.build_dir)
-    checks = checks_for(target, models)
+    key = manifest.profile if models == equivalence.RELEASE_MODELS else "tiny"
+    checks = ctx.pins.perf_checks(key)
     if not checks:
-        raise ConfigError(f"pins.yaml: expect.perf.{manifest.profile if models == equivalence.RELEASE_MODELS else 'tiny'}: no checks for {models}; declare them (docs/bench.md)")
+        raise ConfigError(f"pins.yaml: expect.perf.{key}: no checks for {models}; declare them (docs/bench.md)")
     device = ctx.profile(manifest.profile).serve_device
     server = manifest.binary(target.build.build_dir, "llama-server")
     samples = measure(model, drafter, server, device, options.rounds, models == equivalence.TINY_MODELS, out)

@@ -124,15 +124,11 @@ def files_at(gitdir: Path, tree: str, paths: Sequence[str]) -> dict[str, str | N
     return out
 
 
-def stale_faults(gitdir: Path, tree: str, faults: Sequence[Fault]) -> list[tuple[Fault, str]]:
-    """The faults whose edit no longer applies at ``tree``, each with why (bump_pin's report lists them)."""
-    texts = files_at(gitdir, tree, [f.file for f in faults])
-    return [(f, why) for f in faults if (why := stale(f, texts[f.file])) is not None]
-
-
 def stale_lines(gitdir: Path, tree: str) -> list[str]:
     """bump_pin's report: each committed fault that no longer applies at ``tree``, as "id: why"."""
-    return [f"{f.id}: {why}" for f, why in stale_faults(gitdir, tree, load_faults())]
+    faults = load_faults()
+    texts = files_at(gitdir, tree, [f.file for f in faults])
+    return [f"{f.id}: {why}" for f in faults if (why := stale(f, texts[f.file])) is not None]
 
 
 # -- one fault, inside its mount namespace ----------------------------------------------------------------------------

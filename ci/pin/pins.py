@@ -17,6 +17,7 @@ import yaml
 
 from ci import defaults
 from ci.errors import ConfigError
+from ci.gates.perf import Check, parse_check
 from ci.schema import Section, describe, did_you_mean, parse_yaml
 
 PINS_FILE = "pins.yaml"
@@ -114,15 +115,6 @@ class EquivalenceConfig:
 
 
 @dataclass(frozen=True)
-class PerfCheck:
-    """One line of pins.yaml expect.perf: the check, where its floor comes from, the drop that counts as a regression."""
-
-    check: str
-    measured: str
-    tolerance: float = 0.1
-
-
-@dataclass(frozen=True)
 class Pins:
     """What is pinned, and what the gates must see at that pin."""
 
@@ -135,9 +127,9 @@ class Pins:
     build: BuildConfig = field(default_factory=BuildConfig)
     equivalence: EquivalenceConfig = field(default_factory=EquivalenceConfig)
     release_require: tuple[str, ...] = ()  # gates ship requires beyond route, backend_ops and equivalence
-    perf: tuple[tuple[str, tuple[PerfCheck, ...]], ...] = ()  # expect.perf: per model set ("tiny" or a profile)
+    perf: tuple[tuple[str, tuple[Check, ...]], ...] = ()  # expect.perf: per model set ("tiny" or a profile), parsed
 
-    def perf_checks(self, models: str) -> tuple[PerfCheck, ...]:
+    def perf_checks(self, models: str) -> tuple[Check, ...]:
         return dict(self.perf).get(models, ())
 
     def expected_cases(self) -> dict[str, int]:
@@ -183,7 +175,7 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
         omit = tuple(p.rstrip("/") + "/" for p in omit)
         checkout.done()
     cases: list[tuple[str, int]] = []
-    perf: list[tuple[str, tuple[PerfCheck, ...]]] = []
+    perf: list[tuple[str, tuple[Check, ...]]] = []
     expect = top.section("expect", required=False)
     if expect is not None:
         ops = expect.section("backend_ops", required=False)
@@ -201,7 +193,8 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
                 checks = []
                 for i, item in enumerate(items):
                     c = Section(perf_section.file, f"{perf_section.key(models)}[{i}]", item)
-                    checks.append(PerfCheck(c.string("check"), c.string("measured"), c.number("tolerance", required=False, default=0.1, minimum=0.0)))
+                    tolerance = c.number("tolerance", required=False, default=0.1, minimum=0.0)
+                    checks.append(parse_check(c.string("check"), c.string("measured"), tolerance, f"{c.file}: {c.key('check')}"))
                     c.done()
                 perf.append((models, tuple(checks)))
         expect.done()

@@ -15,7 +15,7 @@ import pygit2
 from pygit2.enums import DeltaStatus, FileMode
 
 from ci.errors import ConfigError, Refused
-from serve.identity import series_digest
+from serve.identity import series_digest, series_entries
 
 PATCHES_DIR = "patches"
 SERIES_FILE = "series"
@@ -100,10 +100,7 @@ def load_series(directory: Path) -> Series:
         raise ConfigError(f"{rel}:{at}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); the series file lists patch names, one a line") from None
     except OSError as exc:
         raise ConfigError(f"{rel}: cannot be read ({exc.strerror})") from None
-    for n, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
+    for n, line in series_entries(text):
         if "/" in line or not line.endswith(".patch"):
             raise ConfigError(f'{rel}:{n}: "{line}" is not a patch file name (NAME.patch, in {directory.name}/)')
         if line in names:
