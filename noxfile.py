@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 from pathlib import Path
 
@@ -16,8 +17,20 @@ nox.options.reuse_venv = "yes"
 nox.options.sessions = ["main_job"]
 
 ROOT = Path(__file__).parent
+
+
+def _compile_jobs() -> int:
+    """Compile jobs for the slow tier's first install: one per core, and no more than one per 2 GiB of memory, so
+    that a small CI machine does not swap while it compiles llama.cpp."""
+    try:
+        gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        gib = 4.0
+    return max(1, min(os.cpu_count() or 1, int(gib // 2)))
+
+
 # CPU llama.cpp for the slow tier; examples off: 423 s instead of 590 s on 2 cores (../shared facts, measured).
-BINARIES_ENV = {"CMAKE_ARGS": "-DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF"}
+BINARIES_ENV = {"CMAKE_ARGS": "-DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF", "CMAKE_BUILD_PARALLEL_LEVEL": str(_compile_jobs())}
 
 
 def _install(session: nox.Session, *extras: str) -> None:
@@ -47,8 +60,8 @@ def _ci(session: nox.Session, command: str) -> None:
 
 @nox.session
 def main_job(session: nox.Session) -> None:
-    """The default: verify the pin; then build, run every gate and check shipping where the profile's toolchain is."""
-    _install(session)
+    """The default: verify the pin; then build, run every gate ship requires, and ship, where the profile's toolchain is."""
+    _install(session, "ship", "plot")
     _ci(session, "main-job")
 
 
@@ -75,8 +88,8 @@ def build(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def gpu_tests(session: nox.Session) -> None:
-    """Every gate (route, test-backend-ops, greedy equivalence) on the current build: -- --profile P."""
-    _install(session)
+    """Every gate ship requires (route, test-backend-ops, greedy equivalence, perf) on the current build: -- --profile P."""
+    _install(session, "plot")  # the perf gate's chart
     _ci(session, "gpu-tests")
 
 
@@ -90,7 +103,7 @@ def gate_selftest(session: nox.Session) -> None:
 @nox.session(default=False)
 def ship(session: nox.Session) -> None:
     """Build the serve launcher's wheel and sdist when every gate passed for exactly this build: -- --profile P."""
-    _install(session, "test")  # python -m build and setuptools, for the wheel and the sdist
+    _install(session, "ship")  # python -m build and setuptools, for the wheel and the sdist
     _ci(session, "ship")
 
 
@@ -111,7 +124,7 @@ def export_patches(session: nox.Session) -> None:
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
     """A/B-measure serve configs: nox -s bench -- -m M --config base= --config dflash="--dflash D" [--rounds N] [--lock P] [--json OUT]."""
-    _install(session)
+    _install(session, "plot")  # the chart beside the JSON
     _ci(session, "bench")
 
 

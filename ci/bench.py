@@ -14,6 +14,7 @@ Plan apart from run: :func:`parse_config` and :func:`plan` are pure; :func:`run`
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import fcntl
 import io
@@ -30,10 +31,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ci import defaults
 from ci.errors import ConfigError, ServerFailed
 from ci.files import write_json
+from ci.gates import drafting
 from ci.gates.equivalence import load_prompts
 from ci.gates.equivalence_judge import Prompt
 from ci.gates.llama import LAUNCHER, LlamaServer, ServerFactory, ServerLaunch, default_server, free_ports, launcher_argv
-from ci.gates.perf import Check, Spread, from_bench, judge_check, parse_check, per_round, spread
+from ci.gates.perf import NO_CHART, Check, Spread, from_bench, judge_check, parse_check, per_round, pyplot, spread
 
 if TYPE_CHECKING:
     from ci.build.context import Context
@@ -209,19 +211,26 @@ def plan(
     )
 
 
-def check_configs(bench_plan: BenchPlan) -> None:
+def check_configs(bench_plan: BenchPlan) -> dict[str, tuple[str, ...]]:
     """Each config's own launch line through ``1bit serve --dry-run``, in-process: a bad drafter, an unknown option
-    or a refused route stops the bench before any server starts, with the launcher's own message."""
+    or a refused route stops the bench before any server starts, with the launcher's own message. The llama-server
+    argv of each config, by name (its draft length is read from it)."""
+    import json
+
     from serve.cli import serve
     from serve.errors import ServeError
 
+    argvs: dict[str, tuple[str, ...]] = {}
     for config in bench_plan.configs:
         args = list(bench_plan.launch(Run(0, config), 8080).argv[1 + len(LAUNCHER) :])  # a dry run binds no port
         cut = args.index("--") if "--" in args else len(args)
+        out = io.StringIO()
         try:
-            serve([*args[:cut], "--dry-run", *args[cut:]], os.environ, Path.cwd(), io.StringIO(), io.StringIO())
+            serve([*args[:cut], "--dry-run", *args[cut:]], os.environ, Path.cwd(), out, io.StringIO())
         except ServeError as exc:
             raise ConfigError(f"--config {config.name}: 1bit serve: {exc.line}") from None
+        argvs[config.name] = tuple(json.loads(out.getvalue())["argv"])
+    return argvs
 
 
 # -- the lock ---------------------------------------------------------------------------------------------------
@@ -268,6 +277,7 @@ class Sample:
     seconds: float  # wall time of the request, measured here
     draft_n: int = 0
     draft_n_accepted: int = 0
+    draft_max: int = 0  # the config's draft length, from its launch line (0: no drafter, or none set)
 
     @property
     def tps(self) -> float:
@@ -277,7 +287,7 @@ class Sample:
         return {
             "round": self.round, "config": self.config, "metric": self.metric, "rep": self.rep, "tokens": self.tokens,
             "ms": round(self.ms, 3), "tps": round(self.tps, 3), "seconds": round(self.seconds, 4),
-            "draft_n": self.draft_n, "draft_n_accepted": self.draft_n_accepted,
+            "draft_n": self.draft_n, "draft_n_accepted": self.draft_n_accepted, "draft_max": self.draft_max,
         }  # fmt: skip
 
 
@@ -321,14 +331,23 @@ def prompt_ids(server: LlamaServer, prompts: Sequence[Prompt], count: int) -> tu
     return tuple(ids[k % len(ids)] for k in range(count))
 
 
-def run(bench_plan: BenchPlan, logs: Path, say: Callable[[str], None], factory: ServerFactory = default_server) -> BenchResult:
-    """Every run of the schedule on a fresh server, always stopped and reaped."""
+def run(
+    bench_plan: BenchPlan,
+    logs: Path,
+    say: Callable[[str], None],
+    factory: ServerFactory = default_server,
+    launch_lines: Mapping[str, Sequence[str]] | None = None,
+) -> BenchResult:
+    """Every run of the schedule on a fresh server, always stopped and reaped. ``launch_lines`` (from
+    :func:`check_configs`) give each config's draft length; without them, the config's own llama-server args do."""
     t0 = time.monotonic()
     started = _now()
     samples: list[Sample] = []
     servers: list[ServerRun] = []
     ids: tuple[int, ...] = ()
     schedule = bench_plan.schedule()
+    lines = launch_lines if launch_lines is not None else {c.name: c.extra for c in bench_plan.configs}
+    draft_max = {name: drafting.draft_max_of(argv) for name, argv in lines.items()}
     for k, r in enumerate(schedule, 1):
         log_path = logs / f"round{r.round}-{r.config.name}.log"
         launch = bench_plan.launch(r, free_ports(1)[0])
@@ -343,10 +362,11 @@ def run(bench_plan: BenchPlan, logs: Path, say: Callable[[str], None], factory: 
                 warmup = time.monotonic() - w0
             servers.append(ServerRun(r.round, r.config.name, server.seconds_to_healthy, str(log_path), warmup))
             for rep in range(1, bench_plan.prompt_reps + 1):
-                samples.append(_ask(server, bench_plan.prompt_body(ids), r, PROMPT, rep, bench_plan.request_timeout))
+                samples.append(_ask(server, bench_plan.prompt_body(ids), r, PROMPT, rep, bench_plan.request_timeout, draft_max.get(r.config.name, 0)))
             for prompt in bench_plan.prompts:
                 for rep in range(1, bench_plan.decode_reps + 1):
-                    samples.append(_ask(server, bench_plan.decode_body(prompt), r, f"decode {prompt.name}", rep, bench_plan.request_timeout))
+                    body = bench_plan.decode_body(prompt)
+                    samples.append(_ask(server, body, r, f"decode {prompt.name}", rep, bench_plan.request_timeout, draft_max.get(r.config.name, 0)))
         mine = [s for s in samples if s.round == r.round and s.config == r.config.name]
         say("bench:   " + ", ".join(f"{m} {max(s.tps for s in mine if s.metric == m):.1f} t/s" for m in bench_plan.metrics))
     return BenchResult(bench_plan, tuple(samples), tuple(servers), started, _now(), time.monotonic() - t0)
@@ -356,10 +376,10 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def _ask(server: LlamaServer, body: Mapping[str, Any], r: Run, metric: str, rep: int, timeout: float) -> Sample:
+def _ask(server: LlamaServer, body: Mapping[str, Any], r: Run, metric: str, rep: int, timeout: float, draft_max: int) -> Sample:
     t0 = time.monotonic()
     answer = server.completion(body, timeout=timeout)
-    return sample_from(answer, r, metric, rep, time.monotonic() - t0, server.launch.name)
+    return dataclasses.replace(sample_from(answer, r, metric, rep, time.monotonic() - t0, server.launch.name), draft_max=draft_max)
 
 
 # -- the figures (pure) ---------------------------------------------------------------------------------------------
@@ -374,7 +394,8 @@ class Figure:
     samples: int
     change_pct: float | None  # the median against the baseline's median; None for the baseline itself
     acceptance: float | None = None  # draft_n_accepted / draft_n over the samples, when anything was drafted
-    spread: Spread | None = None  # the interquartile range and a bootstrap 95% interval of the median
+    spread: Spread | None = None
+    tokens_per_step: float | None = None  # generated tokens per target step (ci.gates.drafting), when anything was drafted  # the interquartile range and a bootstrap 95% interval of the median
 
     def cell(self) -> str:
         text = f"{self.best:.1f} / {self.median:.1f}"
@@ -390,6 +411,8 @@ class Figure:
         out["change_pct"] = None if self.change_pct is None else round(self.change_pct, 2)
         if self.acceptance is not None:
             out["acceptance"] = round(self.acceptance, 4)
+        if self.tokens_per_step is not None:
+            out["tokens_per_step"] = round(self.tokens_per_step, 3)
         return out
 
 
@@ -408,8 +431,12 @@ def summarise(bench_plan: BenchPlan, samples: Sequence[Sample]) -> tuple[Figure,
                 base[metric] = median
             change = None if config is bench_plan.baseline or not base.get(metric) else 100.0 * (median / base[metric] - 1.0)
             drafted = sum(s.draft_n for s in mine)
-            accepted = sum(s.draft_n_accepted for s in mine) / drafted if drafted else None
-            out.append(Figure(config.name, metric, max(rates), median, len(mine), change, accepted, spread(rates)))
+            accepted = drafting.acceptance(drafted, sum(s.draft_n_accepted for s in mine)) if drafted else None
+            per_step = None
+            if drafted and metric != PROMPT:
+                steps = sum(drafting.steps(s.tokens, s.draft_n, s.draft_n_accepted, s.draft_max) for s in mine)
+                per_step = sum(s.tokens for s in mine) / steps if steps else 0.0
+            out.append(Figure(config.name, metric, max(rates), median, len(mine), change, accepted, spread(rates), per_step))
     return tuple(out)
 
 
@@ -460,7 +487,8 @@ def print_report(result: BenchResult, out: TextIO) -> tuple[Figure, ...]:
     print(table(p, figures), file=out)
     for f in figures:
         if f.acceptance is not None and f.metric != PROMPT:
-            print(f"bench: {f.config} {f.metric}: acceptance {100 * f.acceptance:.1f}%", file=out)
+            per_step = f", {f.tokens_per_step:.2f} tokens/step" if f.tokens_per_step is not None else ""
+            print(f"bench: {f.config} {f.metric}: acceptance {100 * f.acceptance:.1f}%{per_step}", file=out)
     return figures
 
 
@@ -481,16 +509,45 @@ def measure(
 ) -> tuple[BenchResult, tuple[Figure, ...]]:
     """Every config through ``serve --dry-run`` first, then the rounds under the box's lock; the report, and the
     JSON record when asked."""
-    check_configs(bench_plan)
+    lines = check_configs(bench_plan)
     with box_lock(lock, say):
-        result = run(bench_plan, logs, say)
+        result = run(bench_plan, logs, say, launch_lines=lines)
     out = io.StringIO()
     figures = print_report(result, out)
     say(out.getvalue().rstrip("\n"))
     if json_out is not None:
         write_json(json_out, to_json(result, figures))
         say(f"bench: wrote {json_out}")
+    svg = json_out.with_suffix(".svg") if json_out is not None else logs.parent / "bench.svg"
+    drawn = chart(result, svg)
+    say(f"bench: chart {drawn}" if drawn else f"bench: chart {NO_CHART}")
     return result, figures
+
+
+def chart(result: BenchResult, path: Path) -> Path | None:
+    """Every sample per metric and config, the median marked, titled with the model and the rounds (matplotlib, the
+    ``plot`` extra; None without it)."""
+    plt = pyplot()
+    if plt is None:
+        return None
+    p = result.plan
+    metrics = list(p.metrics)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(3.0 * len(metrics) + 0.6, 3.2), squeeze=False)
+    for ax, metric in zip(axes[0], metrics, strict=True):
+        for x, config in enumerate(p.configs):
+            ys = [s.tps for s in result.samples if s.metric == metric and s.config == config.name]
+            ax.scatter([x + 0.04 * (k % 5 - 2) for k in range(len(ys))], ys, s=12, alpha=0.7)
+            if ys:
+                ax.hlines(statistics.median(ys), x - 0.25, x + 0.25, colors="black", linewidth=1)
+        ax.set_xticks(range(len(p.configs)), [c.name for c in p.configs], fontsize=7)
+        ax.set_title(metric, fontsize=8)
+        ax.set_ylabel("t/s", fontsize=7)
+    fig.suptitle(f"bench: {p.model.name}, {p.rounds} interleaved round(s), baseline {p.baseline.name}", fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="svg")
+    plt.close(fig)
+    return path
 
 
 def session(bench_plan: BenchPlan, logs: Path, lock: Path | None, json_out: Path | None, say: Callable[[str], None]) -> int:

@@ -59,8 +59,8 @@ def cmd_bump_pin(args: argparse.Namespace) -> int:
     from ci.gates.selftest import stale_lines
     from ci.pin import bump
 
-    request = bump.BumpRequest(args.commit, args.branch, args.allow_rollback, args.reference, args.drop_upstreamed)
-    return bump.session(_ctx(args).project, request, args.remote, _path(args.report), say, stale_lines)
+    request = bump.BumpRequest(args.commit, args.branch, args.allow_rollback, args.reference, args.drop_upstreamed, url=args.url, remote=args.remote)
+    return bump.session(_ctx(args).project, request, _path(args.report), say, stale_lines)
 
 
 def cmd_patches(args: argparse.Namespace) -> int:
@@ -124,7 +124,7 @@ def cmd_main_job(args: argparse.Namespace) -> int:
 def cmd_gate_selftest(args: argparse.Namespace) -> int:
     from ci.release import evidence
 
-    return evidence.gate_selftest_session(_ctx(args), args.profile, _abs(args.faults), tuple(args.fault), say)
+    return evidence.gate_selftest_session(_ctx(args), args.profile, _abs(args.faults), tuple(args.fault), say, args.jobs, args.keep)
 
 
 def cmd_selftest_fault(args: argparse.Namespace) -> int:

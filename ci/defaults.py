@@ -11,6 +11,13 @@ REQUEST_TIMEOUT = 600.0  # seconds for one llama-server request (a long decode o
 NEAR_TIE = 0.1
 TOKENS = 256  # compared per prompt by the equivalence gate
 CONTEXT = 2048  # of the equivalence gate's servers
+# The evidence a drafter leg must give (pins.yaml equivalence.floors): drafted tokens the target accepted and rejected
+# on each prompt, and the run's acceptance. The near drafter drafted 1739 and had 965 accepted over three 256-token
+# prompts on the H200 (55.5%), 46-48% on the CPU: hundreds either way per prompt. A drafter of another seed had
+# 11 of 5924 accepted (0.2%) and passed the gate before these floors (issue 20).
+FLOOR_ACCEPTED = 16
+FLOOR_REJECTED = 8
+FLOOR_ACCEPTANCE = 0.1
 
 # what the engine's bench measured: a 1,838-token prompt (best / median of 5), 256 decode tokens (best of 3)
 BENCH_PROMPT_TOKENS = 1800

@@ -50,6 +50,7 @@ def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpa
     p.add_argument("--reference", help='a human name for the new pin, e.g. "ROCmFPX#4"')
     p.add_argument("--report", help="where to write the markdown report (default: build/bump-report.md)")
     p.add_argument("--drop-upstreamed", action="store_true", help="remove patches the new commit already has from the series")
+    p.add_argument("--url", help="the https:// URL of the fork the new pin is on, recorded in pins.yaml and .gitmodules (default: --remote when it is one)")
 
     p = command("patches", "bring the checkout to the pin with the patch series applied (or --check the series)")
     p.add_argument("--check", action="store_true", help="apply nothing; print each patch's fate: applies, already upstream, conflicts")
@@ -86,10 +87,12 @@ def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpa
     p.add_argument("--check", action="store_true", help="only say which gates passed, failed, are missing or stale")
     p.add_argument("--dist", help="where the wheel, sdist and release manifest go (default: dist/)")
 
-    p = command("gate-selftest", "plant known faults in a copy of the pinned fork, one at a time, and expect each gate to catch its own")
+    p = command("gate-selftest", "plant known faults in copies of the pinned fork, each on its own, and expect each gate to catch its own")
     _profile(p, "whose build to start from")
     p.add_argument("--faults", metavar="FILE", help="the faults (default: ci/gates/faults.yaml)")
     p.add_argument("--fault", action="append", default=[], metavar="ID", help="only this fault; repeatable")
+    p.add_argument("--jobs", type=int, default=0, metavar="N", help="faults rebuilt and judged at once (default 0: one per 4 cores)")
+    p.add_argument("--keep", action="store_true", help="keep each fault's copies of the checkout and the build (build/selftest/)")
 
     p = sub.add_parser("selftest-fault")  # gate-selftest runs it in each fault's own mount namespace
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)

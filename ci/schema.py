@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
+import math
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -95,14 +96,18 @@ class Section:
             raise self.error(f"{value} is below the minimum {minimum}", name)
         return value
 
-    def number(self, name: str, *, required: bool = True, default: float = 0.0, minimum: float | None = None) -> float:
+    def number(
+        self, name: str, *, required: bool = True, default: float = 0.0, minimum: float | None = None, maximum: float | None = None
+    ) -> float:
         value = self._get(name, required)
         if value is _MISSING:
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise self.error(f"{describe(value)} is not a number", name)
         if minimum is not None and value < minimum:
             raise self.error(f"{value} is below the minimum {minimum}", name)
+        if maximum is not None and value > maximum:
+            raise self.error(f"{value} is above the maximum {maximum}", name)
         return float(value)
 
     def strings(self, name: str, *, required: bool = True, default: tuple[str, ...] = ()) -> tuple[str, ...]:

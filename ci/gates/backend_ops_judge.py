@@ -53,6 +53,9 @@ class DirtyRule(Enum):
 
     CLEAN = "clean"  # the fork exactly as pinned
     DIRTY = "dirty"  # patches applied to the checkout (or a checkout known to differ otherwise)
+    # a planted build (gate_selftest): the planted edit is a local change by design, and whether ggml's configure step
+    # ran again to stamp it (a shader or CMake edit does, a CUDA source edit does not) decides the suffix
+    PLANTED = "planted"
 
     @classmethod
     def for_build(cls, patched: bool) -> DirtyRule:

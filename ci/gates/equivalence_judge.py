@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ci.errors import ServerFailed
+from ci.gates import drafting
 from ci.gates.results import Status
+from ci.pin.pins import Floors
 
 CONTEXT_CHARS = 60  # text shown either side of a divergence
 AFTER_TOKENS = 12
@@ -82,22 +84,17 @@ class Timings:
 
     @property
     def acceptance(self) -> float:
-        return self.draft_n_accepted / self.draft_n if self.draft_n else 0.0
+        return drafting.acceptance(self.draft_n, self.draft_n_accepted)
 
     @property
     def steps(self) -> int:
-        """Target steps: each yields its accepted drafts plus one token of its own; and it takes at least one step
-        per ``draft_max`` drafted tokens (when every draft is accepted, the count of the steps' own tokens can
-        come out at 0: the last step's own token lies past n_predict)."""
-        if self.predicted_n <= 0:
-            return 0
-        least = -(-self.draft_n // self.draft_max) if self.draft_max else 1
-        return max(self.predicted_n - self.draft_n_accepted, least, 1)
+        """Target steps (:func:`ci.gates.drafting.steps`)."""
+        return drafting.steps(self.predicted_n, self.draft_n, self.draft_n_accepted, self.draft_max)
 
     @property
     def tokens_per_step(self) -> float:
         """Generated tokens per target step."""
-        return self.predicted_n / self.steps if self.steps else 0.0
+        return drafting.tokens_per_step(self.predicted_n, self.draft_n, self.draft_n_accepted, self.draft_max)
 
 
 @dataclass(frozen=True)
@@ -216,10 +213,6 @@ class PromptVerdict:
     requests: int = 0  # requests per leg
     seconds: float = 0.0
 
-    @property
-    def drafted_anything(self) -> bool:
-        return self.drafted.draft_n > 0
-
 
 NEVER_DRAFTED = "drafter loaded but never drafted"
 NEVER_ACCEPTED = "no draft was accepted"
@@ -227,7 +220,10 @@ NEVER_REJECTED = "no draft was rejected"
 INSUFFICIENT = "insufficient evidence"
 
 
-def judge(prompt: Prompt, segments: Sequence[Segment], requested: int, near_tie: float) -> Resume | PromptVerdict:
+DEFAULT_FLOORS = Floors()
+
+
+def judge(prompt: Prompt, segments: Sequence[Segment], requested: int, near_tie: float, floors: Floors = DEFAULT_FLOORS) -> Resume | PromptVerdict:
     """Either the next request both legs must answer, or the prompt's verdict. Pure: the answers are the input."""
     if not segments:
         return Resume((), requested)
@@ -244,7 +240,7 @@ def judge(prompt: Prompt, segments: Sequence[Segment], requested: int, near_tie:
         a, b = seg.baseline.tokens[:want], seg.drafted.tokens[:want]
         i = next((j for j, (x, y) in enumerate(zip(a, b, strict=False)) if x.id != y.id), None)
 
-        verdict = functools.partial(_finish, prompt, requested, near_ties=near_ties, baseline=base_t, drafted=draft_t, requests=len(segments))
+        verdict = functools.partial(_finish, prompt, requested, near_ties=near_ties, baseline=base_t, drafted=draft_t, requests=len(segments), floors=floors)
         if i is None:
             if not last:
                 raise ValueError(f"segment {k} matched to its end, yet segment {k + 1} follows")
@@ -310,17 +306,42 @@ def _finish(
     baseline: Timings,
     drafted: Timings,
     requests: int,
+    floors: Floors,
 ) -> PromptVerdict:
     if drafted.draft_n == 0:
         # greedy equality proves nothing about a drafter that never drafted (`-md` without --spec-type, facts)
         message = f"{NEVER_DRAFTED} (timings.draft_n absent or 0 in {requests} request(s)); {message}"
         if status is Status.PASSED:
             status = Status.FAILED
-    elif drafted.draft_n_accepted == 0:
-        # every token came from the target alone: the path that keeps accepted drafts never ran
-        never = f"{NEVER_ACCEPTED} (0 of {drafted.draft_n} drafted tokens in {requests} request(s)): the accept path never ran"
-        if status is Status.PASSED:
-            status, message = Status.FAILED, f"{never}; {message}"
-        else:  # a divergence says more; the acceptance comes after it
-            message = f"{message}; {never}"
+    else:
+        short = evidence_shortfall(drafted, requests, floors)
+        if short:
+            if status is Status.PASSED:
+                status, message = Status.FAILED, f"{short}; {message}"
+            else:  # a divergence says more; the shortfall comes after it
+                message = f"{message}; {short}"
     return PromptVerdict(prompt.name, status, message, requested, compared, tuple(near_ties), divergence, detail, baseline, drafted, requests)
+
+
+def evidence_shortfall(drafted: Timings, requests: int, floors: Floors) -> str:
+    """Why one prompt's drafter leg proves too little (pins.yaml ``equivalence.floors``), or "": the accept path and
+    the rollback path must each have run at least the floor's number of drafted tokens."""
+    rejected = drafted.draft_n - drafted.draft_n_accepted
+    where = f"of {drafted.draft_n} drafted tokens in {requests} request(s)"
+    if drafted.draft_n_accepted < floors.accepted:
+        what = NEVER_ACCEPTED if drafted.draft_n_accepted == 0 else f"{drafted.draft_n_accepted} drafted tokens accepted"
+        return f"{INSUFFICIENT}: {what} ({drafted.draft_n_accepted} {where}), below the floor {floors.accepted} (equivalence.floors.accepted): the accept path ran too little"
+    if rejected < floors.rejected:
+        what = NEVER_REJECTED if rejected == 0 else f"{rejected} drafted tokens rejected"
+        return f"{INSUFFICIENT}: {what} ({rejected} {where}), below the floor {floors.rejected} (equivalence.floors.rejected): the rollback path ran too little"
+    return ""
+
+
+def run_shortfall(drafted: Timings, floors: Floors) -> str:
+    """Why the whole run's acceptance proves too little, or ""."""
+    if drafted.draft_n and drafted.acceptance < floors.acceptance:
+        return (
+            f"{INSUFFICIENT}: the run's acceptance {drafted.draft_n_accepted}/{drafted.draft_n} ({100 * drafted.acceptance:.1f}%) is below the floor "
+            f"{100 * floors.acceptance:g}% (equivalence.floors.acceptance): a drafter that almost never drafts right proves little"
+        )
+    return ""

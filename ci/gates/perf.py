@@ -22,9 +22,10 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ci.errors import ConfigError
+from ci.gates import drafting
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
 
 if TYPE_CHECKING:
@@ -95,11 +96,12 @@ class Sample:
     predicted_n: int = 0
     draft_n: int = 0
     draft_n_accepted: int = 0
+    draft_max: int = 0
 
 
 def from_bench(samples: Sequence[bench.Sample]) -> list[Sample]:
     """The bench's samples as the checks read them: reps kept, tokens generated for decode."""
-    return [Sample(s.round, s.config, s.metric, s.tps, s.tokens if s.metric != "prompt" else 0, s.draft_n, s.draft_n_accepted) for s in samples]
+    return [Sample(s.round, s.config, s.metric, s.tps, s.tokens if s.metric != "prompt" else 0, s.draft_n, s.draft_n_accepted, s.draft_max) for s in samples]
 
 
 def value(term: Term, samples: Sequence[Sample], round_: int) -> float | None:
@@ -116,10 +118,9 @@ def value(term: Term, samples: Sequence[Sample], round_: int) -> float | None:
     drafted = sum(s.draft_n for s in mine)
     accepted = sum(s.draft_n_accepted for s in mine)
     if term.metric == "acceptance":
-        return accepted / drafted if drafted else 0.0
-    predicted = sum(s.predicted_n for s in mine)
-    steps = max(predicted - accepted, 1) if predicted else 0
-    return predicted / steps if steps else 0.0
+        return drafting.acceptance(drafted, accepted)
+    steps = sum(drafting.steps(s.predicted_n, s.draft_n, s.draft_n_accepted, s.draft_max) for s in mine)
+    return sum(s.predicted_n for s in mine) / steps if steps else 0.0
 
 
 def per_round(check: Check, samples: Sequence[Sample]) -> list[float]:
@@ -192,8 +193,11 @@ def judge_check(check: Check, values: Sequence[float], released: Released | None
     return Judged(check, tuple(values), s, status, message)
 
 
-def result(checks: Sequence[Check], samples: Sequence[Sample], released: Released | None, pin: str, models: str, seconds: float) -> GateResult:
-    judged = [judge_check(c, per_round(c, samples), released, pin) for c in checks]
+def judge_all(checks: Sequence[Check], samples: Sequence[Sample], released: Released | None, pin: str) -> list[Judged]:
+    return [judge_check(c, per_round(c, samples), released, pin) for c in checks]
+
+
+def result(judged: Sequence[Judged], released: Released | None, pin: str, models: str, seconds: float) -> GateResult:
     cases = tuple(CaseResult(j.check.name, j.status, j.message, classname=GATE, detail=f"{j.check.text}; measured: {j.check.measured}; values {', '.join(f'{v:.3f}' for v in j.values)}") for j in judged)
     problems = tuple(j.message for j in judged if not j.status.ok)
     status = Status.PASSED if judged and all(j.status.ok for j in judged) else (Status.ERROR if any(j.status is Status.ERROR for j in judged) else Status.FAILED)
@@ -213,30 +217,46 @@ def medians(metrics: Mapping[str, float]) -> dict[str, float]:
     return {k[: -len(".median")]: float(v) for k, v in metrics.items() if k.endswith(".median")}
 
 
-def chart(samples: Sequence[Sample], path: Path) -> Path | None:
-    """Every sample per config and metric, as an SVG beside the JSON (matplotlib, the ``plot`` extra); None when
-    matplotlib is not installed."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+def chart(judged: Sequence[Judged], path: Path, title: str) -> Path | None:
+    """Each judged check as the gate judged it: its per-round values, their median, the bootstrap 95% interval of the
+    median and the floor, one panel a check, titled with the profile, the pin and the models (matplotlib, the ``plot``
+    extra; None when it is not installed)."""
+    plt = pyplot()
+    if plt is None or not judged:
         return None
-    metrics = sorted({s.metric for s in samples})
-    configs = sorted({s.config for s in samples})
-    fig, axes = plt.subplots(1, len(metrics), figsize=(3.2 * len(metrics), 3.0), squeeze=False)
-    for ax, metric in zip(axes[0], metrics, strict=True):
-        for x, config in enumerate(configs):
-            ys = [s.tps for s in samples if s.metric == metric and s.config == config]
-            ax.scatter([x + 0.04 * (k % 5 - 2) for k in range(len(ys))], ys, s=12, alpha=0.7)
-            if ys:
-                ax.hlines(statistics.median(ys), x - 0.25, x + 0.25, colors="black", linewidth=1)
-        ax.set_xticks(range(len(configs)), configs)
-        ax.set_title(metric, fontsize=9)
-        ax.set_ylabel("t/s", fontsize=8)
+    fig, axes = plt.subplots(1, len(judged), figsize=(3.0 * len(judged) + 0.6, 3.4), squeeze=False)
+    for ax, j in zip(axes[0], judged, strict=True):
+        colour = "tab:green" if j.status.ok else "tab:red"
+        xs = [0.04 * (k % 7 - 3) for k in range(len(j.values))]
+        ax.scatter(xs, j.values, s=14, alpha=0.6, color="tab:blue", label="rounds")
+        if j.spread is not None:
+            ax.errorbar([0.3], [j.spread.median], yerr=[[j.spread.median - j.spread.low], [j.spread.high - j.spread.median]],
+                        fmt="o", color=colour, capsize=4, label="median, 95% interval")  # fmt: skip
+        ax.axhline(j.check.floor, color="black", linestyle="--", linewidth=1, label=f"floor {j.check.floor:g}")
+        ax.set_xlim(-0.5, 0.7)
+        ax.set_xticks([])
+        ax.set_title(f"{j.check.name}\n{j.status.value}", fontsize=8, color=colour)
+        ax.tick_params(labelsize=7)
+    axes[0][0].legend(fontsize=6, loc="best")
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="svg")
     plt.close(fig)
     return path
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot, headless, or None without the plot extra."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: searchable, and the file small
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+NO_CHART = "not drawn: matplotlib is not installed (the plot extra: nox installs it for gpu_tests, the main job and bench; pip install '.[plot]')"

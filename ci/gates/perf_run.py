@@ -25,11 +25,13 @@ def run(target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
     device = ctx.profile(manifest.profile).serve_device
     server = manifest.binary(target.build.build_dir, "llama-server")
     samples = measure(model, drafter, server, device, options.rounds, models == equivalence.TINY_MODELS, out)
-    drawn = perf.chart(samples, out / "perf.svg")
     released = last_release(target, models)
-    judged = perf.result(checks, samples, released, manifest.pin_commit, models, time.monotonic() - t0)
-    chart = drawn.name if drawn else "not drawn: matplotlib is not installed (pip install '.[plot]')"
-    return dataclasses.replace(judged, properties=(*judged.properties, ("chart", chart)))
+    judged = perf.judge_all(checks, samples, released, manifest.pin_commit)
+    title = f"perf: {manifest.profile}, pin {manifest.pin_commit[:7]}, {models} ({options.rounds} rounds)"
+    drawn = perf.chart(judged, out / "perf.svg", title)
+    result = perf.result(judged, released, manifest.pin_commit, models, time.monotonic() - t0)
+    chart = str(out / "perf.svg") if drawn else perf.NO_CHART
+    return dataclasses.replace(result, properties=(*result.properties, ("chart", chart)))
 
 
 def measure(model: Path, drafter: Path, llama_server: Path, device: str, rounds: int, tiny: bool, out: Path) -> list[perf.Sample]:

@@ -17,6 +17,7 @@ from ci.errors import ConfigError, Refused
 from ci.files import sha256_cached
 from ci.gates import backend_ops, equivalence, route, tinymodels
 from ci.gates.results import GateResult
+from ci.pin.pins import Pins
 from ci.schema import did_you_mean
 
 
@@ -27,6 +28,7 @@ class GateOptions:
     model: Path | None = None  # the equivalence gate's target; default pins.yaml, else tiny models
     drafter: Path | None = None
     tokens: int | None = None
+    planted: bool = False  # a gate_selftest build: a fault planted in a copy of the checkout (DirtyRule.PLANTED)
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,8 @@ class BackendOpsGate:
         series = ctx.series
         # ggml's build commit says -dirty exactly when the checkout's ggml/ differs from the pin: the series touches it
         dirty = backend_ops.DirtyRule.DIRTY if series.touches("ggml/") else backend_ops.DirtyRule.CLEAN
+        if options.planted:
+            dirty = backend_ops.DirtyRule.PLANTED
         return backend_ops.run_gate(
             manifest.binary(target.build.build_dir, "test-backend-ops"),
             manifest.device,
@@ -91,6 +95,7 @@ class EquivalenceGate:
             build_key=manifest.key,
             llama_server_sha256=manifest.binaries["llama-server"].sha256,
             models=models,
+            floors=config.floors,
         )
         return equivalence.run(equivalence_plan, out / "equivalence-logs")
 
@@ -110,7 +115,7 @@ def equivalence_models(ctx: Context, options: GateOptions, build_dir: Path) -> t
             if ref.sha256 is not None and sha256_cached(path) != ref.sha256:
                 raise Refused(f"pins.yaml: equivalence.{key}: {ref.path} has sha256 {sha256_cached(path)[:12]}, not {ref.sha256[:12]}: another file than the release's")
             paths.append(path)
-        return paths[0], paths[1], equivalence.RELEASE_MODELS if config.release_models else equivalence.GIVEN_MODELS
+        return paths[0], paths[1], equivalence.RELEASE_MODELS
     models = tinymodels.write_tiny_models(build_dir / "tiny-models")
     return models.target, models.near_drafter, equivalence.TINY_MODELS
 
@@ -119,6 +124,7 @@ class PerfGate:
     """The seeds' performance claims (pins.yaml expect.perf), measured by the bench on the build's llama-server."""
 
     name = "perf"
+    shows_cases = True  # gpu_tests prints each check's figures
 
     def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
         from ci.gates import perf_run
@@ -129,13 +135,21 @@ class PerfGate:
 GATES: tuple[Gate, ...] = (RouteGate(), BackendOpsGate(), EquivalenceGate())
 NAMES: tuple[str, ...] = tuple(g.name for g in GATES)
 OPTIONAL: tuple[Gate, ...] = (PerfGate(),)  # run when asked (--gate perf) or when pins.yaml expects it
+SELFTEST = "gate_selftest"  # its own session (it plants faults and rebuilds); ship requires it when pins.yaml says so
 
 
-def select(names: Sequence[str], extra: Sequence[str] = ()) -> tuple[Gate, ...]:
-    """The gates named (all the required ones, and the optional ones in ``extra``, when none is), in order."""
+def required(pins: Pins) -> tuple[str, ...]:
+    """Every gate ship requires for a build of ``pins``, in the order gpu_tests runs them: the three always, perf
+    when pins.yaml declares checks (expect.perf) or requires it, the self-test when release.require names it."""
+    extra = {*pins.release_require, *(("perf",) if pins.perf else ())}
+    return (*NAMES, *(g.name for g in OPTIONAL if g.name in extra), *((SELFTEST,) if SELFTEST in extra else ()))
+
+
+def select(names: Sequence[str], pins: Pins) -> tuple[Gate, ...]:
+    """The gates named, or every gate ship requires (but the self-test, a session of its own) when none is, in order."""
     known = (*NAMES, *(g.name for g in OPTIONAL))
     for n in names:
         if n not in known:
             raise ConfigError(f"--gate {n}: unknown gate{did_you_mean(n, known)}; gates: {', '.join(known)}")
-    wanted = set(names) if names else {*NAMES, *extra}
+    wanted = set(names) if names else set(required(pins))
     return tuple(g for g in (*GATES, *OPTIONAL) if g.name in wanted)

@@ -15,10 +15,12 @@ A fault whose anchor no longer occurs exactly once at the pin is *stale*: report
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -26,7 +28,7 @@ from pathlib import Path
 from ci.build.cmake import BuildRequest
 from ci.build.context import Context
 from ci.build.stage import current_build
-from ci.command import run
+from ci.command import end_tree, resolve, run
 from ci.errors import ConfigError, ToolchainError
 from ci.files import write_json
 from ci.gates import registry
@@ -36,6 +38,8 @@ from ci.source.git import Git
 
 GATE = "gate_selftest"
 FAULTS = "faults.yaml"
+# a fault's id names its directory under build/selftest/<profile>/: the rule recipe ids follow (serve/recipes.py)
+ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 ALL = "all"
 GATES = ("backend_ops", "equivalence", ALL)
 
@@ -82,8 +86,11 @@ def load_faults(path: Path | None = None) -> tuple[Fault, ...]:
         expect = s.string("expect")
         if expect not in ("failed", "error", "passed"):
             raise s.error(f'"{expect}" is not failed or error (caught) nor passed (benign)', "expect")
+        fault_id = s.string("id")
+        if not ID_RE.match(fault_id) or fault_id in (".", ".."):
+            raise s.error(f'"{fault_id}" is not a fault id (letters, digits, ".", "_", "-"; it names a directory)', "id")
         fault = Fault(
-            id=s.string("id"),
+            id=fault_id,
             file=s.string("file"),
             search=s.string("search"),
             replace=s.string("replace"),
@@ -198,8 +205,8 @@ def inside(ctx: Context, profile: str, fault: Fault, work: Path, say: Callable[[
         run(list(plan.build_argv), env={**os.environ, **dict(plan.env)}, log_file=log, what=f"rebuild with {fault.id}")
     rebuild = time.monotonic() - t
     target = registry.BuildUnderTest(ctx, build)
-    for gate in registry.select(fault.gates):
-        result = gate.run(target, registry.GateOptions(), trial.out)
+    for gate in registry.select(fault.gates, ctx.pins):
+        result = gate.run(target, registry.GateOptions(planted=True), trial.out)
         write_json(trial.out / f"{gate.name}.json", result.to_json())
     write_json(trial.work / "rebuild.json", {"seconds": round(rebuild, 2)})
     say(f"selftest-fault: {fault.id}: rebuilt in {rebuild:.1f} s, ran {', '.join(fault.gates)}")
@@ -234,9 +241,12 @@ class Outcome:
         return values.pop() if len(values) == 1 else ", ".join(f"{g} {s.value}" for g, s in self.got.items())
 
 
-def selftest(ctx: Context, profile: str, faults_file: Path | None, only: Sequence[str], say: Callable[[str], None]) -> tuple[GateResult, str]:
+def selftest(
+    ctx: Context, profile: str, faults_file: Path | None, only: Sequence[str], say: Callable[[str], None], jobs: int = 0, keep: bool = False
+) -> tuple[GateResult, str]:
     """Every fault of ``profile`` planted and judged: the gate's result, and the table (fault, gate, expected, got,
-    seconds, first problem)."""
+    seconds, first problem). Faults are independent builds, so ``jobs`` of them (0: a fault per 4 cores) rebuild and
+    run at once; each copy is removed once judged, unless ``keep``."""
     started = time.monotonic()
     build = current_build(ctx, profile)  # refused unless the build is exactly the current one
     faults = [f for f in load_faults(faults_file) if profile in f.profiles and (not only or f.id in only)]
@@ -245,23 +255,64 @@ def selftest(ctx: Context, profile: str, faults_file: Path | None, only: Sequenc
         raise ConfigError(f"--fault: {', '.join(sorted(set(only) - {f.id for f in faults}))}: not a fault for profile {profile} (faults: {', '.join(known)})")
     if not faults:
         raise ConfigError(f"{faults_file or 'ci/gates/' + FAULTS}: no fault for profile {profile}")
+    if jobs < 0:
+        raise ConfigError(f"--jobs {jobs}: must be 0 (a fault per 4 cores) or more")
     source = ctx.source()
     texts = files_at(source.gitdir, Git(source.gitdir, source.workdir).write_tree(), [f.file for f in faults])
     root = ctx.root / "build" / "selftest" / profile
-    outcomes: list[Outcome] = []
+    outcomes: dict[str, Outcome] = {}
+    trials: list[Trial] = []
     for fault in faults:
         why = stale(fault, texts[fault.file])
         if why is not None:
             say(f"gate_selftest: {fault.id}: {why}")
-            outcomes.append(Outcome(fault, {}, why, 0.0, stale=True))
+            outcomes[fault.id] = Outcome(fault, {}, why, 0.0, stale=True)
             continue
-        say(f"gate_selftest: {fault.id}: planted in {fault.file}; rebuilding and running {', '.join(fault.gates)}")
-        t = time.monotonic()
-        trial = plant(ctx, profile, fault, root)
-        done = run(namespace_argv(ctx, profile, trial, faults_file), check=False, what=f"selftest-fault {fault.id}")
-        outcomes.append(_outcome(fault, trial, done.returncode, done.output, time.monotonic() - t))
-        say(f"gate_selftest: {fault.id}: {outcomes[-1].got_text} ({'as expected' if outcomes[-1].ok else 'NOT as expected'}) in {outcomes[-1].seconds:.1f} s")
-    return _result(build.key, outcomes, time.monotonic() - started), table(outcomes)
+        trials.append(plant(ctx, profile, fault, root))
+        say(f"gate_selftest: {fault.id}: planted in {fault.file}; it will rebuild and run {', '.join(fault.gates)}")
+    width = jobs or max(1, min(len(trials), (os.cpu_count() or 1) // CORES_PER_FAULT))
+    if len(trials) > 1:
+        say(f"gate_selftest: {len(trials)} faults, {width} at a time")
+    for trial, code, output, seconds in _run_all(ctx, profile, trials, faults_file, width):
+        o = _outcome(trial.fault, trial, code, output, seconds)
+        outcomes[trial.fault.id] = o
+        say(f"gate_selftest: {o.fault.id}: {o.got_text} ({'as expected' if o.ok else 'NOT as expected'}) in {o.seconds:.1f} s (rebuild {o.rebuild:.1f} s)")
+        if not keep:
+            for copy in (trial.src, trial.build):
+                shutil.rmtree(copy, ignore_errors=True)
+    ordered = [outcomes[f.id] for f in faults]
+    return _result(build.key, ordered, time.monotonic() - started, width), table(ordered)
+
+
+CORES_PER_FAULT = 4  # a fault's rebuild is one to a few units, and its gates want a core or two of their own
+
+
+def _run_all(
+    ctx: Context, profile: str, trials: Sequence[Trial], faults_file: Path | None, width: int
+) -> Iterator[tuple[Trial, int, str, float]]:
+    """Each trial's namespace run, ``width`` at a time, as each ends: (trial, exit status, output, seconds). On any
+    exception (Ctrl-C included) every run still going is ended, its whole process tree with it."""
+    pending = list(trials)
+    running: dict[subprocess.Popen[bytes], tuple[Trial, float]] = {}
+    try:
+        while pending or running:
+            while pending and len(running) < width:
+                trial = pending.pop(0)
+                argv = namespace_argv(ctx, profile, trial, faults_file)
+                argv[0] = resolve(argv[0])
+                with (trial.work / "run.log").open("wb") as log:
+                    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+                running[proc] = (trial, time.monotonic())
+            done = [proc for proc in running if proc.poll() is not None]
+            for proc in done:
+                trial, t0 = running.pop(proc)
+                output = (trial.work / "run.log").read_text(encoding="utf-8", errors="replace")
+                yield trial, int(proc.returncode), output, time.monotonic() - t0
+            if not done:
+                time.sleep(0.1)
+    finally:
+        for proc in running:
+            end_tree(proc, grace=10.0)
 
 
 def _outcome(fault: Fault, trial: Trial, code: int, output: str, seconds: float) -> Outcome:
@@ -282,7 +333,7 @@ def _outcome(fault: Fault, trial: Trial, code: int, output: str, seconds: float)
     return Outcome(fault, got, problem, seconds, rebuild)
 
 
-def _result(key: str, outcomes: Sequence[Outcome], seconds: float) -> GateResult:
+def _result(key: str, outcomes: Sequence[Outcome], seconds: float, width: int = 1) -> GateResult:
     cases = []
     problems = []
     for o in outcomes:
@@ -297,8 +348,11 @@ def _result(key: str, outcomes: Sequence[Outcome], seconds: float) -> GateResult
     benign = sum(o.ok for o in outcomes if o.fault.expect is Status.PASSED)
     benigns = sum(o.fault.expect is Status.PASSED for o in outcomes)
     status = Status.PASSED if all(o.ok for o in outcomes) else Status.FAILED
+    slowest = max((o.seconds for o in outcomes), default=0.0)
     summary = f"{status.value.upper()}: {caught}/{faults} faults caught by their gates, {benign}/{benigns} benign edits passed every gate"
+    summary += f"; {seconds:.1f} s in all, {width} at a time" + (f", {seconds / slowest:.2f}x the slowest fault ({slowest:.1f} s)" if slowest else "")
     metrics = tuple((f"{o.fault.id}.seconds", round(o.seconds, 1)) for o in outcomes) + tuple((f"{o.fault.id}.rebuild_seconds", o.rebuild) for o in outcomes)
+    metrics += (("slowest_fault_seconds", round(slowest, 1)), ("parallel", width))
     return GateResult(GATE, status, summary, tuple(cases), tuple(problems), case_counts(cases), (("build_key", key),), metrics, seconds)
 
 

@@ -38,6 +38,8 @@ class BumpRequest:
     reference: str | None = None
     drop_upstreamed: bool = False
     today: dt.date = field(default_factory=dt.date.today)
+    url: str | None = None  # --url: the fork the new pin is on, recorded in pins.yaml and .gitmodules
+    remote: str | None = None  # --remote: where the new commit was fetched from (a URL or a local mirror)
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class BumpPlan:
     pins_text: str
     gitmodules_text: str | None
     reference: str
+    url: str
     date: str
     series: Series
     series_plan: SeriesPlan | None  # the series against the new commit
@@ -71,7 +74,7 @@ class BumpPlan:
 
     @property
     def unchanged(self) -> bool:
-        return self.move.relation is Relation.SAME and self.branch == self.pins.fork.branch
+        return self.move.relation is Relation.SAME and self.branch == self.pins.fork.branch and self.url == self.pins.fork.url
 
     def headline(self) -> str:
         old, new = self.old[:7], self.new[:7]
@@ -97,7 +100,7 @@ class BumpPlan:
         lines = [
             f"## Bump the ROCmFPX pin: {self.old[:7]} -> {self.new[:7]}",
             "",
-            f"- Fork: {fork.url}, branch `{self.branch}`",
+            f"- Fork: {self.url}, branch `{self.branch}`" + (f" (was {fork.url})" if self.url != fork.url else ""),
             f"- From: `{self.old}` ({fork.reference}, pinned {fork.date})",
             f"- To: `{self.new}` ({self.reference}, pinned {self.date})",
             f"- Move: {self.headline()}",
@@ -143,18 +146,25 @@ def plan(project: Project, store: ForkStore, request: BumpRequest) -> BumpPlan:
             Relation.UNRELATED: f"the current pin {old[:12]} is not in this fork, so {new[:12]} cannot be shown to be ahead",
         }[move.relation]
         raise Refused(f"bump refused: {why}; pass --allow-rollback if this is meant")
+    url = fork_url(pins.fork.url, request, move.relation, new)
     reference = request.reference or (pins.fork.reference if move.relation is Relation.SAME else f"{branch}@{new[:7]}")
     date = pins.fork.date if move.relation is Relation.SAME else request.today.isoformat()
     changes = {"commit": new, "reference": reference, "date": date}
     if branch != pins.fork.branch:
         changes["branch"] = branch
-    pins_text = pins_mod.edit_fork(pins.text, changes) if move.relation is not Relation.SAME or changes.get("branch") else pins.text
+    if url != pins.fork.url:
+        changes["url"] = url
+    moved = move.relation is not Relation.SAME or "branch" in changes or "url" in changes
+    pins_text = pins_mod.edit_fork(pins.text, changes) if moved else pins.text
     gitmodules_text = None
-    if branch != pins.fork.branch:
+    if branch != pins.fork.branch or url != pins.fork.url:
         sub = read_gitmodules(project.gitmodules_path).get(pins.submodule)
         if sub is None:
             raise Refused(f".gitmodules: no submodule at {pins.submodule}; run nox -s verify_pin")
-        gitmodules_text = set_gitmodules_value(project.gitmodules_path.read_text(), sub.name, "branch", branch)
+        gitmodules_text = project.gitmodules_path.read_text()
+        for key, value, old_value in (("branch", branch, pins.fork.branch), ("url", url, pins.fork.url)):
+            if value != old_value:
+                gitmodules_text = set_gitmodules_value(gitmodules_text, sub.name, key, value)
     subjects = tuple(store.subjects_between(old, new)) if move.relation is not Relation.SAME else ()
     series = load_series(project.root / PATCHES_DIR)
     series_plan, dropped, series_file = _series_at(project, store, series, old, commit, request)
@@ -173,6 +183,7 @@ def plan(project: Project, store: ForkStore, request: BumpRequest) -> BumpPlan:
         pins_text=pins_text,
         gitmodules_text=gitmodules_text,
         reference=reference,
+        url=url,
         date=date,
         series=series,
         series_plan=series_plan,
@@ -180,6 +191,26 @@ def plan(project: Project, store: ForkStore, request: BumpRequest) -> BumpPlan:
         series_text=series_file,
         checkout=follow,
     )
+
+
+def fork_url(current: str, request: BumpRequest, relation: Relation, new: str) -> str:
+    """The fork URL to record for the new pin: ``--url``; else an https ``--remote`` it was fetched from; else the
+    current one, unless the new pin is not in the current pin's history and came from a local mirror, which cannot
+    say where the fork lives: that is refused, naming ``--url``."""
+    if request.url is not None:
+        problem = pins_mod.check_url(request.url)
+        if problem:
+            raise Refused(f'--url "{request.url}" {problem}; give the fork\'s https:// URL')
+        return request.url
+    remote = request.remote
+    if remote is not None and remote.startswith("https://"):
+        return remote
+    if remote is not None and relation is Relation.UNRELATED:
+        raise Refused(
+            f"bump refused: {new[:12]} came from {remote} and the current pin is not in its history, so it is likely another fork "
+            f"than {current}; give --url https://... for the fork that has it (recorded in pins.yaml and .gitmodules), or --url {current} to keep this one"
+        )
+    return current
 
 
 def _series_at(
@@ -254,16 +285,14 @@ class BumpOutcome:
 StaleCheck = Callable[[Path, str], list[str]]  # (fork store, tree) -> "fault: why" lines
 
 
-def run(
-    project: Project, request: BumpRequest, remote: str | None, report: Path | None, say: Callable[[str], None], stale: StaleCheck | None = None
-) -> BumpOutcome:
+def run(project: Project, request: BumpRequest, report: Path | None, stale: StaleCheck | None = None) -> BumpOutcome:
     """``nox -s bump_pin``: the current pin must verify; fetch; plan; write everything or nothing; the report."""
     check = verify(project)
     if not check.ok:
         raise Refused("the current pin does not verify; fix it first: " + "; ".join(check.problems))
     pins = project.load_pins()
     store = ForkStore.open(project.module_gitdir(pins.submodule))
-    where = remote or pins.fork.url
+    where = request.remote or pins.fork.url
     log.info("fetching %s", where)
     log.info("fetched %s", store.sync(where))
     bump = plan(project, store, request)
@@ -278,11 +307,9 @@ def run(
     return BumpOutcome(bump, path)
 
 
-def session(
-    project: Project, request: BumpRequest, remote: str | None, report: Path | None, say: Callable[[str], None], stale: StaleCheck | None = None
-) -> int:
+def session(project: Project, request: BumpRequest, report: Path | None, say: Callable[[str], None], stale: StaleCheck | None = None) -> int:
     """``nox -s bump_pin -- SHA``: what moves, the series at the new pin, then everything written (or nothing)."""
-    done = run(project, request, remote, report, say, stale)
+    done = run(project, request, report, stale)
     bump = done.plan
     say(f"bump_pin: {bump.headline()}")
     for line in bump.subject_lines():

@@ -30,8 +30,9 @@ def _full_sha(value: str) -> str | None:
     return None if SHA_RE.match(value) else "is not a full 40-hex sha"
 
 
-def _https(value: str) -> str | None:
-    return None if value.startswith("https://") else "is not an https:// URL"
+def check_url(value: str) -> str | None:
+    """Why ``value`` is not a fork URL pins.yaml can record, or None."""
+    return None if value.startswith("https://") and len(value) > len("https://") and not any(c.isspace() for c in value) else "is not an https:// URL"
 
 
 def _branch(value: str) -> str | None:
@@ -99,6 +100,20 @@ class ModelRef:
 
 
 @dataclass(frozen=True)
+class Floors:
+    """pins.yaml ``equivalence.floors``: the evidence below which a pass proves too little. Per prompt, the drafter
+    leg's drafted tokens the target accepted (the accept path) and rejected (the rollback path); over the run, the
+    acceptance. Below one, the verdict is *insufficient evidence*, naming the figure and the floor."""
+
+    accepted: int = defaults.FLOOR_ACCEPTED
+    rejected: int = defaults.FLOOR_REJECTED
+    acceptance: float = defaults.FLOOR_ACCEPTANCE
+
+    def describe(self) -> str:
+        return f"accepted >= {self.accepted} and rejected >= {self.rejected} drafted tokens per prompt, acceptance >= {self.acceptance:g}"
+
+
+@dataclass(frozen=True)
 class EquivalenceConfig:
     """pins.yaml ``equivalence``: the greedy-equivalence gate's threshold and models for this pin."""
 
@@ -107,11 +122,7 @@ class EquivalenceConfig:
     model: ModelRef | None = None  # None: the gate's tiny generated models
     drafter: ModelRef | None = None
     spec_type: str | None = None
-
-    @property
-    def release_models(self) -> bool:
-        """Whether pins.yaml names the release models by content (then only evidence on exactly them ships)."""
-        return self.model is not None and self.drafter is not None and self.model.sha256 is not None and self.drafter.sha256 is not None
+    floors: Floors = field(default_factory=Floors)
 
 
 @dataclass(frozen=True)
@@ -156,7 +167,7 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
     top = Section(name, "", data if data is not None else {})
     fork_s = top.required_section("fork")
     fork = Fork(
-        url=fork_s.string("url", check=_https),
+        url=fork_s.string("url", check=check_url),
         branch=fork_s.string("branch", check=_branch),
         commit=fork_s.string("commit", check=_full_sha),
         reference=fork_s.string("reference"),
@@ -193,7 +204,7 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
                 checks = []
                 for i, item in enumerate(items):
                     c = Section(perf_section.file, f"{perf_section.key(models)}[{i}]", item)
-                    tolerance = c.number("tolerance", required=False, default=0.1, minimum=0.0)
+                    tolerance = c.number("tolerance", required=False, default=0.1, minimum=0.0, maximum=1.0)
                     checks.append(parse_check(c.string("check"), c.string("measured"), tolerance, f"{c.file}: {c.key('check')}"))
                     c.done()
                 perf.append((models, tuple(checks)))
@@ -241,11 +252,25 @@ def _equivalence_config(section: Section | None) -> EquivalenceConfig:
         model=_model_ref(section, "model"),
         drafter=_model_ref(section, "drafter"),
         spec_type=section.string("spec_type", required=False, default="") or None,
+        floors=_floors(section.section("floors", required=False)),
     )
     if (config.model is None) != (config.drafter is None):
         raise section.error("give both model and drafter, or neither (the gate's tiny models)")
     section.done()
     return config
+
+
+def _floors(section: Section | None) -> Floors:
+    if section is None:
+        return Floors()
+    default = Floors()
+    floors = Floors(
+        accepted=section.integer("accepted", required=False, default=default.accepted, minimum=1),
+        rejected=section.integer("rejected", required=False, default=default.rejected, minimum=1),
+        acceptance=section.number("acceptance", required=False, default=default.acceptance, minimum=0.0, maximum=1.0),
+    )
+    section.done()
+    return floors
 
 
 CMAKE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.+-]*$")

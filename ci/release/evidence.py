@@ -18,7 +18,7 @@ from ci.files import shown
 from ci.gates import backend_ops, equivalence, results
 from ci.gates.backend_ops_output import OP_RE
 from ci.gates.equivalence import EquivalencePlan
-from ci.gates.registry import NAMES, BuildUnderTest, GateOptions, select
+from ci.gates.registry import BuildUnderTest, GateOptions, select
 from ci.gates.results import GateResult, Status
 from ci.release import ledger
 
@@ -26,7 +26,7 @@ from ci.release import ledger
 @dataclass(frozen=True)
 class GpuTestsRequest:
     profile: str
-    gates: tuple[str, ...] = NAMES
+    gates: tuple[str, ...] = ()  # none: every gate ship requires (registry.required)
     out: Path | None = None
     options: GateOptions = field(default_factory=GateOptions)
 
@@ -60,11 +60,15 @@ def run_gpu_tests(ctx: Context, request: GpuTestsRequest, say: Callable[[str], N
     say(f"gpu_tests: {manifest.profile} build {key[:12]} (pin {manifest.pin_commit[:7]}, patches {manifest.series_digest[:12]}), device {manifest.device}")
     target = BuildUnderTest(ctx, build)
     done: list[GateResult] = []
-    for gate in select(request.gates, extra=("perf",) if ctx.pins.perf else ()):
+    for gate in select(request.gates, ctx.pins):
         say(f"gpu_tests: {gate.name} ...")
         result = gate.run(target, request.options, out)
         line = record(result, out, {"build_key": key, "profile": manifest.profile}, ledger_path=ledger.ledger_path(ledger.default_results_dir(ctx.root)), build=context, root=ctx.root)
         say(f"gpu_tests: {gate.name}: {result.status.value}: {result.summary} (ledger line {line.line if line else '?'})")
+        if getattr(gate, "shows_cases", False):  # the perf gate: each check's figures, and where its chart is
+            for case in result.cases:
+                say(f"  {case.message}")
+            say(f"  chart: {dict(result.properties).get('chart', '?')}")
         done.append(result)
     results.write_junit(out / "gpu_tests.junit.xml", done, {"build_key": key, "profile": manifest.profile, "pin": manifest.pin_commit})
     return done
@@ -224,13 +228,15 @@ def _one_gate(result: GateResult, out: Path, say: Callable[[str], None]) -> int:
     return GateFailed.exit_code if result.status is Status.FAILED else ServerFailed.exit_code
 
 
-def gate_selftest_session(ctx: Context, profile: str, faults: Path | None, only: Sequence[str], say: Callable[[str], None]) -> int:
+def gate_selftest_session(
+    ctx: Context, profile: str, faults: Path | None, only: Sequence[str], say: Callable[[str], None], jobs: int = 0, keep: bool = False
+) -> int:
     """``nox -s gate_selftest``: every fault of the profile planted and judged; the record goes to the ledger under
     the build key, for ship when pins.yaml release.require names gate_selftest."""
     from ci.gates import selftest
 
     build = current_build(ctx, profile)
-    result, shown = selftest.selftest(ctx, profile, faults, only, say)
+    result, shown = selftest.selftest(ctx, profile, faults, only, say, jobs, keep)
     m = build.manifest
     results_dir = ledger.default_results_dir(ctx.root)
     out = results_dir / m.key[:12]

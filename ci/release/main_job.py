@@ -1,5 +1,6 @@
-"""What ``nox`` runs by default: verify the pin; then build, run every gate and check shipping where the profile's
-toolchain is; on a machine without it, say what is missing and run the gate that needs no GPU (the route tests)."""
+"""What ``nox`` runs by default, the whole pipeline: verify the pin; then, where the profile's toolchain is, build,
+run every gate ship requires (registry.required: gpu_tests' gates, then the self-test when pins.yaml requires it) and
+ship; on a machine without it, say what is missing and run the gate that needs no GPU (the route tests)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from ci.build.cmake import BuildRequest
 from ci.build.context import Context
 from ci.build.stage import run_build
 from ci.errors import GateFailed, ToolchainError
-from ci.gates.registry import GateOptions
+from ci.gates.registry import SELFTEST, GateOptions, required
 from ci.gates.route import route_gate
 from ci.pin.verify import verify
 from ci.release import evidence, ledger, ship
@@ -36,8 +37,10 @@ def run(ctx: Context, request: MainJobRequest, say: Callable[[str], None]) -> in
     run_build(ctx, BuildRequest(profile=profile.name, remote=request.remote), say)
     done = evidence.run_gpu_tests(ctx, evidence.GpuTestsRequest(profile.name, options=GateOptions()), say)
     evidence.report(done, f"gpu_tests, profile {profile.name}", say)
+    if SELFTEST in required(ctx.pins):
+        evidence.gate_selftest_session(ctx, profile.name, None, (), say)
     results_dir = ledger.default_results_dir(ctx.root)
-    return ship.session(ctx, profile.name, results_dir, None, True, say)
+    return ship.session(ctx, profile.name, results_dir, None, False, say)
 
 
 def _no_toolchain(ctx: Context, profile: str, missing: str, say: Callable[[str], None]) -> int:

@@ -24,8 +24,9 @@ from ci.command import run
 from ci.errors import GateFailed, ToolchainError
 from ci.files import shown, write_atomic
 from ci.gates.equivalence import GATE as GATE_EQUIVALENCE
-from ci.gates.equivalence import RELEASE_MODELS
-from ci.gates.registry import NAMES
+from ci.gates.equivalence import RELEASE_MODELS, TINY_MODELS
+from ci.gates.perf import GATE as GATE_PERF
+from ci.gates.registry import NAMES, required
 from ci.gates.results import GateResult, Status
 from ci.gates.route import SOURCE_ROOT
 from ci.pin.pins import EquivalenceConfig
@@ -60,26 +61,42 @@ class ShipCheck:
         return all(s.state is Standing.PASSED for s in self.standings)
 
 
+MODEL_GATES = (GATE_EQUIVALENCE, GATE_PERF)  # gates whose records say which models they ran on
+
+
+def counted_models(release: EquivalenceConfig | None) -> str:
+    """The models a release is judged on: pins.yaml's (equivalence.model, .drafter), else the tiny generated ones."""
+    return RELEASE_MODELS if release is not None and release.model is not None else TINY_MODELS
+
+
 def standings(
     ledger: ledger_mod.Ledger, key: str, required: Sequence[str] = NAMES, release: EquivalenceConfig | None = None
 ) -> tuple[GateStanding, ...]:
-    """Where each required gate stands for the build ``key``, from the ledger's records (pure). With ``release``
-    naming the release models, an equivalence pass counts only on exactly those files."""
+    """Where each required gate stands for the build ``key``, from the ledger's records (pure). The equivalence and
+    perf records that count are those on the models the release is judged on (:func:`counted_models`; pins.yaml's
+    by sha256 when it gives them); a run on other models stays in the ledger and is shown as not counted."""
     out = []
+    models = counted_models(release)
     for gate in required:
-        rec = ledger_mod.latest(ledger, gate, key)
+        mine = [r for r in ledger.records if r.gate == gate and r.build_key == key]
+        counted = [r for r in mine if gate not in MODEL_GATES or _on_models(r, models, release)]
+        ignored = [r for r in mine if r not in counted]
+        note = ""
+        if ignored:
+            last = ignored[-1]
+            note = f"; not counted: models {_models_of(last)} (ledger line {last.line}{f' and {len(ignored) - 1} more' if len(ignored) > 1 else ''})"
+        rec = counted[-1] if counted else None
         if rec is not None:
             state = Standing.PASSED if rec.verdict == "passed" else Standing.FAILED
             problems = list(rec.data.get("problems", []))
             why = f": {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "") if state is Standing.FAILED and problems else ""
             detail = f"{rec.data.get('summary', '')}{why} (ledger line {rec.line}, {rec.data.get('time', '')})"
-            covers = _covers(rec, release) if gate == GATE_EQUIVALENCE else None
-            if covers is not None:
-                what, ok = covers
-                detail += f" [{what}]"
-                if state is Standing.PASSED and not ok:
-                    state, detail = Standing.FAILED, f"covers {what}, not the release models pins.yaml names (equivalence.model, .drafter): run nox -s gpu_tests with them; {detail}"
-            out.append(GateStanding(gate, state, detail, rec))
+            if gate in MODEL_GATES:
+                detail += f" [{models}]"
+            out.append(GateStanding(gate, state, detail + note, rec))
+            continue
+        if ignored:
+            out.append(GateStanding(gate, Standing.MISSING, f"no record on the {models} for this build: run nox -s gpu_tests{note}"))
             continue
         others = [r for r in ledger.records if r.gate == gate]
         if others:
@@ -90,21 +107,26 @@ def standings(
     return tuple(out)
 
 
-def _covers(rec: ledger_mod.Record, release: EquivalenceConfig | None) -> tuple[str, bool]:
-    """What an equivalence record covers, and whether that is what pins.yaml requires."""
+def _models_of(rec: ledger_mod.Record) -> str:
+    return str((rec.data.get("properties") or {}).get("models") or "not named")
+
+
+def _on_models(rec: ledger_mod.Record, models: str, release: EquivalenceConfig | None) -> bool:
+    """Whether ``rec`` ran on the models the release is judged on (and, where pins.yaml gives their sha256, on exactly
+    those files: the equivalence record names both)."""
     props = rec.data.get("properties") or {}
-    what = str(props.get("models") or "models not named by content")
-    if release is None or not release.release_models or release.model is None or release.drafter is None:
-        return what, True
-    same = props.get("model_sha256") == release.model.sha256 and props.get("drafter_sha256") == release.drafter.sha256
-    return (RELEASE_MODELS if same else what), same
+    if props.get("models") != models:
+        return False
+    if rec.gate != GATE_EQUIVALENCE or release is None or release.model is None or release.drafter is None:
+        return True
+    want = {"model_sha256": release.model.sha256, "drafter_sha256": release.drafter.sha256}
+    return all(props.get(k) == v for k, v in want.items() if v is not None)
 
 
 def check(ctx: Context, profile: str, results_dir: Path) -> ShipCheck:
     build = current_build(ctx, profile)
     ledger = ledger_mod.read(ledger_mod.ledger_path(results_dir), ledger_mod.signing_key())
-    required = (*NAMES, *ctx.pins.release_require, *(("perf",) if ctx.pins.perf and "perf" not in ctx.pins.release_require else ()))
-    return ShipCheck(build.key, build.manifest, standings(ledger, build.key, required, release=ctx.pins.equivalence))
+    return ShipCheck(build.key, build.manifest, standings(ledger, build.key, required(ctx.pins), release=ctx.pins.equivalence))
 
 
 def table(result: ShipCheck) -> str:

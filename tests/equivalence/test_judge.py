@@ -21,8 +21,10 @@ from ci.gates.equivalence_judge import (
     Token,
     judge,
     parse_completion,
+    run_shortfall,
 )
 from ci.gates.results import Status
+from ci.pin.pins import Floors
 from tests.support.equivalence import Recorded
 
 
@@ -189,7 +191,37 @@ def test_a_drafter_whose_drafts_are_never_accepted_fails(recorded: Recorded) -> 
     v = verdict(judge(recorded.prompt, [seg], 64, DEFAULT_NEAR_TIE))
     assert v.status is Status.FAILED
     drafted = recorded.raw("never_accepted@0")["timings"]["draft_n"]
-    assert v.message == f"{NEVER_ACCEPTED} (0 of {drafted} drafted tokens in 1 request(s)): the accept path never ran; identical over 64 tokens"
+    assert v.message == (
+        f"{INSUFFICIENT}: {NEVER_ACCEPTED} (0 of {drafted} drafted tokens in 1 request(s)), below the floor {Floors().accepted} "
+        "(equivalence.floors.accepted): the accept path ran too little; identical over 64 tokens"
+    )
+
+
+def test_a_drafter_below_a_floor_is_insufficient_evidence_naming_the_figure_and_the_floor(recorded: Recorded) -> None:
+    seg = Segment(0, recorded.answer("baseline@0"), recorded.answer("drafter@0"))
+    t = recorded.raw("drafter@0")["timings"]
+    drafted, accepted = t["draft_n"], t["draft_n_accepted"]
+    rejected = drafted - accepted
+    assert verdict(judge(recorded.prompt, [seg], 64, DEFAULT_NEAR_TIE, Floors(accepted=accepted, rejected=rejected))).status is Status.PASSED
+    v = verdict(judge(recorded.prompt, [seg], 64, DEFAULT_NEAR_TIE, Floors(accepted=accepted + 1)))
+    assert v.status is Status.FAILED
+    assert v.message.startswith(
+        f"{INSUFFICIENT}: {accepted} drafted tokens accepted ({accepted} of {drafted} drafted tokens in 1 request(s)), below the floor {accepted + 1} (equivalence.floors.accepted)"
+    )
+    v = verdict(judge(recorded.prompt, [seg], 64, DEFAULT_NEAR_TIE, Floors(rejected=rejected + 1)))
+    assert v.status is Status.FAILED
+    assert v.message.startswith(f"{INSUFFICIENT}: {rejected} drafted tokens rejected ({rejected} of {drafted} drafted tokens in 1 request(s)), below the floor {rejected + 1}")
+    assert "the rollback path ran too little" in v.message
+
+
+def test_a_run_whose_acceptance_is_below_the_floor_is_insufficient_evidence() -> None:
+    """The issue's case: a drafter of another seed, 11 of 5924 drafted tokens accepted, once passed the gate."""
+    other_seed = Timings(predicted_n=768, draft_n=5924, draft_n_accepted=11, draft_max=8)
+    assert run_shortfall(other_seed, Floors()) == (
+        f"{INSUFFICIENT}: the run's acceptance 11/5924 (0.2%) is below the floor 10% (equivalence.floors.acceptance): a drafter that almost never drafts right proves little"
+    )
+    near = Timings(predicted_n=768, draft_n=1739, draft_n_accepted=965, draft_max=8)  # the near drafter on the H200
+    assert run_shortfall(near, Floors()) == ""
 
 
 def test_tokens_per_step_at_full_acceptance_counts_a_step_per_draft_block() -> None:

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from ci.release import ledger
-from tests.support.build import manifest, stand_in_flags
+from tests.support.build import manifest, stand_in_flags, stand_in_server_flags
 from tests.support.project import Project
 
 
@@ -30,6 +31,39 @@ def test_with_the_toolchain_it_builds_gates_and_checks_shipping(build_project: P
     assert "gpu_tests: 2 of 3 gates did not pass: backend_ops, equivalence" in r.err
 
 
+PERF = """\
+  perf:
+    tiny:
+      - check: "tokens_per_step(draft, code) >= 1.5"
+        measured: "the stand-in server's toy drafter, a third of its drafts wrong"
+      - check: "acceptance(draft) >= 0.2"
+        measured: "the same"
+      - check: "decode(draft, code) / decode(base, code) >= 1.1"
+        measured: "the same: its timings are a function of the counts"
+"""
+
+
+def test_the_main_job_is_the_whole_pipeline_with_perf_declared_on_a_stand_in_server(
+    make_build_project: Callable[..., Project], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`nox` on a box with the toolchain: build, every gate ship requires (perf too, since pins.yaml declares checks),
+    then ship writes the wheel. A stand-in llama-server (the fast tier has no real one; the slow test below runs the
+    real CPU server) and the fixture's test-backend-ops replaying the real CPU one's output."""
+    project = make_build_project(pins_extra=PERF)
+    project.pins.write_text(project.pins.read_text().replace("GATED_DELTA_NET: 54", "GATED_DELTA_NET: 36"))
+    monkeypatch.setenv("ONEBIT_CMAKE_ARGS", stand_in_server_flags(tmp_path / "stand-in"))
+    r = project.ci("main-job", "--profile", "cpu", "--remote", str(project.fork.path))
+    assert r.code == 0, r.out + r.err
+    assert "gpu_tests: all 4 gates passed" in r.out
+    assert "tokens_per_step(draft, code) = " in r.out  # each perf check's figures on the console
+    records = ledger.read(project.root / "build" / "results" / "ledger.jsonl").records
+    key = manifest(project)["key"]
+    assert [(rec.gate, rec.verdict) for rec in records] == [("route", "passed"), ("backend_ops", "passed"), ("equivalence", "passed"), ("perf", "passed"), ("ship", "passed")]
+    assert {rec.build_key for rec in records} == {key}
+    (wheel,) = (project.root / "dist").glob("*.whl")
+    assert f"+{manifest(project)['pin']['commit'][:7]}.{key[:8]}" in wheel.name
+
+
 @pytest.mark.slow
 def test_the_main_job_passes_end_to_end_with_a_stand_in_test_backend_ops(make_build_project: Callable[..., Project], monkeypatch: pytest.MonkeyPatch) -> None:
     """Build, every gate and the ship check on the fixture fork: the real route tests, the real CPU llama-server
@@ -42,8 +76,8 @@ def test_the_main_job_passes_end_to_end_with_a_stand_in_test_backend_ops(make_bu
     r = project.ci("main-job", "--profile", "cpu", "--remote", str(project.fork.path))
     assert r.code == 0, r.out + r.err
     assert "gpu_tests: all 3 gates passed" in r.out
-    assert "ship: every gate passed for this build" in r.out
+    assert "ship: wrote dist/" in r.out
     records = ledger.read(project.root / "build" / "results" / "ledger.jsonl").records
-    assert [(rec.gate, rec.verdict) for rec in records] == [("route", "passed"), ("backend_ops", "passed"), ("equivalence", "passed")]
+    assert [(rec.gate, rec.verdict) for rec in records] == [("route", "passed"), ("backend_ops", "passed"), ("equivalence", "passed"), ("ship", "passed")]
     key = manifest(project)["key"]
     assert {rec.build_key for rec in records} == {key}

@@ -3,11 +3,13 @@ regression against the last release."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ci.errors import ConfigError
 from ci.gates import perf
-from ci.gates.results import Status
+from ci.gates.results import GateResult, Status
 
 
 def samples(base_decode: list[float], draft_decode: list[float], steps: tuple[int, int] = (256, 55)) -> list[perf.Sample]:
@@ -18,13 +20,17 @@ def samples(base_decode: list[float], draft_decode: list[float], steps: tuple[in
     return out
 
 
+def judge(checks: list[perf.Check], s: list[perf.Sample], released: perf.Released | None, pin: str, models: str, seconds: float) -> GateResult:
+    return perf.result(perf.judge_all(checks, s, released, pin), released, pin, models, seconds)
+
+
 def check(text: str, tolerance: float = 0.1) -> perf.Check:
     return perf.parse_check(text, "a measurement", tolerance, "pins.yaml: expect.perf.tiny[0]")
 
 
 def test_a_ratio_above_its_floor_passes_with_its_interval() -> None:
     c = check("decode(draft, code) / decode(base, code) >= 2.5")
-    result = perf.result([c], samples([100, 102, 98, 101, 99], [300, 310, 295, 305, 290]), None, "a" * 40, "release models", 1.0)
+    result = judge([c], samples([100, 102, 98, 101, 99], [300, 310, 295, 305, 290]), None, "a" * 40, "release models", 1.0)
     assert result.status is Status.PASSED
     (case,) = result.cases
     assert case.message.startswith("decode(draft, code) / decode(base, code) = 3.010 (95% interval ")
@@ -35,10 +41,10 @@ def test_a_ratio_above_its_floor_passes_with_its_interval() -> None:
 
 def test_below_fails_and_straddling_is_inconclusive() -> None:
     c = check("decode(draft, code) / decode(base, code) >= 2.5")
-    low = perf.result([c], samples([100] * 5, [200, 210, 190, 205, 195]), None, "a" * 40, "x", 1.0)
+    low = judge([c], samples([100] * 5, [200, 210, 190, 205, 195]), None, "a" * 40, "x", 1.0)
     assert low.status is Status.FAILED
     assert low.cases[0].message.endswith(": fails")
-    noisy = perf.result([c], samples([100] * 5, [200, 300, 240, 260, 280]), None, "a" * 40, "x", 1.0)
+    noisy = judge([c], samples([100] * 5, [200, 300, 240, 260, 280]), None, "a" * 40, "x", 1.0)
     assert noisy.status is Status.FAILED
     assert noisy.cases[0].message.endswith(": inconclusive: raise --rounds")
     assert "1 inconclusive" in noisy.summary
@@ -48,12 +54,12 @@ def test_tokens_per_step_and_a_regression_against_the_last_release() -> None:
     c = check("tokens_per_step(draft, code) >= 4.0")
     now = samples([100] * 5, [300] * 5, steps=(256, 209))  # 256 / 47 steps = 5.45
     released = perf.Released("b" * 40, {"tokens_per_step(draft, code)": 6.7})
-    result = perf.result([c], now, released, "c" * 40, "release models", 1.0)
+    result = judge([c], now, released, "c" * 40, "release models", 1.0)
     assert result.status is Status.FAILED
     msg = result.cases[0].message
     assert "= 5.447" in msg
     assert "a regression: 5.447 at pin ccccccc against 6.700 at the last release (pin bbbbbbb), -18.7% beyond the 10% tolerance" in msg
-    assert perf.result([c], now, perf.Released("b" * 40, {"tokens_per_step(draft, code)": 5.5}), "c" * 40, "x", 1.0).ok
+    assert judge([c], now, perf.Released("b" * 40, {"tokens_per_step(draft, code)": 5.5}), "c" * 40, "x", 1.0).ok
 
 
 @pytest.mark.parametrize(
@@ -91,3 +97,24 @@ def test_pins_yaml_checks_are_parsed_when_pins_yaml_loads_naming_the_key() -> No
     with pytest.raises(ConfigError) as exc:
         pins.parse(pins_text("a" * 40, extra=good.replace("tokens_per_step", "speed")), Path("pins.yaml"))
     assert exc.value.message == 'pins.yaml: expect.perf.tiny[0].check: "speed" is not a metric: prompt, decode, tokens_per_step, acceptance'
+
+
+def test_tokens_per_step_at_full_acceptance_is_bounded_by_the_draft_length() -> None:
+    """One formula (ci.gates.drafting) for the equivalence gate, the perf gate and the bench: at full acceptance the
+    steps are at least the drafted tokens over the draft length (an earlier formula here gave 256 tokens/step)."""
+    from ci.gates.equivalence_judge import Timings
+
+    c = check("tokens_per_step(draft, code) >= 1.0")
+    full = [perf.Sample(r, "draft", "decode code", 300.0, 256, draft_n=256, draft_n_accepted=256, draft_max=8) for r in (1, 2, 3)]
+    assert perf.value(c.top, full, 1) == 8.0
+    assert Timings(predicted_n=256, draft_n=256, draft_n_accepted=256, draft_max=8).tokens_per_step == 8.0
+
+
+def test_the_chart_shows_each_judged_check_with_its_floor_and_title(tmp_path: Path) -> None:
+    c = check("decode(draft, code) / decode(base, code) >= 2.5")
+    judged = perf.judge_all([c], samples([100, 102, 98, 101, 99], [300, 310, 295, 305, 290]), None, "a" * 40)
+    drawn = perf.chart(judged, tmp_path / "perf.svg", "perf: cpu, pin aaaaaaa, tiny generated models only (5 rounds)")
+    assert drawn == tmp_path / "perf.svg"
+    svg = drawn.read_text()
+    for text in ("perf: cpu, pin aaaaaaa", "floor 2.5", "decode(draft, code) / decode(base, code)", "passed"):
+        assert text in svg

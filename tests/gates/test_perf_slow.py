@@ -4,7 +4,6 @@ regression against a previous release written into the ledger."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Callable
 
@@ -12,6 +11,7 @@ import pytest
 
 from ci.gates import equivalence, perf
 from ci.gates.results import GateResult, Status
+from ci.pin import pins
 from ci.release import ledger
 from tests.support.build import build_cpu, manifest, stand_in_flags
 from tests.support.project import Project
@@ -47,11 +47,22 @@ def perf_gate(project: Project, *extra: str) -> tuple[int, str, dict[str, object
 
 
 def test_the_near_drafter_passes_and_every_sample_is_kept(perf_project: Project) -> None:
+    """The verdict is judged on the recorded samples, never on what this busy machine's timing happened to be: the
+    tokens/step check (greedy, so the same acceptance every run) must pass; the two speed ratios must get exactly
+    the verdict their recorded samples give (a pass, or inconclusive on a loaded machine, never a flake)."""
     code, printed, result = perf_gate(perf_project)
-    assert code == 0, printed
-    assert "PASSED: 3/3 checks hold on tiny generated models only" in printed
-    assert "tokens_per_step(draft, code) = " in json.dumps(result["cases"])
+    cases = result["cases"]
+    assert isinstance(cases, list)
     samples = json.loads((perf_project.root / "build" / "results" / manifest(perf_project)["key"][:12] / "perf-samples.json").read_text())
+    recorded = [perf.Sample(s["round"], s["config"], s["metric"], s["tps"], s["tokens"] if s["metric"] != "prompt" else 0, s["draft_n"], s["draft_n_accepted"], s["draft_max"]) for s in samples["samples"]]
+    checks = list(pins.load(perf_project.pins).perf_checks("tiny"))
+    again = perf.judge_all(checks, recorded, None, manifest(perf_project)["pin"]["commit"])
+    assert [c["status"] for c in cases] == [j.status.value for j in again]  # tps rounded in the JSON: 3 decimals
+    assert code == (0 if all(j.status.ok for j in again) else 7), printed
+    (per_step,) = [j for j in again if j.check.name == "tokens_per_step(draft, code)"]
+    assert per_step.status is Status.PASSED, per_step.message
+    for case in cases:
+        assert case["message"] in printed  # the console prints each check's figures
     # every sample: 3 rounds x 2 configs x (3 long-prompt requests + code, prose, short once)
     assert len(samples["samples"]) == 3 * 2 * (3 + 3)
     assert [s["config"] for s in samples["servers"]] == ["base", "draft"] * 3
@@ -107,6 +118,7 @@ def test_a_drop_against_the_last_release_fails_with_both_figures_and_pins(perf_p
     props = result["properties"]
     assert isinstance(props, dict)
     assert (props["models"], props["pin"], props["released_pin"]) == (equivalence.TINY_MODELS, manifest(perf_project)["pin"]["commit"], old_pin)
-    # the chart is drawn with the plot extra, and the record says when it is not
-    drawn = importlib.util.find_spec("matplotlib") is not None
-    assert props["chart"] == ("perf.svg" if drawn else "not drawn: matplotlib is not installed (pip install '.[plot]')")
+    # the chart is drawn with the plot extra (the tests install it), titled, with the floors
+    chart = perf_project.root / "build" / "results" / manifest(perf_project)["key"][:12] / "perf.svg"
+    assert props["chart"] == str(chart)
+    assert f"perf: cpu, pin {manifest(perf_project)['pin']['commit'][:7]}" in chart.read_text()

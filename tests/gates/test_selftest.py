@@ -42,6 +42,14 @@ faults:
     expect: passed
     profiles: [cpu]
     why: a benign edit every gate must pass
+  - id: cmake-comment
+    file: ggml/ggml.cmake
+    search: "# Build the commit string with optional dirty flag"
+    replace: "# Build the commit string with optional dirty flag (a comment edit)"
+    gate: all
+    expect: passed
+    profiles: [cpu]
+    why: a benign edit that configures again, so build_commit comes out -dirty (a shader edit's case on Vulkan)
 """
 
 
@@ -69,11 +77,18 @@ def test_caught_stale_and_benign_on_the_fixture_fork(make_build_project: Callabl
     assert r.code == 7, r.out + r.err  # the stale fault is not as expected
     lines = r.out.splitlines()
     assert "gate_selftest: moved-away: stale fault: ggml/ggml.c has no match for 'return ggml_old_name();'" in lines
-    row = {ln.split()[0]: ln.split() for ln in lines if ln.split() and ln.split()[0] in ("answer-off-by-one", "moved-away", "comment")}
+    row = {ln.split()[0]: ln.split() for ln in lines if ln.split() and ln.split()[0] in ("answer-off-by-one", "moved-away", "comment", "cmake-comment")}
     assert row["answer-off-by-one"][1:4] == ["backend_ops", "failed", "failed"]
     assert row["comment"][1:4] == ["all", "passed", "passed"]
+    assert row["cmake-comment"][1:4] == ["all", "passed", "passed"]  # planted, configured again, -dirty: judged as planted
     assert row["moved-away"][3] == "stale"
-    assert "gate_selftest: FAILED: 1/2 faults caught by their gates, 1/1 benign edits passed every gate" in r.out
+    assert "gate_selftest: FAILED: 1/2 faults caught by their gates, 2/2 benign edits passed every gate" in r.out
+    assert "-dirty" in (project.root / "build" / "selftest" / "cpu" / "cmake-comment" / "gates" / "backend_ops.json").read_text()
+    for fault in ("answer-off-by-one", "comment", "cmake-comment"):  # the copies are gone once judged; the records stay
+        work = project.root / "build" / "selftest" / "cpu" / fault
+        assert not (work / "src").exists()
+        assert not (work / "build").exists()
+        assert (work / "rebuild.json").is_file()
     (rec,) = [x for x in ledger.read(project.root / "build" / "results" / "ledger.jsonl").records if x.gate == "gate_selftest"]
     assert rec.verdict == "failed"
     assert rec.build_key == json.loads((project.root / "build" / "cpu" / "build.json").read_text())["key"]
@@ -81,8 +96,9 @@ def test_caught_stale_and_benign_on_the_fixture_fork(make_build_project: Callabl
     assert rebuild["seconds"] < 30
     # without the stale fault every fault is as expected, and ship counts it when pins.yaml requires it
     faults.write_text(FAULTS.replace("  - id: moved-away", "  - id: moved-away-x").replace("return ggml_old_name();", "int ggml_fixture_answer(void) { return 42; } /* x */").replace("gate: backend_ops\n    expect: failed\n    profiles: [cpu]\n    why: aimed", "gate: backend_ops\n    expect: passed\n    profiles: [cpu]\n    why: aimed"))
-    r = project.ci("gate-selftest", "--profile", "cpu", "--faults", str(faults), "--fault", "answer-off-by-one")
+    r = project.ci("gate-selftest", "--profile", "cpu", "--faults", str(faults), "--fault", "answer-off-by-one", "--keep")
     assert r.code == 0, r.out + r.err
+    assert (project.root / "build" / "selftest" / "cpu" / "answer-off-by-one" / "src" / "ggml" / "ggml.c").is_file()  # --keep
     assert "gate_selftest: PASSED: 1/1 faults caught by their gates, 0/0 benign edits passed every gate" in r.out
 
 
@@ -91,8 +107,18 @@ def test_faults_file_errors_are_one_line(tmp_path: Path) -> None:
     bad.write_text(FAULTS.replace("gate: backend_ops", "gate: backendops", 1))
     with pytest.raises(ConfigError, match=r'faults\[0\]\.gate: "backendops" is not a gate: backend_ops, equivalence, all'):
         selftest.load_faults(bad)
-    bad.write_text(FAULTS.replace("id: comment", "id: answer-off-by-one"))
+    bad.write_text(FAULTS.replace("id: comment\n", "id: answer-off-by-one\n"))
     with pytest.raises(ConfigError, match=r'faults\[2\]\.id: the id "answer-off-by-one" is given twice'):
+        selftest.load_faults(bad)
+
+
+@pytest.mark.parametrize("fault_id", ["/tmp/elsewhere", "../../outside", "..", ".hidden", "a/b", "x y"])
+def test_a_fault_id_that_is_a_path_is_refused(tmp_path: Path, fault_id: str) -> None:
+    """The id names the fault's directory, which the self-test deletes and fills: an absolute id or one with ".."
+    once had a directory outside the checkout deleted (issue 24)."""
+    bad = tmp_path / "faults.yaml"
+    bad.write_text(FAULTS.replace("id: comment\n", f"id: {json.dumps(fault_id)}\n"))
+    with pytest.raises(ConfigError, match=r"faults\[2\]\.id: .* is not a fault id \(letters, digits"):
         selftest.load_faults(bad)
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from ci.gates.equivalence import GIVEN_MODELS, TINY_MODELS
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
 from ci.release import ledger
 from tests.support.build import BuildFork, add_fixture_patch, build_cpu, manifest
@@ -25,7 +26,8 @@ class GATES:
     route = gate("route", Status.PASSED, "165/165 route tests passed")
     backend_ops = gate("backend_ops", Status.PASSED, "GATED_DELTA_NET 36/36 on CPU")
     backend_ops_failed = gate("backend_ops", Status.FAILED, "GATED_DELTA_NET 36/54 on CPU", ("GATED_DELTA_NET: 54 expected, 36 ran and passed",))
-    equivalence = gate("equivalence", Status.PASSED, "PASSED: 3/3 prompts equal over 32 tokens")
+    # on the models a release is judged on when pins.yaml names none: the tiny generated ones
+    equivalence = dataclasses.replace(gate("equivalence", Status.PASSED, "PASSED: 3/3 prompts equal over 32 tokens"), properties=(("models", TINY_MODELS),))
 
 
 def built(project: Project, *args: str) -> dict[str, Any]:
@@ -193,7 +195,9 @@ def test_with_release_models_named_a_tiny_model_pass_does_not_ship(make_build_pr
     record(project, m, GATES.route, GATES.backend_ops, equivalence_on("tiny generated models only", "c" * 64, "d" * 64))
     r = ship(project)
     assert r.code == 7
-    assert "equivalence  FAILED    covers tiny generated models only, not the release models pins.yaml names" in r.out
+    assert "equivalence  MISSING   no record on the release models for this build: run nox -s gpu_tests; not counted: models tiny generated models only (ledger line 3)" in r.out
+    record(project, m, equivalence_on("release models", "e" * 64, RELEASE["drafter"]))  # another file than the release's
+    assert "not counted: models release models (ledger line 4 and 1 more)" in ship(project, "--check").out
     record(project, m, equivalence_on("release models", RELEASE["model"], RELEASE["drafter"]))
     r = ship(project)
     assert r.code == 0, r.out + r.err
@@ -209,6 +213,20 @@ def test_without_release_models_the_table_says_what_the_evidence_covers(build_pr
     r = ship(build_project, "--check")
     assert r.code == 0, r.err
     assert "[tiny generated models only]" in r.out
+
+
+def test_a_run_on_other_models_is_recorded_but_never_counted(build_project: Project) -> None:
+    """A pass on hand-picked models (gpu_tests --model M --drafter D) once replaced the run on the models the release
+    is judged on, with a drafter that almost never drafted right (issue 20)."""
+    m = built(build_project)
+    record(build_project, m, GATES.route, GATES.backend_ops, equivalence_on(GIVEN_MODELS, "c" * 64, "d" * 64))
+    r = ship(build_project, "--check")
+    assert r.code == 7
+    assert "equivalence  MISSING   no record on the tiny generated models only for this build: run nox -s gpu_tests; not counted: models given models (ledger line 3)" in r.out
+    record(build_project, m, GATES.equivalence, equivalence_on(GIVEN_MODELS, "c" * 64, "d" * 64))  # a later run on given models changes nothing
+    r = ship(build_project, "--check")
+    assert r.code == 0, r.out + r.err
+    assert "[tiny generated models only]; not counted: models given models (ledger line 5 and 1 more)" in r.out
 
 
 def test_pins_yaml_can_require_the_gate_selftest(make_build_project: Callable[..., Project]) -> None:

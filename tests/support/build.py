@@ -54,13 +54,24 @@ def add_fixture_patch(project: Project, fork: BuildFork, name: str, path: str, o
     add_to_series(project.root, name, make_patch_text(fork.builder, fork.f0, {path: text}))
 
 
+def replay_flags() -> str:
+    """The machine flags that make the fixture's test-backend-ops replay the real CPU one's output (the failing run
+    when ggml's answer is wrong)."""
+    data = FIXTURE.parents[1] / "backend_ops" / "data"
+    return f"-DFIXTURE_REPLAY_CONSOLE={data / 'cpu.console.txt'} -DFIXTURE_REPLAY_SQL={data / 'cpu.sql.txt'} -DFIXTURE_REPLAY_CONSOLE_FAIL={data / 'cpu-fail.console.txt'}"
+
+
+def stand_in_server_flags(directory: Path) -> str:
+    """For the fast tier: the replaying test-backend-ops, and a llama-server that runs the stand-in server
+    (tests/support/stand_in_llama_server.py) in its place."""
+    from tests.support.stand_in_llama_server import write_launcher
+
+    return f"{replay_flags()} -DFIXTURE_LLAMA_SERVER={write_launcher(directory)}"
+
+
 def stand_in_flags() -> str:
     """The machine flags that make the fixture's binaries stand in for the fork's: test-backend-ops replays the real
     CPU one's output (the failing run when ggml's answer is wrong), llama-server runs the real CPU llama-server."""
     from tests.support.binaries import llama_binary
 
-    data = FIXTURE.parents[1] / "backend_ops" / "data"
-    return (
-        f"-DFIXTURE_REPLAY_CONSOLE={data / 'cpu.console.txt'} -DFIXTURE_REPLAY_SQL={data / 'cpu.sql.txt'} "
-        f"-DFIXTURE_REPLAY_CONSOLE_FAIL={data / 'cpu-fail.console.txt'} -DFIXTURE_LLAMA_SERVER={llama_binary('llama-server')}"
-    )
+    return f"{replay_flags()} -DFIXTURE_LLAMA_SERVER={llama_binary('llama-server')}"

@@ -123,6 +123,9 @@ def test_the_gpu_job_builds_gates_and_ships_each_profile_on_its_own_runner() -> 
     assert gpu["runs-on"] == "${{ matrix.runs-on }}"
     assert gpu["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
     runs = [s["run"] for s in gpu["steps"] if "run" in s]
+    # nox in a venv of its own: pip install --user fails on a PEP 668 Python (Debian 12: externally-managed-environment)
+    assert "python3 -m venv" in runs[0]
+    assert "--user" not in runs[0]
     assert runs[1:] == ['nox -s build -- --profile "$PROFILE"', 'nox -s gpu_tests -- --profile "$PROFILE"', 'nox -s ship -- --profile "$PROFILE"']
     checkout = gpu["steps"][0]
     assert checkout["with"]["clean"] is False  # the build dir survives: an unchanged build is a no-op
@@ -130,6 +133,20 @@ def test_the_gpu_job_builds_gates_and_ships_each_profile_on_its_own_runner() -> 
     assert upload["if"] == "always()"
     assert "build/results/**/*.junit.xml" in upload["with"]["path"]
     assert "python -m ci matrix" in jobs["plan"]["steps"][-1]["run"]
+
+
+def test_only_pull_request_runs_cancel_a_run_in_progress() -> None:
+    assert load("ci.yml")["concurrency"]["cancel-in-progress"] == "${{ github.event_name == 'pull_request' }}"
+
+
+def test_the_bump_pr_is_opened_with_a_token_that_starts_workflows() -> None:
+    """GitHub starts no workflow for events made with GITHUB_TOKEN: a bump PR opened with it never ran ci.yml."""
+    text = (ROOT / ".github" / "workflows" / "bump-pin.yml").read_text()
+    steps = load("bump-pin.yml")["jobs"]["bump"]["steps"]
+    (app,) = [s for s in steps if str(s.get("uses", "")).startswith("actions/create-github-app-token@")]
+    pr = steps[-1]
+    assert pr["env"]["GH_TOKEN"] == f"${{{{ steps.{app['id']}.outputs.token }}}}"
+    assert "secrets.GITHUB_TOKEN" not in text
 
 
 def test_the_weekly_job_bumps_to_the_head_and_opens_a_pr_with_the_report() -> None:
