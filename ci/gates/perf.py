@@ -7,7 +7,8 @@ drafter) and ``draft`` (the drafter: the release's DFlash drafter through ``--df
 shared and noisy, so the gate never judges an absolute time: the configs run interleaved, round by round, on fresh
 servers (the bench), every sample is kept, and each check is one value per round. Its verdict comes from a
 bootstrap 95% interval of the median over the rounds: above the floor passes, below fails, and an interval that
-straddles the floor is *inconclusive: raise --rounds*, never a pass.
+straddles the floor is *inconclusive: raise --rounds*, never a pass. An inconclusive check has the gate measure as
+many rounds again, once, and judge all of them together (a noisy GPU round on tiny models was seen to straddle).
 
 When a build of the same profile and models shipped before, each check is also compared with that release's
 median (the ledger's perf record of the shipped build): a drop beyond the declared tolerance fails, naming both
@@ -16,10 +17,11 @@ figures and both pins, so a "6.7 -> 5.4 tokens per step" is caught at bump time.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +37,7 @@ GATE = "perf"
 CONFIGS = ("base", "draft")
 METRICS = ("prompt", "decode", "tokens_per_step", "acceptance")
 BOOTSTRAP = 2000
+INCONCLUSIVE = "inconclusive: raise --rounds"
 _TERM = r"(?P<m{n}>[a-z_]+)\(\s*(?P<c{n}>[a-z]+)\s*(?:,\s*(?P<p{n}>[a-z]+)\s*)?\)"
 CHECK_RE = re.compile(rf"^\s*{_TERM.format(n=1)}\s*(?:/\s*{_TERM.format(n=2)}\s*)?>=\s*(?P<floor>[0-9.]+)\s*$")
 
@@ -169,6 +172,7 @@ class Judged:
     spread: Spread | None
     status: Status
     message: str
+    inconclusive: bool = False  # the interval straddles the floor: more rounds may settle it
 
 
 def judge_check(check: Check, values: Sequence[float], released: Released | None, pin: str) -> Judged:
@@ -181,7 +185,7 @@ def judge_check(check: Check, values: Sequence[float], released: Released | None
     elif s.high < check.floor:
         status, message = Status.FAILED, f"{figure}: fails"
     else:
-        status, message = Status.FAILED, f"{figure}: inconclusive: raise --rounds"
+        status, message = Status.FAILED, f"{figure}: {INCONCLUSIVE}"
     if released is not None and check.name in released.medians:
         before = released.medians[check.name]
         if before > 0 and s.median < before * (1 - check.tolerance):
@@ -190,18 +194,40 @@ def judge_check(check: Check, values: Sequence[float], released: Released | None
                 f"; a regression: {s.median:.3f} at pin {pin[:7]} against {before:.3f} at the last release (pin {released.pin[:7]}), "
                 f"{100 * (s.median / before - 1):+.1f}% beyond the {100 * check.tolerance:g}% tolerance"
             )
-    return Judged(check, tuple(values), s, status, message)
+    return Judged(check, tuple(values), s, status, message, inconclusive=message.endswith(INCONCLUSIVE))
 
 
 def judge_all(checks: Sequence[Check], samples: Sequence[Sample], released: Released | None, pin: str) -> list[Judged]:
     return [judge_check(c, per_round(c, samples), released, pin) for c in checks]
 
 
+def more_rounds(first: Sequence[Sample], second: Sequence[Sample]) -> list[Sample]:
+    """Two measurements as one: the second's rounds numbered after the first's, so every round stays its own pair
+    of interleaved configs."""
+    offset = max((s.round for s in first), default=0)
+    return [*first, *(dataclasses.replace(s, round=s.round + offset) for s in second)]
+
+
+def judge_settled(
+    checks: Sequence[Check], measure: Callable[[int], Sequence[Sample]], rounds: int, released: Released | None, pin: str
+) -> tuple[list[Judged], list[Sample], int]:
+    """Judge ``rounds`` rounds; when a check is inconclusive (its interval straddles the floor), measure as many
+    rounds again, once, and judge every round together. A check is never re-judged on a fresh draw alone: the
+    samples only grow. Returns the verdicts, every sample and the rounds measured."""
+    samples = list(measure(rounds))
+    judged = judge_all(checks, samples, released, pin)
+    if any(j.inconclusive for j in judged):
+        samples = more_rounds(samples, measure(rounds))
+        judged = judge_all(checks, samples, released, pin)
+        rounds *= 2
+    return judged, samples, rounds
+
+
 def result(judged: Sequence[Judged], released: Released | None, pin: str, models: str, seconds: float) -> GateResult:
     cases = tuple(CaseResult(j.check.name, j.status, j.message, classname=GATE, detail=f"{j.check.text}; measured: {j.check.measured}; values {', '.join(f'{v:.3f}' for v in j.values)}") for j in judged)
     problems = tuple(j.message for j in judged if not j.status.ok)
     status = Status.PASSED if judged and all(j.status.ok for j in judged) else (Status.ERROR if any(j.status is Status.ERROR for j in judged) else Status.FAILED)
-    inconclusive = sum("inconclusive" in j.message for j in judged)
+    inconclusive = sum(j.inconclusive for j in judged)
     summary = f"{status.value.upper()}: {sum(j.status.ok for j in judged)}/{len(judged)} checks hold on {models}" + (f", {inconclusive} inconclusive" if inconclusive else "")
     metrics: list[tuple[str, float]] = []
     for j in judged:

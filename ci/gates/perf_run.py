@@ -24,18 +24,23 @@ def run(target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
         raise ConfigError(f"pins.yaml: expect.perf.{key}: no checks for {models}; declare them (docs/bench.md)")
     device = ctx.profile(manifest.profile).serve_device
     server = manifest.binary(target.build.build_dir, "llama-server")
-    samples = measure(model, drafter, server, device, options.rounds, models == equivalence.TINY_MODELS, out)
     released = last_release(target, models)
-    judged = perf.judge_all(checks, samples, released, manifest.pin_commit)
-    title = f"perf: {manifest.profile}, pin {manifest.pin_commit[:7]}, {models} ({options.rounds} rounds)"
+    tiny = models == equivalence.TINY_MODELS
+    runs = iter(("perf", "perf-more"))
+
+    def measure_rounds(rounds: int) -> list[perf.Sample]:
+        return measure(model, drafter, server, device, rounds, tiny, out, next(runs))
+
+    judged, _, rounds = perf.judge_settled(checks, measure_rounds, options.rounds, released, manifest.pin_commit)
+    title = f"perf: {manifest.profile}, pin {manifest.pin_commit[:7]}, {models} ({rounds} rounds)"
     drawn = perf.chart(judged, out / "perf.svg", title)
     result = perf.result(judged, released, manifest.pin_commit, models, time.monotonic() - t0)
     chart = str(out / "perf.svg") if drawn else perf.NO_CHART
     return dataclasses.replace(result, properties=(*result.properties, ("chart", chart)))
 
 
-def measure(model: Path, drafter: Path, llama_server: Path, device: str, rounds: int, tiny: bool, out: Path) -> list[perf.Sample]:
-    """The bench, base and drafter interleaved for ``rounds`` rounds; every sample, also in ``out/perf-samples.json``."""
+def measure(model: Path, drafter: Path, llama_server: Path, device: str, rounds: int, tiny: bool, out: Path, name: str = "perf") -> list[perf.Sample]:
+    """The bench, base and drafter interleaved for ``rounds`` rounds; every sample, also in ``out/NAME-samples.json``."""
     if equivalence.gguf_architecture(drafter) == "dflash":
         draft = bench.parse_config(f"draft=--dflash {drafter}")
     else:
@@ -51,8 +56,8 @@ def measure(model: Path, drafter: Path, llama_server: Path, device: str, rounds:
         decode_reps=1,
         prompt_reps=3,
     )
-    result = bench.run(bench_plan, out / "perf-logs", lambda line: None)
-    write_json(out / "perf-samples.json", bench.to_json(result, bench.summarise(bench_plan, result.samples)))
+    result = bench.run(bench_plan, out / f"{name}-logs", lambda line: None)
+    write_json(out / f"{name}-samples.json", bench.to_json(result, bench.summarise(bench_plan, result.samples)))
     return perf.from_bench(result.samples)
 
 

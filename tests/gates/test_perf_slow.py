@@ -53,8 +53,12 @@ def test_the_near_drafter_passes_and_every_sample_is_kept(perf_project: Project)
     code, printed, result = perf_gate(perf_project)
     cases = result["cases"]
     assert isinstance(cases, list)
-    samples = json.loads((perf_project.root / "build" / "results" / manifest(perf_project)["key"][:12] / "perf-samples.json").read_text())
-    recorded = [perf.Sample(s["round"], s["config"], s["metric"], s["tps"], s["tokens"] if s["metric"] != "prompt" else 0, s["draft_n"], s["draft_n_accepted"], s["draft_max"]) for s in samples["samples"]]
+    out = perf_project.root / "build" / "results" / manifest(perf_project)["key"][:12]
+    draws = [json.loads((out / f"{name}-samples.json").read_text()) for name in ("perf", "perf-more") if (out / f"{name}-samples.json").is_file()]
+    recorded: list[perf.Sample] = []
+    for draw in draws:  # an inconclusive first draw is measured once more: both are recorded, judged together
+        recorded = perf.more_rounds(recorded, [perf.Sample(s["round"], s["config"], s["metric"], s["tps"], s["tokens"] if s["metric"] != "prompt" else 0, s["draft_n"], s["draft_n_accepted"], s["draft_max"]) for s in draw["samples"]])
+    samples = draws[0]
     checks = list(pins.load(perf_project.pins).perf_checks("tiny"))
     again = perf.judge_all(checks, recorded, None, manifest(perf_project)["pin"]["commit"])
     assert [c["status"] for c in cases] == [j.status.value for j in again]  # tps rounded in the JSON: 3 decimals
@@ -64,12 +68,12 @@ def test_the_near_drafter_passes_and_every_sample_is_kept(perf_project: Project)
     for case in cases:
         assert case["message"] in printed  # the console prints each check's figures
     # every sample: 3 rounds x 2 configs x (3 long-prompt requests + code, prose, short once)
-    assert len(samples["samples"]) == 3 * 2 * (3 + 3)
+    assert len(recorded) == len(draws) * 3 * 2 * (3 + 3)
     assert [s["config"] for s in samples["servers"]] == ["base", "draft"] * 3
     (rec,) = [r for r in ledger.read(perf_project.root / "build" / "results" / "ledger.jsonl").records if r.gate == "perf"]
     assert rec.verdict == "passed"
     rounds = [k for k in rec.data["metrics"] if k.startswith("prompt(draft) / prompt(base).round")]
-    assert len(rounds) == 3  # each check's value in every round, kept in the ledger
+    assert len(rounds) == 3 * len(draws)  # each check's value in every round, kept in the ledger
 
 
 def test_a_drafter_whose_every_draft_is_rejected_fails(perf_project: Project) -> None:
@@ -86,7 +90,7 @@ def test_a_drafter_whose_every_draft_is_rejected_fails(perf_project: Project) ->
 def test_a_floor_inside_the_interval_is_inconclusive_not_a_pass(perf_project: Project) -> None:
     """The real run's per-round prompt ratios, judged against a floor at their own median: the interval straddles it."""
     code, printed, result = perf_gate(perf_project)
-    assert code == 0, printed
+    assert code in (0, 7), printed  # the gate's own verdict on these timings is the first test's business
     metrics = result["metrics"]
     assert isinstance(metrics, dict)
     values = [float(metrics[f"prompt(draft) / prompt(base).round{k}"]) for k in (1, 2, 3)]
