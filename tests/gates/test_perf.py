@@ -132,17 +132,28 @@ def test_an_inconclusive_check_is_measured_once_more_and_judged_on_every_round()
         return next(draws)
 
     judged, kept, rounds = perf.judge_settled([c], measure, 5, None, "a" * 40)
-    assert asked == [5, 5] and rounds == 10
+    assert asked == [5, 5]
+    assert rounds == 10
     assert sorted({s.round for s in kept}) == list(range(1, 11))
-    assert len(judged[0].values) == 10 and judged[0].status is Status.PASSED, judged[0].message
+    assert len(judged[0].values) == 10
+    assert judged[0].status is Status.PASSED, judged[0].message
     steady = iter([samples([100] * 5, [300, 310, 295, 305, 290])])
     asked.clear()
-    judged, _, rounds = perf.judge_settled([c], lambda n: (asked.append(n), next(steady))[1], 5, None, "a" * 40)
-    assert asked == [5] and rounds == 5 and judged[0].status is Status.PASSED
+
+    def measure_steady(rounds: int) -> list[perf.Sample]:
+        asked.append(rounds)
+        return next(steady)
+
+    judged, _, rounds = perf.judge_settled([c], measure_steady, 5, None, "a" * 40)
+    assert asked == [5]
+    assert rounds == 5
+    assert judged[0].status is Status.PASSED
 
 
 def test_still_inconclusive_after_more_rounds_stays_inconclusive() -> None:
     c = check("decode(draft, code) / decode(base, code) >= 2.5")
     noisy = samples([100] * 5, [200, 300, 240, 260, 280])
     judged, _, rounds = perf.judge_settled([c], lambda n: noisy, 5, None, "a" * 40)
-    assert rounds == 10 and judged[0].inconclusive and judged[0].status is Status.FAILED
+    assert rounds == 10
+    assert judged[0].inconclusive
+    assert judged[0].status is Status.FAILED
