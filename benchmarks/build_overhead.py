@@ -47,8 +47,8 @@ def main() -> None:
 
     # the same commands by hand first (they also warm the page cache for the source, if anything, in nox's favour
     # only for reads; the compile is CPU-bound), from the flags the orchestration would pass
-    from ci.build.cmake import BuildRequest  # the flags exactly as the orchestration computes them
-    from ci.build.context import Context
+    from ci.compile.cmake import BuildRequest  # the flags exactly as the orchestration computes them
+    from ci.compile.context import Context
     from ci.pin.project import Project
 
     if args.noop_only:

@@ -4,7 +4,7 @@
 
 Each round runs the baseline, then the suite, each in a fresh ``python -m pytest`` subprocess from the repository
 root (interleaved, so both see the same machine). The baseline is the same invocation collecting nothing
-(``--ignore-glob='tests/route/*'``): interpreter, pytest, plugins and the root conftest. The engine's shell version of these
+(``--ignore-glob='tests/serve/*'``): interpreter, pytest, plugins and the root conftest. The engine's shell version of these
 tests waited up to 10 s per case.
 """
 
@@ -20,8 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_S = 3.0
-SUITE = [sys.executable, "-m", "pytest", "tests/route", "-q", "-p", "no:cacheprovider"]
-BASELINE = [*SUITE, "--ignore-glob=tests/route/*"]  # a plain --ignore does not apply to a path given
+SUITE = [sys.executable, "-m", "pytest", "tests/serve", "-q", "-p", "no:cacheprovider"]
+BASELINE = [*SUITE, "--ignore-glob=tests/serve/*"]  # a plain --ignore does not apply to a path given
 NO_TESTS_COLLECTED = 5  # pytest's exit code when it collects nothing
 
 
@@ -49,7 +49,7 @@ def main() -> int:
     tests = re.search(r"(\d+) passed", summary)
     print(f"route suite: {tests.group(1) if tests else '?'} tests, {rounds} rounds, interleaved with the baseline")
     print(f"{'':24}{'best':>9}{'median':>9}{'worst':>9}")
-    rows = [("pytest start-up", base), ("tests/route", suite)]
+    rows = [("pytest start-up", base), ("tests/serve", suite)]
     for name, times in rows:
         print(f"{name:24}{min(times):>8.2f}s{statistics.median(times):>8.2f}s{max(times):>8.2f}s")
     b_med, s_med = statistics.median(base), statistics.median(suite)

@@ -38,7 +38,7 @@ from ci.gates.llama import LAUNCHER, LlamaServer, ServerFactory, ServerLaunch, d
 from ci.gates.perf import NO_CHART, Check, Spread, from_bench, judge_check, parse_check, per_round, pyplot, spread
 
 if TYPE_CHECKING:
-    from ci.build.context import Context
+    from ci.compile.context import Context
 
 DEFAULT_PROMPT_TOKENS = defaults.BENCH_PROMPT_TOKENS
 DEFAULT_ROUNDS = defaults.BENCH_ROUNDS
@@ -494,7 +494,7 @@ def print_report(result: BenchResult, out: TextIO) -> tuple[Figure, ...]:
 
 def llama_server_of(find: Callable[[], Context], profile: str) -> tuple[Path, str, Path]:
     """The current build's llama-server for ``profile``, its serve device, and the project's root."""
-    from ci.build.stage import current_build
+    from ci.compile.stage import current_build
 
     try:
         ctx = find()

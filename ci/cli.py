@@ -28,7 +28,7 @@ def say(line: str) -> None:
 
 
 def _ctx(args: argparse.Namespace):  # type: ignore[no-untyped-def]  # the Context, imported late: --help stays quick
-    from ci.build.context import Context
+    from ci.compile.context import Context
     from ci.pin.project import find_project
 
     if getattr(args, "_ctx", None) is None:
@@ -82,8 +82,8 @@ def cmd_export_patches(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from ci.build.cmake import BuildRequest
-    from ci.build.stage import run_build
+    from ci.compile.cmake import BuildRequest
+    from ci.compile.stage import run_build
 
     request = BuildRequest(args.profile, args.build_type, tuple(args.define), tuple(args.target), args.remote, _abs(args.build_dir), args.jobs)
     run_build(_ctx(args), request, say)
@@ -141,7 +141,7 @@ def cmd_selftest_fault(args: argparse.Namespace) -> int:
 def cmd_matrix(args: argparse.Namespace) -> int:
     import json
 
-    from ci.build import profiles
+    from ci.compile import profiles
 
     say(json.dumps(profiles.matrix([n.strip() for n in args.profiles.split(",") if n.strip()]), separators=(",", ":")))
     return 0

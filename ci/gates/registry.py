@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ci.build.context import Context
-from ci.build.stage import CurrentBuild
+from ci.compile.context import Context
+from ci.compile.stage import CurrentBuild
 from ci.errors import ConfigError, Refused
 from ci.files import sha256_cached
 from ci.gates import backend_ops, equivalence, route, tinymodels

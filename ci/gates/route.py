@@ -1,4 +1,4 @@
-"""The route gate: the serve launcher's no-GPU tests (``pytest tests/route`` of this checkout), as one gate."""
+"""The route gate: the serve launcher's no-GPU tests (``pytest tests/serve`` of this checkout), as one gate."""
 
 from __future__ import annotations
 
@@ -15,27 +15,27 @@ SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the onebit-ci checkout: the
 
 
 def route_gate(out: Path, source: Path = SOURCE_ROOT) -> GateResult:
-    """``pytest tests/route`` of this onebit-ci checkout in a child process, its JUnit read back into a GateResult."""
-    if not (source / "tests" / "route").is_dir():
-        raise ConfigError(f"{source}: no tests/route; run the gates from a checkout of onebit-ci, not an installed copy")
+    """``pytest tests/serve`` of this onebit-ci checkout in a child process, its JUnit read back into a GateResult."""
+    if not (source / "tests" / "serve").is_dir():
+        raise ConfigError(f"{source}: no tests/serve; run the gates from a checkout of onebit-ci, not an installed copy")
     junit = out / "route.pytest.junit.xml"
     junit.unlink(missing_ok=True)
     started = time.monotonic()
     done = run(
-        [sys.executable, "-m", "pytest", "tests/route", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"],
+        [sys.executable, "-m", "pytest", "tests/serve", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"],
         cwd=source,
         check=False,
-        what="pytest tests/route",
+        what="pytest tests/serve",
     )
     seconds = time.monotonic() - started
     cases = _junit_cases(junit) if junit.is_file() else []
     problems = []
     if not cases:
-        problems.append(f"pytest tests/route ran no test (exit status {done.returncode}): {done.output.strip().splitlines()[-1:] or ''}")
+        problems.append(f"pytest tests/serve ran no test (exit status {done.returncode}): {done.output.strip().splitlines()[-1:] or ''}")
     failed = [c for c in cases if c.status in (Status.FAILED, Status.ERROR)]
     problems += [f"{c.classname}::{c.name}: {c.message}" for c in failed[:20]]
     if done.returncode != 0 and not problems:
-        problems.append(f"pytest tests/route exited with status {done.returncode}")
+        problems.append(f"pytest tests/serve exited with status {done.returncode}")
     status = Status.PASSED if not problems else Status.FAILED
     summary = f"{sum(c.status is Status.PASSED for c in cases)}/{len(cases)} route tests passed"
     return GateResult("route", status, summary, tuple(cases), tuple(problems), case_counts(cases), seconds=seconds)

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from ci.build.cmake import BuildRequest
-from ci.build.context import Context
-from ci.build.stage import current_build
+from ci.compile.cmake import BuildRequest
+from ci.compile.context import Context
+from ci.compile.stage import current_build
 from ci.command import end_tree, resolve, run
 from ci.errors import ConfigError, ToolchainError
 from ci.files import write_json

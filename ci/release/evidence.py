@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ci.build.context import Context
-from ci.build.stage import current_build
+from ci.compile.context import Context
+from ci.compile.stage import current_build
 from ci.errors import ConfigError, GateFailed, ServerFailed
 from ci.files import shown
 from ci.gates import backend_ops, equivalence, results

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci.build.cmake import BuildRequest
-from ci.build.context import Context
-from ci.build.stage import run_build
+from ci.compile.cmake import BuildRequest
+from ci.compile.context import Context
+from ci.compile.stage import run_build
 from ci.errors import GateFailed, ToolchainError
 from ci.gates.registry import SELFTEST, GateOptions, required
 from ci.gates.route import route_gate

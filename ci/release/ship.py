@@ -17,9 +17,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from ci.build.context import Context
-from ci.build.manifest import Manifest
-from ci.build.stage import current_build
+from ci.compile.context import Context
+from ci.compile.manifest import Manifest
+from ci.compile.stage import current_build
 from ci.command import run
 from ci.errors import GateFailed, ToolchainError
 from ci.files import shown, write_atomic

@@ -12,7 +12,7 @@ from ci.release import ledger
 from tests.support.build import BuildFork, add_fixture_patch, build_cpu
 from tests.support.project import Project
 
-DATA = Path(__file__).parents[1] / "backend_ops" / "data"
+DATA = Path(__file__).parent / "backend_ops" / "data"
 
 
 def test_without_a_build_it_refuses_and_says_how_to_make_one(build_project: Project) -> None:

@@ -212,7 +212,7 @@ def ledger_text(kind: str, good: bytes) -> bytes:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_ledger_lines(project: Project, kind: str) -> None:
-    log = Path(__file__).resolve().parents[1] / "backend_ops" / "data" / "cpu.console.txt"
+    log = Path(__file__).resolve().parents[1] / "gates" / "backend_ops" / "data" / "cpu.console.txt"
     assert project.ci("gpu-tests", "--profile", "cpu", "--from-log", str(log)).code in (0, 7)
     path = project.root / "build" / "results" / "ledger.jsonl"
     content = ledger_text(kind, path.read_bytes())
@@ -237,7 +237,7 @@ def tbo_output(kind: str, good: bytes) -> bytes:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_test_backend_ops_console_log(tmp_path: Path, kind: str) -> None:
-    data = Path(__file__).resolve().parents[1] / "backend_ops" / "data"
+    data = Path(__file__).resolve().parents[1] / "gates" / "backend_ops" / "data"
     path = tmp_path / "hostile.console.txt"
     content = tbo_output(kind, (data / "cpu.console.txt").read_bytes())
     path.write_bytes(content)
@@ -251,7 +251,7 @@ def test_test_backend_ops_console_log(tmp_path: Path, kind: str) -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_test_backend_ops_sql_output(tmp_path: Path, kind: str) -> None:
-    data = Path(__file__).resolve().parents[1] / "backend_ops" / "data"
+    data = Path(__file__).resolve().parents[1] / "gates" / "backend_ops" / "data"
     path = tmp_path / "hostile.sql"
     content = tbo_output(kind, (data / "cpu.sql.txt").read_bytes())
     path.write_bytes(content)

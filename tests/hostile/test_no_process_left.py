@@ -1,5 +1,5 @@
 """No process is left after a timeout or Ctrl-C of any long-lived thing, with the real CPU binaries: test-backend-ops,
-the bench's llama-servers and ``1bit serve``'s (the equivalence gate's two: tests/equivalence/test_gate_slow.py)."""
+the bench's llama-servers and ``1bit serve``'s (the equivalence gate's two: tests/gates/equivalence/test_gate_slow.py)."""
 
 from __future__ import annotations
 

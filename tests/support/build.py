@@ -1,4 +1,4 @@
-"""The fixture CMake project (tests/build/fixture) as a fork, and builds of it through the real CLI."""
+"""The fixture CMake project (tests/compile/fixture) as a fork, and builds of it through the real CLI."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tests.support.gitrepo import RepoBuilder
 from tests.support.patches import add_to_series, make_patch_text
 from tests.support.project import Fork, Project, Result
 
-FIXTURE = Path(__file__).resolve().parents[1] / "build" / "fixture"
+FIXTURE = Path(__file__).resolve().parents[1] / "compile" / "fixture"
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def add_fixture_patch(project: Project, fork: BuildFork, name: str, path: str, o
 def replay_flags() -> str:
     """The machine flags that make the fixture's test-backend-ops replay the real CPU one's output (the failing run
     when ggml's answer is wrong)."""
-    data = FIXTURE.parents[1] / "backend_ops" / "data"
+    data = FIXTURE.parents[1] / "gates" / "backend_ops" / "data"
     return f"-DFIXTURE_REPLAY_CONSOLE={data / 'cpu.console.txt'} -DFIXTURE_REPLAY_SQL={data / 'cpu.sql.txt'} -DFIXTURE_REPLAY_CONSOLE_FAIL={data / 'cpu-fail.console.txt'}"
 
 

@@ -9,11 +9,11 @@ from typing import Any
 
 from ci.gates.equivalence_judge import Completion, Prompt, parse_completion
 
-DATA = Path(__file__).resolve().parents[1] / "equivalence" / "data"
+DATA = Path(__file__).resolve().parents[1] / "gates" / "equivalence" / "data"
 
 
 class Recorded:
-    """The real answers of tests/equivalence/data/streams.json (see record_streams.py for how they were made)."""
+    """The real answers of tests/gates/equivalence/data/streams.json (see record_streams.py for how they were made)."""
 
     def __init__(self) -> None:
         raw = json.loads((DATA / "streams.json").read_text())

@@ -1,4 +1,4 @@
-"""Record the real /completion answers the judge's unit tests replay (tests/equivalence/data/streams.json).
+"""Record the real /completion answers the judge's unit tests replay (tests/gates/equivalence/data/streams.json).
 
     python -m tests.support.record_streams LLAMA_SERVER
 
@@ -22,7 +22,7 @@ from ci.gates import equivalence_judge as ej
 from ci.gates.llama import LlamaServer, ServerLaunch, free_ports
 from ci.gates.tinymodels import NEVER_ACCEPTED_DRAFTER, write_model, write_tiny_models
 
-OUT = Path(__file__).resolve().parents[1] / "equivalence" / "data" / "streams.json"
+OUT = Path(__file__).resolve().parents[1] / "gates" / "equivalence" / "data" / "streams.json"
 TOKENS = 64
 RESUME_AFTER = (27, 45)  # near-tie positions of the tiny target's "short" run
 

@@ -32,7 +32,7 @@ def a_recipe(**fields: Any) -> dict[str, Any]:
         "env": {"ONEBIT_TEST_KNOB": "1"},
         "why": "a test",
         "measured": "pp512 100 -> 110 t/s (measured by this test's author)",
-        "source": "tests/route",
+        "source": "tests/serve",
     }
     recipe.update(fields)
     return {k: v for k, v in recipe.items() if v is not None}

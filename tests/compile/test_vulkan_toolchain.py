@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ci.build import profiles
-from ci.build.toolchain import detect
+from ci.compile import profiles
+from ci.compile.toolchain import detect
 from ci.errors import ToolchainError
 from ci.pin.pins import BuildConfig
 

@@ -15,7 +15,7 @@ from ci.pin.project import set_gitmodules_value
 
 ROOT = Path(__file__).resolve().parents[2]
 # the tests that read the repository's own files (pins.yaml, .gitmodules, the workflows, the launcher's tree)
-READS_THE_REPOSITORY = ("tests/pins", "tests/route", "tests/workflows")
+READS_THE_REPOSITORY = ("tests/pin", "tests/serve", "tests/workflows")
 OTHER_PIN = {"commit": "0123456789abcdef0123456789abcdef01234567", "branch": "another/branch", "url": "https://example.invalid/other/ROCmFPX.git",
              "reference": "ROCmFPX#99", "date": "2030-01-01"}  # fmt: skip
 

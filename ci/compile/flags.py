@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci.build.profiles import PROFILES, Profile
+from ci.compile.profiles import PROFILES, Profile
 from ci.errors import ConfigError
 from ci.pin.pins import Pins, cmake_flag_name
 from ci.schema import did_you_mean
@@ -53,7 +53,7 @@ class Flags:
         ):
             if any(cmake_flag_name(f) == name for f in group):
                 return place
-        return "the profile (ci/build/profiles.py)"
+        return "the profile (ci/compile/profiles.py)"
 
 
 def merge_flags(*groups: tuple[str, ...]) -> tuple[str, ...]:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ci.build import cmake, flags, profiles
-from ci.build.manifest import build_key, sha256_file
-from ci.build.toolchain import Tool, Toolchain, detect
+from ci.compile import cmake, flags, profiles
+from ci.compile.manifest import build_key, sha256_file
+from ci.compile.toolchain import Tool, Toolchain, detect
 from ci.pin.pins import BuildConfig, parse
 from tests.support.build import BuildFork, add_fixture_patch, build_cpu, manifest, run_binary
 from tests.support.patches import add_to_series, make_patch_text

@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 
-from ci.build import toolchain as toolchain_mod
-from ci.build.cmake import BuildPlan, BuildRequest, plan
-from ci.build.flags import flags_for, local_flags, one_off_flags, profile_of
-from ci.build.profiles import Profile
-from ci.build.toolchain import Toolchain
+from ci.compile import toolchain as toolchain_mod
+from ci.compile.cmake import BuildPlan, BuildRequest, plan
+from ci.compile.flags import flags_for, local_flags, one_off_flags, profile_of
+from ci.compile.profiles import Profile
+from ci.compile.toolchain import Toolchain
 from ci.pin.pins import Pins
 from ci.pin.project import Project
 from ci.source.series import PATCHES_DIR, Series, load_series

@@ -21,7 +21,7 @@ from tests.support.binaries import llama_binary
 from tests.support.processes import live_processes_naming
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def bench_args(models: TinyModels, out: Path, *extra: str) -> list[str]:

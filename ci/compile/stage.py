@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci.build.cmake import LOG, BuildPlan, BuildRequest, decide, execute
-from ci.build.context import Context
-from ci.build.manifest import Manifest, read_manifest
+from ci.compile.cmake import LOG, BuildPlan, BuildRequest, decide, execute
+from ci.compile.context import Context
+from ci.compile.manifest import Manifest, read_manifest
 from ci.errors import CommandFailed, Refused
 from ci.files import shown
 from ci.pin.verify import verify
