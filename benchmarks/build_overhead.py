@@ -47,15 +47,14 @@ def main() -> None:
 
     # the same commands by hand first (they also warm the page cache for the source, if anything, in nox's favour
     # only for reads; the compile is CPU-bound), from the flags the orchestration would pass
+    from ci.commands.job import Job
     from ci.compile.cmake import BuildRequest  # the flags exactly as the orchestration computes them
-    from ci.compile.context import Context
-    from ci.pin.project import Project
 
     if args.noop_only:
         orchestrated = timed(nox("-s", "build", "--", "--profile", args.profile), project)
         print(f"full build ({args.profile}): nox -s build {orchestrated:.1f} s (no hand-run comparison: --noop-only)")
     else:
-        hand_plan = Context(Project(project)).build_plan(BuildRequest(profile=args.profile, build_root=project / "build-by-hand"))
+        hand_plan = Job.resolve(project).build_plan(BuildRequest(profile=args.profile, build_root=project / "build-by-hand"))
         by_hand = timed(list(hand_plan.configure_argv), project) + timed(list(hand_plan.build_argv), project)
         orchestrated = timed(nox("-s", "build", "--", "--profile", args.profile), project)
         manifest = json.loads((project / "build" / args.profile / "build.json").read_text())

@@ -11,6 +11,7 @@ import logging
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import threading
 from collections import deque
@@ -127,6 +128,10 @@ def run(
         raise
     reader.join(timeout=5)
     _close_output(proc, reader)
+    if proc.returncode == -signal.SIGINT:
+        # a terminal's Ctrl-C reaches the whole foreground group: the program may die of it before this process's own
+        # handler runs, and then it is the interrupt, not a failed command (as a shell treats a child killed by SIGINT)
+        raise KeyboardInterrupt
     if broken:
         exc = broken[0]
         name = getattr(log_file, "name", None)

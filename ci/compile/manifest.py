@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ci.errors import ConfigError, Refused
-from ci.files import write_atomic
+from ci.files import sha256_file, write_atomic
 from ci.schema import load_json
 
 MANIFEST = "build.json"
@@ -65,14 +65,6 @@ def _digest(parts: Mapping[str, str]) -> str:
 
 
 # -- artifacts --------------------------------------------------------------------------------------------------
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""``nox -s build``: pin → source (checkout + patches) → toolchain → configure → compile → manifest, under a build key;
-and the check every later stage makes first: is the profile's build exactly the current one?"""
+"""The build stage: the checkout brought to the pin + series, then configure → compile → manifest, under the build
+key of a plan made beforehand (:class:`~ci.compile.cmake.BuildPlan`); and the check every later stage makes first:
+is the profile's build exactly the one that plan describes?"""
 
 from __future__ import annotations
 
@@ -8,13 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci.compile.cmake import LOG, BuildPlan, BuildRequest, decide, execute
-from ci.compile.context import Context
+from ci.compile.cmake import LOG, BuildPlan, decide, execute
 from ci.compile.manifest import Manifest, read_manifest
 from ci.errors import CommandFailed, Refused
 from ci.files import shown
-from ci.pin.verify import verify
-from ci.source.sync import sync
+from ci.source.sync import Source, sync
 
 
 @dataclass(frozen=True)
@@ -25,36 +24,28 @@ class BuildOutcome:
     reasons: tuple[str, ...]
 
 
-def run_build(ctx: Context, request: BuildRequest, say: Callable[[str], None]) -> BuildOutcome:
-    """verify the pin → checkout at pin + series → toolchain → (configure) → compile → manifest."""
-    with _timed(say, "verify pin"):
-        check = verify(ctx.project, checkout_head=False)
-        if not check.ok:
-            raise Refused("the pin does not verify: " + "; ".join(check.problems) + "; run nox -s verify_pin")
-        profile = ctx.profile(request.profile)
-    with _timed(say, "toolchain"):
-        tools = ctx.toolchain(profile)
-        build_plan = ctx.build_plan(request)  # every flag checked before anything is touched
-        say(f"toolchain: {tools.describe()}; ccache: {tools.ccache or 'not found'}")
-    with _timed(say, "checkout and patches"):
-        say(sync(ctx.source(), remote=request.remote).describe())
+def run_build(build_plan: BuildPlan, source: Source, root: Path, remote: str | None, say: Callable[[str], None]) -> BuildOutcome:
+    """checkout at pin + series → (configure) → compile → manifest; the pin verified and the plan made before."""
+    profile, tools = build_plan.profile, build_plan.toolchain
+    with timed(say, "checkout and patches"):
+        say(sync(source, remote=remote).describe())
     old = read_manifest(build_plan.manifest_path)
     decision = decide(build_plan, old)
     if decision.up_to_date and old is not None:
         say(
-            f"build: up to date: key {build_plan.key.short} (pin {ctx.pins.fork.short}, patches {ctx.series.digest[:12]}, "
-            f"profile {profile.name}, {tools.describe()}) matches {shown(build_plan.manifest_path, ctx.root)}, "
+            f"build: up to date: key {build_plan.key.short} (pin {build_plan.pin[:7]}, patches {build_plan.series_digest[:12]}, "
+            f"profile {profile.name}, {tools.describe()}) matches {shown(build_plan.manifest_path, root)}, "
             f"and its {len(old.binaries)} binaries and {len(old.libraries)} libraries are as recorded"
         )
         return BuildOutcome(old, True, build_plan, ())
     say(f"build: building {profile.name} (key {build_plan.key.short}): {'; '.join(decision.reasons)}")
     try:
-        with _timed(say, "configure and compile"):
+        with timed(say, "configure and compile"):
             manifest = execute(build_plan, decision, say)
     except CommandFailed:
-        say(f"build: the full log: {shown(build_plan.build_dir / LOG, ctx.root)}")
+        say(f"build: the full log: {shown(build_plan.build_dir / LOG, root)}")
         raise
-    say(f"build: wrote {shown(build_plan.manifest_path, ctx.root)}; log: {shown(build_plan.build_dir / LOG, ctx.root)}")
+    say(f"build: wrote {shown(build_plan.manifest_path, root)}; log: {shown(build_plan.build_dir / LOG, root)}")
     return BuildOutcome(manifest, False, build_plan, decision.reasons)
 
 
@@ -68,18 +59,17 @@ class CurrentBuild:
         return self.manifest.key
 
 
-def current_build(ctx: Context, profile_name: str) -> CurrentBuild:
+def current_build(build_plan: BuildPlan, root: Path) -> CurrentBuild:
     """The profile's build when it is exactly the current one; Refused otherwise.
 
     The key is computed from what is here now (pins.yaml, the series, the machine's flags, the toolchain), so a
     pin bump or a patch edited since the build makes it stale, and so does a binary replaced since.
     """
-    build_plan = ctx.build_plan(BuildRequest(profile=profile_name))
     profile = build_plan.profile
     old = read_manifest(build_plan.manifest_path)
     hint = f"run nox -s build -- --profile {profile.name}"
     if old is None:
-        raise Refused(f"no build of profile {profile.name} ({shown(build_plan.manifest_path, ctx.root)} is missing): {hint}")
+        raise Refused(f"no build of profile {profile.name} ({shown(build_plan.manifest_path, root)} is missing): {hint}")
     decision = decide(build_plan, old)
     if not decision.up_to_date:
         missing = [f for f in old.one_off_flags if f not in build_plan.cmake_flags]
@@ -92,7 +82,7 @@ def current_build(ctx: Context, profile_name: str) -> CurrentBuild:
     return CurrentBuild(old, build_plan.build_dir)
 
 
-class _timed:
+class timed:
     """A step line with its duration, printed when the step ends (or fails)."""
 
     def __init__(self, say: Callable[[str], None], name: str) -> None:

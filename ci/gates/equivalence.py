@@ -130,7 +130,7 @@ class EquivalencePlan:
     tokens: int = DEFAULT_TOKENS
     near_tie: float = DEFAULT_NEAR_TIE
     seed: int = DEFAULT_SEED
-    context: int = 2048
+    context: int = defaults.CONTEXT
     drafter_model: Path | None = None  # the drafter GGUF, for the record
     spec_type: str = DEFAULT_SPEC_TYPE
     build_key: str = ""  # of the llama-server under test, for the record
@@ -212,7 +212,7 @@ def plan(
     near_tie: float = DEFAULT_NEAR_TIE,
     device: str = "cpu",
     seed: int = DEFAULT_SEED,
-    context: int = 2048,
+    context: int = defaults.CONTEXT,
     build_key: str = "",
     llama_server_sha256: str | None = None,
     models: str = GIVEN_MODELS,

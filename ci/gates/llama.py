@@ -30,6 +30,7 @@ from typing import IO, Any
 import psutil
 import requests
 
+from ci import defaults
 from ci.command import resolve
 from ci.errors import ServerFailed, describe_returncode
 from ci.schema import parse_json
@@ -68,7 +69,7 @@ def launcher_argv(
     port: int,
     device: str = "cpu",
     host: str = LOCALHOST,
-    context: int = 2048,
+    context: int = defaults.CONTEXT,
     serve_options: Sequence[str] = (),
     extra: Sequence[str] = (),
     python: str = sys.executable,

@@ -18,93 +18,21 @@ figures and both pins, so a "6.7 -> 5.4 tokens per step" is caught at bump time.
 from __future__ import annotations
 
 import dataclasses
-import random
-import re
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from ci.errors import ConfigError
 from ci.gates import drafting
+from ci.gates.bench import Sample, Spread, pyplot, spread
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
-
-if TYPE_CHECKING:
-    from ci import bench
+from ci.pin.claims import Check, Term
 
 GATE = "perf"
-CONFIGS = ("base", "draft")
-METRICS = ("prompt", "decode", "tokens_per_step", "acceptance")
-BOOTSTRAP = 2000
 INCONCLUSIVE = "inconclusive: raise --rounds"
-_TERM = r"(?P<m{n}>[a-z_]+)\(\s*(?P<c{n}>[a-z]+)\s*(?:,\s*(?P<p{n}>[a-z]+)\s*)?\)"
-CHECK_RE = re.compile(rf"^\s*{_TERM.format(n=1)}\s*(?:/\s*{_TERM.format(n=2)}\s*)?>=\s*(?P<floor>[0-9.]+)\s*$")
-
-
-@dataclass(frozen=True)
-class Term:
-    metric: str
-    config: str
-    prompt: str | None  # None: the long prompt for "prompt", every decode prompt pooled otherwise
-
-    def show(self) -> str:
-        return f"{self.metric}({self.config}{', ' + self.prompt if self.prompt else ''})"
-
-
-@dataclass(frozen=True)
-class Check:
-    text: str
-    top: Term
-    bottom: Term | None
-    floor: float
-    measured: str  # where the floor comes from, as recipes say it
-    tolerance: float = 0.1  # the drop against the last release that fails it
-
-    @property
-    def name(self) -> str:
-        return self.top.show() + (f" / {self.bottom.show()}" if self.bottom else "")
-
-
-def parse_check(text: str, measured: str, tolerance: float, where: str, configs: Sequence[str] = CONFIGS) -> Check:
-    m = CHECK_RE.match(text)
-    if not m:
-        raise ConfigError(f'{where}: "{text}" is not METRIC(CONFIG[, PROMPT]) [/ METRIC(CONFIG[, PROMPT])] >= NUMBER')
-    terms = []
-    for n in ("1", "2"):
-        if m.group(f"m{n}") is None:
-            continue
-        term = Term(m.group(f"m{n}"), m.group(f"c{n}"), m.group(f"p{n}"))
-        if term.metric not in METRICS:
-            raise ConfigError(f'{where}: "{term.metric}" is not a metric: {", ".join(METRICS)}')
-        if term.config not in configs:
-            raise ConfigError(f'{where}: "{term.config}" is not a config: {", ".join(configs)}')
-        terms.append(term)
-    if not measured.strip():
-        raise ConfigError(f"{where}: has no measured: say where the floor comes from (a PR, a run and its command)")
-    return Check(text.strip(), terms[0], terms[1] if len(terms) > 1 else None, float(m.group("floor")), measured, tolerance)
 
 
 # -- the samples, per round --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Sample:
-    """What the bench measured for one config, round and metric: the figures a check reads."""
-
-    round: int
-    config: str
-    metric: str  # "prompt" or "decode NAME"
-    tps: float
-    predicted_n: int = 0
-    draft_n: int = 0
-    draft_n_accepted: int = 0
-    draft_max: int = 0
-
-
-def from_bench(samples: Sequence[bench.Sample]) -> list[Sample]:
-    """The bench's samples as the checks read them: reps kept, tokens generated for decode."""
-    return [Sample(s.round, s.config, s.metric, s.tps, s.tokens if s.metric != "prompt" else 0, s.draft_n, s.draft_n_accepted, s.draft_max) for s in samples]
 
 
 def value(term: Term, samples: Sequence[Sample], round_: int) -> float | None:
@@ -122,8 +50,8 @@ def value(term: Term, samples: Sequence[Sample], round_: int) -> float | None:
     accepted = sum(s.draft_n_accepted for s in mine)
     if term.metric == "acceptance":
         return drafting.acceptance(drafted, accepted)
-    steps = sum(drafting.steps(s.predicted_n, s.draft_n, s.draft_n_accepted, s.draft_max) for s in mine)
-    return sum(s.predicted_n for s in mine) / steps if steps else 0.0
+    steps = sum(drafting.steps(s.generated, s.draft_n, s.draft_n_accepted, s.draft_max) for s in mine)
+    return sum(s.generated for s in mine) / steps if steps else 0.0
 
 
 def per_round(check: Check, samples: Sequence[Sample]) -> list[float]:
@@ -134,27 +62,6 @@ def per_round(check: Check, samples: Sequence[Sample]) -> list[float]:
         if top is not None and bottom:
             out.append(top / bottom)
     return out
-
-
-@dataclass(frozen=True)
-class Spread:
-    best: float
-    median: float
-    q1: float
-    q3: float
-    low: float  # bootstrap 95% interval of the median
-    high: float
-    n: int
-
-
-def spread(values: Sequence[float], seed: int = 0) -> Spread:
-    """Best, median, interquartile range and a bootstrap 95% interval of the median (seeded: the same samples give
-    the same interval)."""
-    xs = sorted(values)
-    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0], xs[0], xs[0]]
-    rng = random.Random(seed)
-    medians = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(BOOTSTRAP))
-    return Spread(max(xs), statistics.median(xs), q[0], q[2], medians[int(0.025 * BOOTSTRAP)], medians[int(0.975 * BOOTSTRAP) - 1], len(xs))
 
 
 @dataclass(frozen=True)
@@ -270,19 +177,3 @@ def chart(judged: Sequence[Judged], path: Path, title: str) -> Path | None:
     fig.savefig(path, format="svg")
     plt.close(fig)
     return path
-
-
-def pyplot() -> Any:
-    """matplotlib.pyplot, headless, or None without the plot extra."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: searchable, and the file small
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    return plt
-
-
-NO_CHART = "not drawn: matplotlib is not installed (the plot extra: nox installs it for gpu_tests, the main job and bench; pip install '.[plot]')"

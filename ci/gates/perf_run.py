@@ -6,40 +6,41 @@ import dataclasses
 import time
 from pathlib import Path
 
-from ci import bench
+from ci import defaults
 from ci.errors import ConfigError
 from ci.files import write_json
-from ci.gates import equivalence, perf
-from ci.gates.registry import BuildUnderTest, GateOptions, equivalence_models
+from ci.gates import bench, equivalence, perf
+from ci.gates.bench import Sample
 from ci.gates.results import GateResult
+from ci.gates.target import BuildUnderTest, GateOptions, equivalence_models
 
 
 def run(target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
     t0 = time.monotonic()
-    ctx, manifest = target.ctx, target.build.manifest
-    model, drafter, models = equivalence_models(ctx, options, target.build.build_dir)
+    manifest = target.build.manifest
+    model, drafter, models = equivalence_models(target, options)
     key = manifest.profile if models == equivalence.RELEASE_MODELS else "tiny"
-    checks = ctx.pins.perf_checks(key)
+    checks = target.pins.perf_checks(key)
     if not checks:
         raise ConfigError(f"pins.yaml: expect.perf.{key}: no checks for {models}; declare them (docs/bench.md)")
-    device = ctx.profile(manifest.profile).serve_device
+    device = target.serve_device
     server = manifest.binary(target.build.build_dir, "llama-server")
-    released = last_release(target, models)
+    released = target.last_release(models)
     tiny = models == equivalence.TINY_MODELS
     runs = iter(("perf", "perf-more"))
 
-    def measure_rounds(rounds: int) -> list[perf.Sample]:
+    def measure_rounds(rounds: int) -> list[Sample]:
         return measure(model, drafter, server, device, rounds, tiny, out, next(runs))
 
     judged, _, rounds = perf.judge_settled(checks, measure_rounds, options.rounds, released, manifest.pin_commit)
     title = f"perf: {manifest.profile}, pin {manifest.pin_commit[:7]}, {models} ({rounds} rounds)"
     drawn = perf.chart(judged, out / "perf.svg", title)
     result = perf.result(judged, released, manifest.pin_commit, models, time.monotonic() - t0)
-    chart = str(out / "perf.svg") if drawn else perf.NO_CHART
+    chart = str(out / "perf.svg") if drawn else bench.NO_CHART
     return dataclasses.replace(result, properties=(*result.properties, ("chart", chart)))
 
 
-def measure(model: Path, drafter: Path, llama_server: Path, device: str, rounds: int, tiny: bool, out: Path, name: str = "perf") -> list[perf.Sample]:
+def measure(model: Path, drafter: Path, llama_server: Path, device: str, rounds: int, tiny: bool, out: Path, name: str = "perf") -> list[Sample]:
     """The bench, base and drafter interleaved for ``rounds`` rounds; every sample, also in ``out/NAME-samples.json``."""
     if equivalence.gguf_architecture(drafter) == "dflash":
         draft = bench.parse_config(f"draft=--dflash {drafter}")
@@ -52,27 +53,10 @@ def measure(model: Path, drafter: Path, llama_server: Path, device: str, rounds:
         device=device,
         rounds=rounds,
         prompt_tokens=1000 if tiny else bench.DEFAULT_PROMPT_TOKENS,
-        context=2048 if tiny else bench.DEFAULT_CONTEXT,
+        context=defaults.CONTEXT if tiny else bench.DEFAULT_CONTEXT,
         decode_reps=1,
         prompt_reps=3,
     )
     result = bench.run(bench_plan, out / f"{name}-logs", lambda line: None)
     write_json(out / f"{name}-samples.json", bench.to_json(result, bench.summarise(bench_plan, result.samples)))
-    return perf.from_bench(result.samples)
-
-
-def last_release(target: BuildUnderTest, models: str) -> perf.Released | None:
-    """The perf figures of the last build of this profile and these models that shipped (the ledger's ship record
-    and the perf record of its key), when there is one."""
-    from ci.release import ledger
-
-    book = ledger.read(ledger.ledger_path(ledger.default_results_dir(target.ctx.root)), ledger.signing_key())
-    profile = target.build.manifest.profile
-    for rec in reversed(book.records):
-        if rec.gate != "ship" or rec.data.get("profile") != profile or rec.build_key == target.key:
-            continue
-        figures = ledger.latest(book, perf.GATE, rec.build_key)
-        if figures is None or (figures.data.get("properties") or {}).get("models") != models:
-            continue
-        return perf.Released(str(rec.data.get("pin", "")), perf.medians(figures.data.get("metrics") or {}))
-    return None
+    return list(result.samples)

@@ -1,75 +1,75 @@
-"""The gates: one protocol, one registry, in the order ``nox -s gpu_tests`` runs them and ``nox -s ship`` requires them.
+"""The gates: one registry, in the order ``nox -s gpu_tests`` runs them and ``nox -s ship`` requires them. Each gate
+declares its name, whether ship requires it (always, or when pins.yaml asks), and how it runs on a build; gpu_tests,
+ship, the main job, the self-test and pins.yaml's ``release.require`` all read :data:`GATES`. Adding a gate is its
+module and one line there.
 
-A gate takes the build under test (its manifest and the command's context) and returns a
-:class:`~ci.gates.results.GateResult`; writing its record (JSON, JUnit, ledger) is the release stage's, in one place.
+A gate takes the build under test (:class:`BuildUnderTest`: the build and what it is judged against, as values) and
+returns a :class:`~ci.gates.results.GateResult`; writing its record (JSON, JUnit, ledger) is the release stage's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ci.compile.context import Context
-from ci.compile.stage import CurrentBuild
 from ci.errors import ConfigError, Refused
-from ci.files import sha256_cached
-from ci.gates import backend_ops, equivalence, route, tinymodels
+from ci.gates import backend_ops, equivalence, perf, perf_run, route
 from ci.gates.results import GateResult
+from ci.gates.target import BuildUnderTest, GateOptions, equivalence_models
 from ci.pin.pins import Pins
 from ci.schema import did_you_mean
-
-
-@dataclass(frozen=True)
-class GateOptions:
-    timeout: float = backend_ops.DEFAULT_TIMEOUT  # seconds per test-backend-ops run
-    rounds: int = 5  # the perf gate's rounds (docs/bench.md: how many give a stable verdict)
-    model: Path | None = None  # the equivalence gate's target; default pins.yaml, else tiny models
-    drafter: Path | None = None
-    tokens: int | None = None
-    planted: bool = False  # a gate_selftest build: a fault planted in a copy of the checkout (DirtyRule.PLANTED)
-
-
-@dataclass(frozen=True)
-class BuildUnderTest:
-    ctx: Context
-    build: CurrentBuild
-
-    @property
-    def key(self) -> str:
-        return self.build.key
 
 
 class Gate(Protocol):
     name: str
 
+    def required(self, pins: Pins) -> bool:
+        """Whether ship requires this gate for a build of ``pins``."""
+        ...
+
     def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult: ...
 
 
-class RouteGate:
+class Always:
+    """A gate ship requires for every build."""
+
+    def required(self, pins: Pins) -> bool:
+        return True
+
+
+class WhenRequired:
+    """A gate ship requires when pins.yaml's ``release.require`` names it."""
+
+    name: str
+
+    def required(self, pins: Pins) -> bool:
+        return self.name in pins.release_require
+
+
+class RouteGate(Always):
     name = route.GATE
+    plantable = False  # the launcher's own tests: no planted fault of the fork can reach them
 
     def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
         return route.route_gate(out)
 
 
-class BackendOpsGate:
+class BackendOpsGate(Always):
     name = backend_ops.GATE
 
     def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
-        ctx, manifest = target.ctx, target.build.manifest
-        series = ctx.series
+        manifest = target.build.manifest
         # ggml's build commit says -dirty exactly when the checkout's ggml/ differs from the pin: the series touches it
-        dirty = backend_ops.DirtyRule.DIRTY if series.touches("ggml/") else backend_ops.DirtyRule.CLEAN
+        dirty = backend_ops.DirtyRule.DIRTY if target.ggml_touched else backend_ops.DirtyRule.CLEAN
         if options.planted:
             dirty = backend_ops.DirtyRule.PLANTED
         return backend_ops.run_gate(
             manifest.binary(target.build.build_dir, "test-backend-ops"),
             manifest.device,
-            ctx.pins.expected_cases(),
-            ctx.pins.fork.commit,
-            bool(series.patches),
+            target.pins.expected_cases(),
+            target.pins.fork.commit,
+            target.patched,
             options.timeout,
             out / "backend_ops-logs",
             manifest.key,
@@ -77,13 +77,13 @@ class BackendOpsGate:
         )
 
 
-class EquivalenceGate:
+class EquivalenceGate(Always):
     name = equivalence.GATE
 
     def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
-        ctx, manifest = target.ctx, target.build.manifest
-        model, drafter, models = equivalence_models(ctx, options, target.build.build_dir)
-        config = ctx.pins.equivalence
+        manifest = target.build.manifest
+        model, drafter, models = equivalence_models(target, options)
+        config = target.pins.equivalence
         equivalence_plan = equivalence.plan(
             model=model,
             drafter=drafter,
@@ -91,7 +91,7 @@ class EquivalenceGate:
             spec_type=config.spec_type,
             tokens=options.tokens or config.tokens,
             near_tie=config.near_tie_nats,
-            device=ctx.profile(manifest.profile).serve_device,
+            device=target.serve_device,
             build_key=manifest.key,
             llama_server_sha256=manifest.binaries["llama-server"].sha256,
             models=models,
@@ -100,56 +100,74 @@ class EquivalenceGate:
         return equivalence.run(equivalence_plan, out / "equivalence-logs")
 
 
-def equivalence_models(ctx: Context, options: GateOptions, build_dir: Path) -> tuple[Path, Path, str]:
-    """The target and drafter the equivalence gate runs, and what they are: ``--model``/``--drafter``, else the
-    release models pins.yaml names (each checked against its sha256), else the tiny generated ones (the near drafter)."""
-    config = ctx.pins.equivalence
-    if options.model is not None and options.drafter is not None:
-        return options.model, options.drafter, equivalence.GIVEN_MODELS
-    if config.model is not None and config.drafter is not None:
-        paths = []
-        for key, ref in (("model", config.model), ("drafter", config.drafter)):
-            path = ctx.root / ref.path
-            if not path.is_file():
-                raise ConfigError(f"pins.yaml: equivalence.{key}.path: {ref.path}: no such file; put the model there or fix the path")
-            if ref.sha256 is not None and sha256_cached(path) != ref.sha256:
-                raise Refused(f"pins.yaml: equivalence.{key}: {ref.path} has sha256 {sha256_cached(path)[:12]}, not {ref.sha256[:12]}: another file than the release's")
-            paths.append(path)
-        return paths[0], paths[1], equivalence.RELEASE_MODELS
-    models = tinymodels.write_tiny_models(build_dir / "tiny-models")
-    return models.target, models.near_drafter, equivalence.TINY_MODELS
-
-
 class PerfGate:
     """The seeds' performance claims (pins.yaml expect.perf), measured by the bench on the build's llama-server."""
 
-    name = "perf"
+    name = perf.GATE
     shows_cases = True  # gpu_tests prints each check's figures
+    plantable = False  # it measures speed, not what a planted fault breaks
+
+    def required(self, pins: Pins) -> bool:
+        return bool(pins.perf) or self.name in pins.release_require
 
     def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
-        from ci.gates import perf_run
-
         return perf_run.run(target, options, out)
 
 
-GATES: tuple[Gate, ...] = (RouteGate(), BackendOpsGate(), EquivalenceGate())
-NAMES: tuple[str, ...] = tuple(g.name for g in GATES)
-OPTIONAL: tuple[Gate, ...] = (PerfGate(),)  # run when asked (--gate perf) or when pins.yaml expects it
-SELFTEST = "gate_selftest"  # its own session (it plants faults and rebuilds); ship requires it when pins.yaml says so
+class SelftestGate(WhenRequired):
+    """``nox -s gate_selftest``: planted faults, each gate catching its own. A session of its own (it plants faults and
+    rebuilds), so gpu_tests never runs it; ship requires its record when pins.yaml's release.require names it."""
+
+    name = "gate_selftest"
+    own_session = True
+
+    def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
+        raise Refused(f"{self.name} runs in its own session: nox -s gate_selftest")
+
+
+GATES: tuple[Gate, ...] = (RouteGate(), BackendOpsGate(), EquivalenceGate(), PerfGate(), SelftestGate())
+SELFTEST = SelftestGate.name
+
+
+def names() -> tuple[str, ...]:
+    return tuple(g.name for g in GATES)
+
+
+def always() -> tuple[str, ...]:
+    """The gates ship requires for every build: what a benign planted edit must pass."""
+    return tuple(g.name for g in GATES if isinstance(g, Always))
+
+
+def plantable() -> tuple[str, ...]:
+    """The gates a planted fault may name: those that judge whether a build's binaries are right (the route tests judge
+    the launcher, perf their speed)."""
+    return tuple(g.name for g in GATES if not getattr(g, "own_session", False) and getattr(g, "plantable", True))
+
+
+def requirable() -> tuple[str, ...]:
+    """What pins.yaml's release.require may name."""
+    return tuple(g.name for g in GATES if not isinstance(g, Always))
+
+
+def check_require(pins: Pins) -> None:
+    """pins.yaml's release.require names only gates of this registry."""
+    known = requirable()
+    for i, gate in enumerate(pins.release_require):
+        if gate not in known:
+            raise ConfigError(f'{pins.path.name}: release.require[{i}]: "{gate}" is not a gate ship can require{did_you_mean(gate, known)}; known: {", ".join(known)}')
 
 
 def required(pins: Pins) -> tuple[str, ...]:
-    """Every gate ship requires for a build of ``pins``, in the order gpu_tests runs them: the three always, perf
-    when pins.yaml declares checks (expect.perf) or requires it, the self-test when release.require names it."""
-    extra = {*pins.release_require, *(("perf",) if pins.perf else ())}
-    return (*NAMES, *(g.name for g in OPTIONAL if g.name in extra), *((SELFTEST,) if SELFTEST in extra else ()))
+    """Every gate ship requires for a build of ``pins``, in the order gpu_tests runs them."""
+    return tuple(g.name for g in GATES if g.required(pins))
 
 
-def select(names: Sequence[str], pins: Pins) -> tuple[Gate, ...]:
-    """The gates named, or every gate ship requires (but the self-test, a session of its own) when none is, in order."""
-    known = (*NAMES, *(g.name for g in OPTIONAL))
-    for n in names:
+def select(wanted: Sequence[str], pins: Pins) -> tuple[Gate, ...]:
+    """The gates named, or every gate ship requires (but those with a session of their own) when none is, in order."""
+    runnable = tuple(g for g in GATES if not getattr(g, "own_session", False))
+    known = tuple(g.name for g in runnable)
+    for n in wanted:
         if n not in known:
             raise ConfigError(f"--gate {n}: unknown gate{did_you_mean(n, known)}; gates: {', '.join(known)}")
-    wanted = set(names) if names else set(required(pins))
-    return tuple(g for g in (*GATES, *OPTIONAL) if g.name in wanted)
+    chosen = set(wanted) if wanted else set(required(pins))
+    return tuple(g for g in runnable if g.name in chosen)

@@ -25,23 +25,19 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from ci.compile.cmake import BuildRequest
-from ci.compile.context import Context
-from ci.compile.stage import current_build
 from ci.command import end_tree, resolve, run
 from ci.errors import ConfigError, ToolchainError
-from ci.files import write_json
 from ci.gates import registry
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
+from ci.git import Git
 from ci.schema import Section, load_json, parse_yaml
-from ci.source.git import Git
+from ci.source.sync import Source
 
 GATE = "gate_selftest"
 FAULTS = "faults.yaml"
 # a fault's id names its directory under build/selftest/<profile>/: the rule recipe ids follow (serve/recipes.py)
 ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 ALL = "all"
-GATES = ("backend_ops", "equivalence", ALL)
 
 
 @dataclass(frozen=True)
@@ -57,7 +53,7 @@ class Fault:
 
     @property
     def gates(self) -> tuple[str, ...]:
-        return registry.NAMES if self.gate == ALL else (self.gate,)
+        return registry.always() if self.gate == ALL else (self.gate,)
 
     def anchor(self) -> str:
         first = self.search.strip().splitlines()[0].strip() if self.search.strip() else self.search
@@ -81,8 +77,9 @@ def load_faults(path: Path | None = None) -> tuple[Fault, ...]:
     for i, item in enumerate(raw):
         s = Section(name, f"faults[{i}]", item)
         gate = s.string("gate")
-        if gate not in GATES:
-            raise s.error(f'"{gate}" is not a gate: {", ".join(GATES)}', "gate")
+        known = (*registry.plantable(), ALL)
+        if gate not in known:
+            raise s.error(f'"{gate}" is not a gate: {", ".join(known)}', "gate")
         expect = s.string("expect")
         if expect not in ("failed", "error", "passed"):
             raise s.error(f'"{expect}" is not failed or error (caught) nor passed (benign)', "expect")
@@ -161,13 +158,12 @@ class Trial:
         return self.work / "gates"
 
 
-def plant(ctx: Context, profile: str, fault: Fault, root: Path) -> Trial:
+def plant(checkout: Path, build_dir: Path, fault: Fault, root: Path) -> Trial:
     """Copy the checkout and the build (modification times kept), and write the fault into the copy."""
-    build_dir = ctx.build_dir(ctx.profile(profile))
     trial = Trial(fault, root / fault.id)
     shutil.rmtree(trial.work, ignore_errors=True)
     trial.work.mkdir(parents=True)
-    for src, dst in ((ctx.root / ctx.pins.submodule, trial.src), (build_dir, trial.build)):
+    for src, dst in ((checkout, trial.src), (build_dir, trial.build)):
         run(["cp", "-a", "--reflink=auto", str(src), str(dst)], what=f"cp -a {src.name}")
     target = trial.src / fault.file
     text = target.read_text(encoding="utf-8")
@@ -178,39 +174,17 @@ def plant(ctx: Context, profile: str, fault: Fault, root: Path) -> Trial:
     return trial
 
 
-def namespace_argv(ctx: Context, profile: str, trial: Trial, faults: Path | None) -> list[str]:
+def namespace_argv(project_root: Path, profile: str, trial: Trial, faults: Path | None) -> list[str]:
     """``unshare --mount`` around this program's ``selftest-fault``: root may mount; others map themselves to root."""
     if shutil.which("unshare") is None:
         raise ToolchainError("gate_selftest: unshare (util-linux) not found on PATH; it gives each fault a mount namespace of its own")
     unshare = ["unshare", "--mount", "--propagation", "private"]
     if os.geteuid() != 0:
         unshare.append("--map-root-user")
-    inner = [sys.executable, "-m", "ci", "--root", str(ctx.root), "selftest-fault", "--profile", profile, "--fault", trial.fault.id, "--work", str(trial.work)]
+    inner = [sys.executable, "-m", "ci", "--root", str(project_root), "selftest-fault", "--profile", profile, "--fault", trial.fault.id, "--work", str(trial.work)]
     if faults is not None:
         inner += ["--faults", str(faults)]
     return [*unshare, "--", *inner]
-
-
-def inside(ctx: Context, profile: str, fault: Fault, work: Path, say: Callable[[str], None]) -> int:
-    """``selftest-fault``, in the fault's own mount namespace: bind the copies over the user's paths, rebuild there
-    (only what the fault touched), and run the fault's gates on those binaries."""
-    trial = Trial(fault, work)
-    build = current_build(ctx, profile)  # the user's build, before the copies hide it
-    checkout = ctx.root / ctx.pins.submodule
-    for copy, over in ((trial.src, checkout), (trial.build, build.build_dir)):
-        run(["mount", "--bind", str(copy), str(over)], what="mount --bind")
-    plan = ctx.build_plan(BuildRequest(profile=profile))
-    t = time.monotonic()
-    with (trial.work / "build.log").open("w") as log:
-        run(list(plan.build_argv), env={**os.environ, **dict(plan.env)}, log_file=log, what=f"rebuild with {fault.id}")
-    rebuild = time.monotonic() - t
-    target = registry.BuildUnderTest(ctx, build)
-    for gate in registry.select(fault.gates, ctx.pins):
-        result = gate.run(target, registry.GateOptions(planted=True), trial.out)
-        write_json(trial.out / f"{gate.name}.json", result.to_json())
-    write_json(trial.work / "rebuild.json", {"seconds": round(rebuild, 2)})
-    say(f"selftest-fault: {fault.id}: rebuilt in {rebuild:.1f} s, ran {', '.join(fault.gates)}")
-    return 0
 
 
 # -- the self-test ----------------------------------------------------------------------------------------------------
@@ -242,13 +216,12 @@ class Outcome:
 
 
 def selftest(
-    ctx: Context, profile: str, faults_file: Path | None, only: Sequence[str], say: Callable[[str], None], jobs: int = 0, keep: bool = False
+    key: str, source: Source, project_root: Path, build_dir: Path, profile: str, faults_file: Path | None, only: Sequence[str], say: Callable[[str], None], jobs: int = 0, keep: bool = False
 ) -> tuple[GateResult, str]:
     """Every fault of ``profile`` planted and judged: the gate's result, and the table (fault, gate, expected, got,
     seconds, first problem). Faults are independent builds, so ``jobs`` of them (0: a fault per 4 cores) rebuild and
     run at once; each copy is removed once judged, unless ``keep``."""
     started = time.monotonic()
-    build = current_build(ctx, profile)  # refused unless the build is exactly the current one
     faults = [f for f in load_faults(faults_file) if profile in f.profiles and (not only or f.id in only)]
     if only and len(faults) != len(set(only)):
         known = [f.id for f in load_faults(faults_file)]
@@ -257,9 +230,8 @@ def selftest(
         raise ConfigError(f"{faults_file or 'ci/gates/' + FAULTS}: no fault for profile {profile}")
     if jobs < 0:
         raise ConfigError(f"--jobs {jobs}: must be 0 (a fault per 4 cores) or more")
-    source = ctx.source()
     texts = files_at(source.gitdir, Git(source.gitdir, source.workdir).write_tree(), [f.file for f in faults])
-    root = ctx.root / "build" / "selftest" / profile
+    root = project_root / "build" / "selftest" / profile
     outcomes: dict[str, Outcome] = {}
     trials: list[Trial] = []
     for fault in faults:
@@ -268,12 +240,12 @@ def selftest(
             say(f"gate_selftest: {fault.id}: {why}")
             outcomes[fault.id] = Outcome(fault, {}, why, 0.0, stale=True)
             continue
-        trials.append(plant(ctx, profile, fault, root))
+        trials.append(plant(source.workdir, build_dir, fault, root))
         say(f"gate_selftest: {fault.id}: planted in {fault.file}; it will rebuild and run {', '.join(fault.gates)}")
     width = jobs or max(1, min(len(trials), (os.cpu_count() or 1) // CORES_PER_FAULT))
     if len(trials) > 1:
         say(f"gate_selftest: {len(trials)} faults, {width} at a time")
-    for trial, code, output, seconds in _run_all(ctx, profile, trials, faults_file, width):
+    for trial, code, output, seconds in _run_all(project_root, profile, trials, faults_file, width):
         o = _outcome(trial.fault, trial, code, output, seconds)
         outcomes[trial.fault.id] = o
         say(f"gate_selftest: {o.fault.id}: {o.got_text} ({'as expected' if o.ok else 'NOT as expected'}) in {o.seconds:.1f} s (rebuild {o.rebuild:.1f} s)")
@@ -281,14 +253,14 @@ def selftest(
             for copy in (trial.src, trial.build):
                 shutil.rmtree(copy, ignore_errors=True)
     ordered = [outcomes[f.id] for f in faults]
-    return _result(build.key, ordered, time.monotonic() - started, width), table(ordered)
+    return _result(key, ordered, time.monotonic() - started, width), table(ordered)
 
 
 CORES_PER_FAULT = 4  # a fault's rebuild is one to a few units, and its gates want a core or two of their own
 
 
 def _run_all(
-    ctx: Context, profile: str, trials: Sequence[Trial], faults_file: Path | None, width: int
+    project_root: Path, profile: str, trials: Sequence[Trial], faults_file: Path | None, width: int
 ) -> Iterator[tuple[Trial, int, str, float]]:
     """Each trial's namespace run, ``width`` at a time, as each ends: (trial, exit status, output, seconds). On any
     exception (Ctrl-C included) every run still going is ended, its whole process tree with it."""
@@ -298,7 +270,7 @@ def _run_all(
         while pending or running:
             while pending and len(running) < width:
                 trial = pending.pop(0)
-                argv = namespace_argv(ctx, profile, trial, faults_file)
+                argv = namespace_argv(project_root, profile, trial, faults_file)
                 argv[0] = resolve(argv[0])
                 with (trial.work / "run.log").open("wb") as log:
                     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)

@@ -9,13 +9,15 @@ merges reach them from prompt text.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from ci import defaults
+from ci.files import sha256_file
 
 ARCHITECTURE = "llama"
 SPACE = "\u2581"  # SentencePiece's visible space
@@ -37,7 +39,7 @@ class TinyModelSpec:
     ff: int
     heads: int
     seed: int
-    context: int = 2048
+    context: int = defaults.CONTEXT
     # Logit scale: the output rows' std is ``logit_std / sqrt(dim)``; near 3 nats most top-2 margins are well
     # above the gate's near-tie threshold, so a random model's greedy path is stable on the CPU.
     logit_std: float = 3.0
@@ -198,7 +200,7 @@ class TinyModels:
 
     def describe(self) -> str:
         files = (self.target, self.near_drafter, self.drafter, self.other_target)
-        return "\n".join(f"{p.name}: {p.stat().st_size / 1e6:.2f} MB, sha256 {sha256(p)[:16]}" for p in files)
+        return "\n".join(f"{p.name}: {p.stat().st_size / 1e6:.2f} MB, sha256 {sha256_file(p)[:16]}" for p in files)
 
 
 def write_tiny_models(directory: Path) -> TinyModels:
@@ -212,5 +214,3 @@ def write_tiny_models(directory: Path) -> TinyModels:
     )
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()

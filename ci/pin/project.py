@@ -10,8 +10,6 @@ import pygit2
 
 from ci.errors import ConfigError, GitError
 from ci.pin import pins as pins_mod
-from ci.source.series import Series
-from ci.source.sync import Source
 
 GITLINK_MODE = pygit2.enums.FileMode.COMMIT
 
@@ -61,18 +59,6 @@ class Project:
     def load_pins(self) -> pins_mod.Pins:
         return pins_mod.load(self.pins_path)
 
-    def source(self, pins: pins_mod.Pins, series: Series) -> Source:
-        """What the submodule's checkout must be: the pin with ``series`` on top."""
-        return Source(
-            name=pins.submodule,
-            workdir=self.root / pins.submodule,
-            gitdir=self.module_gitdir(pins.submodule),
-            commit=pins.fork.commit,
-            url=pins.fork.url,
-            omit=pins.omit,
-            series=series,
-        )
-
 
 def find_project(start: Path | None = None) -> Project:
     """The nearest directory at or above ``start`` holding pins.yaml; ONEBIT_CI_ROOT overrides."""
@@ -114,16 +100,6 @@ def read_gitmodules(path: Path) -> dict[str, Submodule]:
             raise ConfigError(f'{path.name}: submodule "{name}": has no path')
         out[p] = Submodule(name=name, path=p, url=values.get("url"), branch=values.get("branch"))
     return out
-
-
-def gitmodules_text(sub: Submodule) -> str:
-    """A .gitmodules section as ``git submodule add`` writes it."""
-    lines = [f'[submodule "{sub.name}"]', f"\tpath = {sub.path}"]
-    if sub.url:
-        lines.append(f"\turl = {sub.url}")
-    if sub.branch:
-        lines.append(f"\tbranch = {sub.branch}")
-    return "\n".join(lines) + "\n"
 
 
 def set_gitmodules_value(text: str, name: str, var: str, value: str) -> str:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from ci.errors import ConfigError, OnebitError
+from ci.git import Git, head_of, is_checked_out
 from ci.pin.pins import Pins
 from ci.pin.project import Project, gitlink, read_gitmodules
-from ci.source.checkout import head_of, is_checked_out
-from ci.source.git import Git
 
 
 @dataclass(frozen=True)
@@ -34,23 +32,16 @@ class PinCheck:
         return ConfigError("\n".join([*self.problems, f"verify_pin: {len(self.problems)} problem(s)"]))
 
 
-def session(project: Project, say: Callable[[str], None]) -> int:
-    """``nox -s verify_pin``."""
-    check = verify(project)
-    if not check.ok:
-        raise check.error()
-    say(check.headline())
-    return 0
-
-
-def verify(project: Project, *, checkout_head: bool = True) -> PinCheck:
-    """Every disagreement at once, not only the first. ``checkout_head=False`` leaves the checkout's HEAD out
-    (the build moves a clean checkout to the pin itself)."""
+def verify(project: Project, pins: Pins | None = None, *, checkout_head: bool = True) -> PinCheck:
+    """Every disagreement at once, not only the first. ``pins``: pins.yaml as the command already parsed it (else it
+    is read here). ``checkout_head=False`` leaves the checkout's HEAD out (the build moves a clean checkout to the pin
+    itself)."""
     problems: list[str] = []
-    try:
-        pins = project.load_pins()
-    except OnebitError as exc:
-        return PinCheck(None, (exc.message,))
+    if pins is None:
+        try:
+            pins = project.load_pins()
+        except OnebitError as exc:
+            return PinCheck(None, (exc.message,))
     fork = pins.fork
     try:
         subs = read_gitmodules(project.gitmodules_path)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ci.compile.manifest import Manifest
 from ci.errors import ConfigError
 from ci.files import write_atomic
 from ci.gates.results import GateResult
@@ -45,6 +46,11 @@ class BuildContext:
     patches: str = ""
     profile: str = ""
     device: str = ""
+
+    @classmethod
+    def of(cls, manifest: Manifest) -> BuildContext:
+        """The identity of the build ``manifest`` describes."""
+        return cls(manifest.key, manifest.pin_commit, manifest.series_digest, manifest.profile, manifest.device)
 
     def to_json(self) -> dict[str, str]:
         return {"build_key": self.build_key, "pin": self.pin, "patches": self.patches, "profile": self.profile, "device": self.device}

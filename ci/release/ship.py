@@ -11,28 +11,29 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from ci.compile.context import Context
-from ci.compile.manifest import Manifest
-from ci.compile.stage import current_build
 from ci.command import run
+from ci.compile.manifest import Manifest
+from ci.compile.stage import CurrentBuild
 from ci.errors import GateFailed, ToolchainError
 from ci.files import shown, write_atomic
+from ci.gates import perf
 from ci.gates.equivalence import GATE as GATE_EQUIVALENCE
 from ci.gates.equivalence import RELEASE_MODELS, TINY_MODELS
 from ci.gates.perf import GATE as GATE_PERF
-from ci.gates.registry import NAMES, required
+from ci.gates.registry import always, required
 from ci.gates.results import GateResult, Status
 from ci.gates.route import SOURCE_ROOT
-from ci.pin.pins import EquivalenceConfig
+from ci.pin.pins import EquivalenceConfig, Pins
 from ci.release import ledger as ledger_mod
 
 DIST_NAME = "onebit-serve"
+SHIP = "ship"  # the ledger's record of a release
 
 
 class Standing(Enum):
@@ -70,14 +71,14 @@ def counted_models(release: EquivalenceConfig | None) -> str:
 
 
 def standings(
-    ledger: ledger_mod.Ledger, key: str, required: Sequence[str] = NAMES, release: EquivalenceConfig | None = None
+    ledger: ledger_mod.Ledger, key: str, required: Sequence[str] | None = None, release: EquivalenceConfig | None = None
 ) -> tuple[GateStanding, ...]:
     """Where each required gate stands for the build ``key``, from the ledger's records (pure). The equivalence and
     perf records that count are those on the models the release is judged on (:func:`counted_models`; pins.yaml's
     by sha256 when it gives them); a run on other models stays in the ledger and is shown as not counted."""
     out = []
     models = counted_models(release)
-    for gate in required:
+    for gate in always() if required is None else required:
         mine = [r for r in ledger.records if r.gate == gate and r.build_key == key]
         counted = [r for r in mine if gate not in MODEL_GATES or _on_models(r, models, release)]
         ignored = [r for r in mine if r not in counted]
@@ -87,7 +88,7 @@ def standings(
             note = f"; not counted: models {_models_of(last)} (ledger line {last.line}{f' and {len(ignored) - 1} more' if len(ignored) > 1 else ''})"
         rec = counted[-1] if counted else None
         if rec is not None:
-            state = Standing.PASSED if rec.verdict == "passed" else Standing.FAILED
+            state = Standing.PASSED if rec.verdict == Status.PASSED.value else Standing.FAILED
             problems = list(rec.data.get("problems", []))
             why = f": {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "") if state is Standing.FAILED and problems else ""
             detail = f"{rec.data.get('summary', '')}{why} (ledger line {rec.line}, {rec.data.get('time', '')})"
@@ -123,10 +124,23 @@ def _on_models(rec: ledger_mod.Record, models: str, release: EquivalenceConfig |
     return all(props.get(k) == v for k, v in want.items() if v is not None)
 
 
-def check(ctx: Context, profile: str, results_dir: Path) -> ShipCheck:
-    build = current_build(ctx, profile)
+def check(build: CurrentBuild, pins: Pins, results_dir: Path) -> ShipCheck:
     ledger = ledger_mod.read(ledger_mod.ledger_path(results_dir), ledger_mod.signing_key())
-    return ShipCheck(build.key, build.manifest, standings(ledger, build.key, required(ctx.pins), release=ctx.pins.equivalence))
+    return ShipCheck(build.key, build.manifest, standings(ledger, build.key, required(pins), release=pins.equivalence))
+
+
+def last_release(results_dir: Path, profile: str, key: str, models: str) -> perf.Released | None:
+    """The perf figures of the last build of ``profile`` on ``models`` that shipped (the ledger's ship record and the
+    perf record of its key), when there is one: what the perf gate compares a new build with."""
+    book = ledger_mod.read(ledger_mod.ledger_path(results_dir), ledger_mod.signing_key())
+    for rec in reversed(book.records):
+        if rec.gate != SHIP or rec.data.get("profile") != profile or rec.build_key == key:
+            continue
+        figures = ledger_mod.latest(book, perf.GATE, rec.build_key)
+        if figures is None or (figures.data.get("properties") or {}).get("models") != models:
+            continue
+        return perf.Released(str(rec.data.get("pin", "")), perf.medians(figures.data.get("metrics") or {}))
+    return None
 
 
 def table(result: ShipCheck) -> str:
@@ -139,8 +153,7 @@ def table(result: ShipCheck) -> str:
     return "\n".join(lines)
 
 
-def release_manifest(ctx: Context, result: ShipCheck, results_dir: Path) -> dict[str, Any]:
-    pins = ctx.pins
+def release_manifest(pins: Pins, root: Path, result: ShipCheck, results_dir: Path) -> dict[str, Any]:
     m = result.manifest
     return {
         "schema": 1,
@@ -170,9 +183,7 @@ def release_manifest(ctx: Context, result: ShipCheck, results_dir: Path) -> dict
             }
             for s in result.standings
         },
-        "ledger": str(ledger_mod.ledger_path(results_dir).relative_to(ctx.root))
-        if ledger_mod.ledger_path(results_dir).is_relative_to(ctx.root)
-        else str(ledger_mod.ledger_path(results_dir)),
+        "ledger": shown(ledger_mod.ledger_path(results_dir), root),
     }
 
 
@@ -186,7 +197,7 @@ name = "{name}"
 version = "{version}"
 description = "1bit serve: llama-server launcher for the ROCmFPX fork, shipped with the evidence of its gates"
 requires-python = ">=3.10"
-dependencies = ["gguf>=0.10"]
+dependencies = ["gguf>=0.10", "pyyaml>=6"]
 
 [project.scripts]
 1bit = "serve.cli:main"
@@ -240,13 +251,13 @@ def refusal(result: ShipCheck) -> GateFailed:
     return GateFailed(f"ship: refused: {len(bad)} of {len(result.standings)} gates have not passed for this build ({', '.join(s.gate for s in bad)})")
 
 
-def ship(ctx: Context, result: ShipCheck, results_dir: Path, dist: Path) -> list[Path]:
+def ship(pins: Pins, root: Path, result: ShipCheck, results_dir: Path, dist: Path) -> list[Path]:
     """Build the distribution for a passing ``result`` (a refused one raises)."""
     from importlib import metadata
 
     if not result.ok:
         raise refusal(result)
-    manifest = release_manifest(ctx, result, results_dir)
+    manifest = release_manifest(pins, root, result, results_dir)
     try:
         base = metadata.version("onebit-ci")
     except metadata.PackageNotFoundError:  # run from a checkout that was never installed (a GPU box, --no-venv)
@@ -257,25 +268,6 @@ def ship(ctx: Context, result: ShipCheck, results_dir: Path, dist: Path) -> list
     built = build_distribution(manifest, dist, base)
     # the release in the ledger: the next bump's perf gate compares with this build's figures
     m = result.manifest
-    shipped = GateResult("ship", Status.PASSED, f"shipped {built[0].name}", properties=(("release", built[-1].name),))
-    ledger_mod.append(ledger_mod.ledger_path(results_dir), shipped, ledger_mod.BuildContext(m.key, m.pin_commit, m.series_digest, m.profile, m.device))
+    shipped = GateResult(SHIP, Status.PASSED, f"shipped {built[0].name}", properties=(("release", built[-1].name),))
+    ledger_mod.append(ledger_mod.ledger_path(results_dir), shipped, ledger_mod.BuildContext.of(m))
     return built
-
-
-def session(ctx: Context, profile: str, results_dir: Path, dist: Path | None, check_only: bool, say: Callable[[str], None]) -> int:
-    """``nox -s ship``: the table of every required gate for this build; the wheel and sdist when all passed."""
-    from ci.release.evidence import step_summary
-
-    result = check(ctx, profile, results_dir)
-    standing = table(result)
-    say(standing)
-    step_summary(f"### ship, profile {profile}: {'every gate passed' if result.ok else 'REFUSED'}\n\n```\n{standing}\n```\n")
-    if not result.ok:
-        raise refusal(result)
-    if check_only:
-        say("ship: every gate passed for this build")
-        return 0
-    for f in ship(ctx, result, results_dir, dist or ctx.root / "dist"):
-        say(f"ship: wrote {shown(f, ctx.root)}")
-    return 0
-

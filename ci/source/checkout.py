@@ -14,17 +14,7 @@ import tempfile
 from pathlib import Path
 
 from ci.errors import Refused
-from ci.source.git import Git
-
-
-def is_checked_out(workdir: Path) -> bool:
-    return (workdir / ".git").exists()
-
-
-def head_of(git: Git) -> str | None:
-    """The commit HEAD names, None when it is unborn."""
-    done = git.run("rev-parse", "--verify", "-q", "HEAD^{commit}", check=False)
-    return done.output.strip() if done.returncode == 0 else None
+from ci.git import Git
 
 
 def attach(gitdir: Path, workdir: Path, omit: tuple[str, ...]) -> Git:

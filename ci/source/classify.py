@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from ci.source.git import Git, apply_cached, patch_id, range_patch_ids
+from ci.git import Git, apply_cached, patch_id, range_patch_ids
 from ci.source.series import Series
 
 

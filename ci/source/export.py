@@ -15,9 +15,8 @@ from pathlib import Path
 
 from ci.errors import ConfigError, Refused
 from ci.files import all_or_nothing, write_atomic
+from ci.git import Git, head_of, is_checked_out
 from ci.source import sync
-from ci.source.checkout import head_of, is_checked_out
-from ci.source.git import Git
 from ci.source.series import SERIES_FILE, load_series, parse_patch, series_text
 
 

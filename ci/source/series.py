@@ -47,10 +47,6 @@ class Patch:
             out |= {d.old_file.path, d.new_file.path}
         return out
 
-    @property
-    def upstreamed_url(self) -> str | None:
-        return self.upstream if URL_RE.match(self.upstream) else None
-
 
 @dataclass(frozen=True)
 class Series:

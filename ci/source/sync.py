@@ -29,10 +29,10 @@ from pathlib import Path
 
 from ci.errors import GitError, Refused
 from ci.files import write_atomic
+from ci.git import Git, head_of, is_checked_out
 from ci.schema import parse_json
 from ci.source import checkout
 from ci.source.classify import Fate, SeriesPlan, classify
-from ci.source.git import Git
 from ci.source.series import Series, check_paths
 from ci.source.store import ForkStore
 from ci.words import count
@@ -143,10 +143,10 @@ def prepare(source: Source, store: ForkStore, *, reset: bool = False, series_pla
     if not plan.clean:
         bad = [v for v in plan.verdicts if v.fate is not Fate.APPLIES]
         raise Refused("the series does not apply at the pin: " + "; ".join(f"patches/{v.line()}" for v in bad) + "; nothing was applied")
-    if not checkout.is_checked_out(source.workdir):
+    if not is_checked_out(source.workdir):
         return SyncPlan(source, plan, Action.CHECKOUT, None)
     git = Git(source.gitdir, source.workdir)
-    head = checkout.head_of(git)
+    head = head_of(git)
     before = Before(head, git.write_tree(), checkout.worktree_tree(git))
     target = plan.tree
     if head == source.commit and before.index == target and before.worktree == target:

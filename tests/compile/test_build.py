@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from ci.compile import cmake, flags, profiles
-from ci.compile.manifest import build_key, sha256_file
+from ci.compile.manifest import build_key
 from ci.compile.toolchain import Tool, Toolchain, detect
+from ci.files import sha256_file
 from ci.pin.pins import BuildConfig, parse
-from tests.support.build import BuildFork, add_fixture_patch, build_cpu, manifest, run_binary
+from tests.support.build import BuildFork, add_fixture_patch, build_cpu, count_calls, manifest, run_binary
 from tests.support.patches import add_to_series, make_patch_text
 from tests.support.project import Project, pins_text
 
@@ -115,11 +116,13 @@ def test_a_cpu_build_compiles_for_real_and_writes_the_manifest(build_project: Pr
     assert (build_project.root / "build" / "cpu" / "build.log").read_text().count("$ ") == 2
 
 
-def test_an_unchanged_key_is_a_no_op_that_says_why(build_project: Project) -> None:
+def test_an_unchanged_key_is_a_no_op_that_says_why(build_project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     assert build_cpu(build_project).code == 0
     log_before = (build_project.root / "build" / "cpu" / "build.log").read_bytes()
+    calls = count_calls(monkeypatch, "ci.pin.pins.load", "ci.compile.cmake.build_key", "ci.pin.verify.verify")
     r = build_cpu(build_project)
     assert r.code == 0, r.err
+    assert calls == {"ci.pin.pins.load": 1, "ci.compile.cmake.build_key": 1, "ci.pin.verify.verify": 1}  # the job, resolved once
     assert "build: up to date: key " in r.out
     assert "and its 2 binaries and 1 libraries are as recorded" in r.out
     assert "configure:" not in r.out

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from ci.release import ledger
-from tests.support.build import manifest, stand_in_flags, stand_in_server_flags
+from tests.support.build import count_calls, manifest, stand_in_flags, stand_in_server_flags
 from tests.support.project import Project
 
 
@@ -52,8 +52,11 @@ def test_the_main_job_is_the_whole_pipeline_with_perf_declared_on_a_stand_in_ser
     project = make_build_project(pins_extra=PERF)
     project.pins.write_text(project.pins.read_text().replace("GATED_DELTA_NET: 54", "GATED_DELTA_NET: 36"))
     monkeypatch.setenv("ONEBIT_CMAKE_ARGS", stand_in_server_flags(tmp_path / "stand-in"))
+    calls = count_calls(monkeypatch, "ci.pin.pins.load", "ci.compile.cmake.build_key", "ci.pin.verify.verify", "ci.compile.toolchain.detect")
     r = project.ci("main-job", "--profile", "cpu", "--remote", str(project.fork.path))
     assert r.code == 0, r.out + r.err
+    # the job resolved once: pins.yaml parsed once, the pin verified once, the toolchain found once, the key derived once
+    assert calls == {"ci.pin.pins.load": 1, "ci.compile.cmake.build_key": 1, "ci.pin.verify.verify": 1, "ci.compile.toolchain.detect": 1}
     assert "gpu_tests: all 4 gates passed" in r.out
     assert "tokens_per_step(draft, code) = " in r.out  # each perf check's figures on the console
     records = ledger.read(project.root / "build" / "results" / "ledger.jsonl").records

@@ -8,24 +8,30 @@ from pathlib import Path
 import pytest
 
 from ci.errors import ConfigError
-from ci.gates import perf
+from ci.gates import bench, perf
 from ci.gates.results import GateResult, Status
+from ci.pin import claims
 
 
-def samples(base_decode: list[float], draft_decode: list[float], steps: tuple[int, int] = (256, 55)) -> list[perf.Sample]:
+def sample(r: int, config: str, metric: str, tps: float, tokens: int, draft_n: int = 0, draft_n_accepted: int = 0, draft_max: int = 0) -> bench.Sample:
+    """A bench sample of ``tokens`` at ``tps`` (the server's own timing), as the bench records it."""
+    return bench.Sample(r, config, metric, 1, tokens, 1000.0 * tokens / tps, 1.0, draft_n, draft_n_accepted, draft_max)
+
+
+def samples(base_decode: list[float], draft_decode: list[float], steps: tuple[int, int] = (256, 55)) -> list[bench.Sample]:
     out = []
     for r, (b, d) in enumerate(zip(base_decode, draft_decode, strict=True), 1):
-        out.append(perf.Sample(r, "base", "decode code", b, 256))
-        out.append(perf.Sample(r, "draft", "decode code", d, steps[0], draft_n=300, draft_n_accepted=steps[1]))
+        out.append(sample(r, "base", "decode code", b, 256))
+        out.append(sample(r, "draft", "decode code", d, steps[0], draft_n=300, draft_n_accepted=steps[1]))
     return out
 
 
-def judge(checks: list[perf.Check], s: list[perf.Sample], released: perf.Released | None, pin: str, models: str, seconds: float) -> GateResult:
+def judge(checks: list[claims.Check], s: list[bench.Sample], released: perf.Released | None, pin: str, models: str, seconds: float) -> GateResult:
     return perf.result(perf.judge_all(checks, s, released, pin), released, pin, models, seconds)
 
 
-def check(text: str, tolerance: float = 0.1) -> perf.Check:
-    return perf.parse_check(text, "a measurement", tolerance, "pins.yaml: expect.perf.tiny[0]")
+def check(text: str, tolerance: float = 0.1) -> claims.Check:
+    return claims.parse_check(text, "a measurement", tolerance, "pins.yaml: expect.perf.tiny[0]")
 
 
 def test_a_ratio_above_its_floor_passes_with_its_interval() -> None:
@@ -77,8 +83,8 @@ def test_a_bad_check_is_one_line_naming_it(text: str, message: str) -> None:
 
 def test_the_interval_is_the_same_for_the_same_samples() -> None:
     values = [1.0, 1.2, 0.9, 1.1, 1.05, 0.95]
-    assert perf.spread(values) == perf.spread(values)
-    s = perf.spread(values)
+    assert bench.spread(values) == bench.spread(values)
+    s = bench.spread(values)
     assert s.low <= s.median <= s.high
     assert s.q1 <= s.median <= s.q3
 
@@ -105,7 +111,7 @@ def test_tokens_per_step_at_full_acceptance_is_bounded_by_the_draft_length() -> 
     from ci.gates.equivalence_judge import Timings
 
     c = check("tokens_per_step(draft, code) >= 1.0")
-    full = [perf.Sample(r, "draft", "decode code", 300.0, 256, draft_n=256, draft_n_accepted=256, draft_max=8) for r in (1, 2, 3)]
+    full = [sample(r, "draft", "decode code", 300.0, 256, draft_n=256, draft_n_accepted=256, draft_max=8) for r in (1, 2, 3)]
     assert perf.value(c.top, full, 1) == 8.0
     assert Timings(predicted_n=256, draft_n=256, draft_n_accepted=256, draft_max=8).tokens_per_step == 8.0
 
@@ -127,7 +133,7 @@ def test_an_inconclusive_check_is_measured_once_more_and_judged_on_every_round()
     draws = iter([samples([100] * 5, [200, 300, 240, 260, 280]), samples([100] * 5, [300, 310, 295, 305, 290])])
     asked: list[int] = []
 
-    def measure(rounds: int) -> list[perf.Sample]:
+    def measure(rounds: int) -> list[bench.Sample]:
         asked.append(rounds)
         return next(draws)
 
@@ -140,7 +146,7 @@ def test_an_inconclusive_check_is_measured_once_more_and_judged_on_every_round()
     steady = iter([samples([100] * 5, [300, 310, 295, 305, 290])])
     asked.clear()
 
-    def measure_steady(rounds: int) -> list[perf.Sample]:
+    def measure_steady(rounds: int) -> list[bench.Sample]:
         asked.append(rounds)
         return next(steady)
 

@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 import pytest
 
-from ci.gates import equivalence, perf
+from ci.gates import bench, equivalence, perf
 from ci.gates.results import GateResult, Status
-from ci.pin import pins
+from ci.pin import claims, pins
 from ci.release import ledger
 from tests.support.build import build_cpu, manifest, stand_in_flags
 from tests.support.project import Project
@@ -55,9 +55,9 @@ def test_the_near_drafter_passes_and_every_sample_is_kept(perf_project: Project)
     assert isinstance(cases, list)
     out = perf_project.root / "build" / "results" / manifest(perf_project)["key"][:12]
     draws = [json.loads((out / f"{name}-samples.json").read_text()) for name in ("perf", "perf-more") if (out / f"{name}-samples.json").is_file()]
-    recorded: list[perf.Sample] = []
+    recorded: list[bench.Sample] = []
     for draw in draws:  # an inconclusive first draw is measured once more: both are recorded, judged together
-        recorded = perf.more_rounds(recorded, [perf.Sample(s["round"], s["config"], s["metric"], s["tps"], s["tokens"] if s["metric"] != "prompt" else 0, s["draft_n"], s["draft_n_accepted"], s["draft_max"]) for s in draw["samples"]])
+        recorded = perf.more_rounds(recorded, [bench.Sample(s["round"], s["config"], s["metric"], s["rep"], s["tokens"], s["ms"], s["seconds"], s["draft_n"], s["draft_n_accepted"], s["draft_max"]) for s in draw["samples"]])
     samples = draws[0]
     checks = list(pins.load(perf_project.pins).perf_checks("tiny"))
     again = perf.judge_all(checks, recorded, None, manifest(perf_project)["pin"]["commit"])
@@ -97,7 +97,7 @@ def test_a_floor_inside_the_interval_is_inconclusive_not_a_pass(perf_project: Pr
     assert len(set(values)) == 3, values  # timings: three different ratios
     median = sorted(values)[1]
     judged = perf.judge_check(
-        perf.parse_check(f"prompt(draft) / prompt(base) >= {median}", "its own median", 0.1, "test"), values, None, "c0ffee0"
+        claims.parse_check(f"prompt(draft) / prompt(base) >= {median}", "its own median", 0.1, "test"), values, None, "c0ffee0"
     )
     assert judged.status is Status.FAILED
     assert judged.message.endswith("inconclusive: raise --rounds")

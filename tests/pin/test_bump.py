@@ -156,7 +156,7 @@ def test_a_write_error_half_way_restores_pins_yaml(project: Project, monkeypatch
             raise OSError(28, "No space left on device", str(path))
         real(path, data, mode=mode)
 
-    monkeypatch.setattr("ci.pin.bump.write_atomic", failing)
+    monkeypatch.setattr("ci.commands.bump_pin.write_atomic", failing)
     r = bump(project, project.fork.c5[:7], "--branch", "many")
     assert r.code == 74
     assert r.err.endswith(f"onebit-ci: error: {project.root / '.gitmodules'}: No space left on device\n")

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
+
 from tests.support.gitrepo import RepoBuilder
 from tests.support.patches import add_to_series, make_patch_text
 from tests.support.project import Fork, Project, Result
@@ -75,3 +77,24 @@ def stand_in_flags() -> str:
     from tests.support.binaries import llama_binary
 
     return f"{replay_flags()} -DFIXTURE_LLAMA_SERVER={llama_binary('llama-server')}"
+
+
+def count_calls(monkeypatch: pytest.MonkeyPatch, *targets: str) -> dict[str, int]:
+    """Count each call of the functions named ``module.function`` (wherever a module imported them from, too):
+    the returned dict fills in as they are called."""
+    import importlib
+    import sys
+
+    calls = dict.fromkeys(targets, 0)
+    for target in targets:
+        module_name, _, name = target.rpartition(".")
+        original = getattr(importlib.import_module(module_name), name)
+
+        def counted(*args: Any, _target: str = target, _original: Any = original, **kwargs: Any) -> Any:
+            calls[_target] += 1
+            return _original(*args, **kwargs)
+
+        for module in list(sys.modules.values()):
+            if module is not None and module.__name__.startswith("ci") and getattr(module, name, None) is original:
+                monkeypatch.setattr(module, name, counted)
+    return calls

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ci import bench
 from ci.errors import ConfigError, ServerFailed
+from ci.gates import bench
 from ci.gates.equivalence_judge import Prompt
 from ci.gates.tinymodels import TinyModels
 
@@ -206,16 +206,3 @@ def test_no_lock_path_holds_nothing(tmp_path: Path) -> None:
     with bench.box_lock(None, said.append), bench.box_lock(None, said.append):
         pass
     assert said == []
-
-
-def test_a_recipe_to_re_measure_and_its_claim_are_settled_before_anything_starts(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError) as exc:
-        bench.recipe_target("dflash-p-min-0", None, check=True)
-    assert exc.value.message == 'recipe "dflash-p-min-0" has no "check" to re-judge; add one (docs/recipes.md) or drop --check'
-    with pytest.raises(ConfigError) as exc:
-        bench.recipe_target("dflash-p-min", None, check=False)
-    assert exc.value.message.startswith('--recipe dflash-p-min: no such recipe (did you mean "dflash-p-min-0"?)')
-    # a recipes file whose path has a space still reaches both configs whole
-    (without, with_) = bench.recipe_configs("x", "--device cpu", tmp_path / "my recipes.json")
-    assert without.serve_options == ("--recipes", str(tmp_path / "my recipes.json"), "--skip-recipe", "x", "--device", "cpu")
-    assert with_.serve_options == ("--recipes", str(tmp_path / "my recipes.json"), "--device", "cpu")

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from ci.cli import main
+from ci.files import sha256_file
 from ci.gates import equivalence as eq
 from ci.gates import equivalence_judge as ej
 from ci.gates import tinymodels
@@ -82,9 +83,9 @@ def test_gate_passes_with_a_drafter_that_drafts(tiny_models: TinyModels, llama_s
         assert 0.3 <= m[f"{name}.acceptance"] <= 0.8, (name, m[f"{name}.acceptance"])
         assert m[f"{name}.tokens_per_step"] > 1.5
     props = result["properties"]
-    assert props["model_sha256"] == tinymodels.sha256(tiny_models.target)
-    assert props["drafter_sha256"] == tinymodels.sha256(tiny_models.near_drafter)
-    assert props["llama_server_sha256"] == tinymodels.sha256(llama_server)
+    assert props["model_sha256"] == sha256_file(tiny_models.target)
+    assert props["drafter_sha256"] == sha256_file(tiny_models.near_drafter)
+    assert props["llama_server_sha256"] == sha256_file(llama_server)
     assert props["prompts_sha256"] == eq.prompts_sha256(eq.load_prompts())
     assert props["models"] == "given models"
     assert m["baseline_decode_tps"] > 0

@@ -6,8 +6,9 @@ import pytest
 import requests
 
 from ci.cli import main
+from ci.files import sha256_file as sha256
 from ci.gates.llama import LlamaServer, ServerLaunch, free_ports
-from ci.gates.tinymodels import BOS_ID, DRAFTER, EOS_ID, TARGET, TinyModels, sha256, vocab, write_model
+from ci.gates.tinymodels import BOS_ID, DRAFTER, EOS_ID, TARGET, TinyModels, vocab, write_model
 from tests.support.binaries import llama_binary
 
 

@@ -1,9 +1,9 @@
-"""Moving the pin: a pure plan (what would change, and whether it is allowed) and a runner that applies it
-all or nothing.
-"""
+"""``nox -s bump_pin``: move the pin. A pure plan (what would change, and whether it is allowed: the fork store's
+relation of the two commits, the series classified at the new one) and a runner that applies it all or nothing."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import datetime as dt
 import logging
@@ -13,13 +13,16 @@ from pathlib import Path
 
 import pygit2
 
+from ci.commands import given, say
+from ci.commands.job import source_of
 from ci.errors import GitError, Refused
 from ci.files import all_or_nothing, shown, write_atomic
+from ci.gates.selftest import stale_lines
+from ci.git import is_checked_out
 from ci.pin import pins as pins_mod
-from ci.pin.project import GITLINK_MODE, Project, read_gitmodules, set_gitmodules_value
+from ci.pin.project import GITLINK_MODE, Project, find_project, read_gitmodules, set_gitmodules_value
 from ci.pin.verify import verify
 from ci.source import sync
-from ci.source.checkout import is_checked_out
 from ci.source.classify import PatchVerdict, SeriesPlan, classify
 from ci.source.series import PATCHES_DIR, SERIES_FILE, Series, check_paths, load_series, series_text
 from ci.source.store import ForkStore, Move, Relation
@@ -67,10 +70,6 @@ class BumpPlan:
     @property
     def dropped(self) -> tuple[str, ...]:
         return tuple(v.patch for v in self.dropped_verdicts)
-
-    @property
-    def kept_series(self) -> Series:
-        return self.series.without(self.dropped)
 
     @property
     def unchanged(self) -> bool:
@@ -127,8 +126,7 @@ class BumpPlan:
         return "\n".join(lines)
 
 
-def plan(project: Project, store: ForkStore, request: BumpRequest) -> BumpPlan:
-    pins = project.load_pins()
+def plan(project: Project, pins: pins_mod.Pins, store: ForkStore, request: BumpRequest) -> BumpPlan:
     branch = request.branch or pins.fork.branch
     # "head": the tip of the branch, for the scheduled bump that follows the fork (docs/ci.md)
     commit = store.resolve(str(store.branch_tip(branch)) if request.target.lower() == "head" else request.target)
@@ -171,7 +169,7 @@ def plan(project: Project, store: ForkStore, request: BumpRequest) -> BumpPlan:
     follow = None
     if move.relation is not Relation.SAME and is_checked_out(project.root / pins.submodule):
         # decided now, so that a checkout holding someone's work refuses the bump before anything is written
-        source = dataclasses.replace(project.source(pins, series.without([v.patch for v in dropped])), commit=new)
+        source = dataclasses.replace(source_of(project, pins, series.without([v.patch for v in dropped])), commit=new)
         follow = sync.prepare(source, store, series_plan=series_plan)
     return BumpPlan(
         pins=pins,
@@ -288,14 +286,14 @@ StaleCheck = Callable[[Path, str], list[str]]  # (fork store, tree) -> "fault: w
 def run(project: Project, request: BumpRequest, report: Path | None, stale: StaleCheck | None = None) -> BumpOutcome:
     """``nox -s bump_pin``: the current pin must verify; fetch; plan; write everything or nothing; the report."""
     check = verify(project)
-    if not check.ok:
+    if not check.ok or check.pins is None:
         raise Refused("the current pin does not verify; fix it first: " + "; ".join(check.problems))
-    pins = project.load_pins()
+    pins = check.pins
     store = ForkStore.open(project.module_gitdir(pins.submodule))
     where = request.remote or pins.fork.url
     log.info("fetching %s", where)
     log.info("fetched %s", store.sync(where))
-    bump = plan(project, store, request)
+    bump = plan(project, pins, store, request)
     if bump.unchanged:
         return BumpOutcome(bump, None)
     if stale is not None:
@@ -331,3 +329,8 @@ def session(project: Project, request: BumpRequest, report: Path | None, say: Ca
     say(f"bump_pin: next: nox -s build gpu_tests, then git commit -F {rel}")
     return 0
 
+
+def main(args: argparse.Namespace) -> int:
+    request = BumpRequest(args.commit, args.branch, args.allow_rollback, args.reference, args.drop_upstreamed, url=args.url, remote=args.remote)
+    # the project alone: the current pin's problems are the bump's first check (verify), each named
+    return session(find_project(Path(args.root) if args.root else None), request, given(args.report), say, stale_lines)

@@ -156,3 +156,13 @@ def range_patch_ids(git: Git, since: str, until: str, scratch: Path) -> dict[str
         pid, _, sha = row.partition(" ")
         out.setdefault(pid, f"{sha[:7]} {subjects.get(sha, '')}".rstrip())
     return out
+
+
+def is_checked_out(workdir: Path) -> bool:
+    return (workdir / ".git").exists()
+
+
+def head_of(git: Git) -> str | None:
+    """The commit HEAD names, None when it is unborn."""
+    done = git.run("rev-parse", "--verify", "-q", "HEAD^{commit}", check=False)
+    return done.output.strip() if done.returncode == 0 else None

@@ -20,13 +20,14 @@ import fcntl
 import io
 import os
 import platform
+import random
 import shlex
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from ci import defaults
 from ci.errors import ConfigError, ServerFailed
@@ -35,10 +36,6 @@ from ci.gates import drafting
 from ci.gates.equivalence import load_prompts
 from ci.gates.equivalence_judge import Prompt
 from ci.gates.llama import LAUNCHER, LlamaServer, ServerFactory, ServerLaunch, default_server, free_ports, launcher_argv
-from ci.gates.perf import NO_CHART, Check, Spread, from_bench, judge_check, parse_check, per_round, pyplot, spread
-
-if TYPE_CHECKING:
-    from ci.compile.context import Context
 
 DEFAULT_PROMPT_TOKENS = defaults.BENCH_PROMPT_TOKENS
 DEFAULT_ROUNDS = defaults.BENCH_ROUNDS
@@ -283,6 +280,11 @@ class Sample:
     def tps(self) -> float:
         return 1000.0 * self.tokens / self.ms if self.ms > 0 else 0.0
 
+    @property
+    def generated(self) -> int:
+        """Tokens generated (0 for a prompt sample): what tokens/step counts."""
+        return 0 if self.metric == PROMPT else self.tokens
+
     def to_json(self) -> dict[str, Any]:
         return {
             "round": self.round, "config": self.config, "metric": self.metric, "rep": self.rep, "tokens": self.tokens,
@@ -492,18 +494,6 @@ def print_report(result: BenchResult, out: TextIO) -> tuple[Figure, ...]:
     return figures
 
 
-def llama_server_of(find: Callable[[], Context], profile: str) -> tuple[Path, str, Path]:
-    """The current build's llama-server for ``profile``, its serve device, and the project's root."""
-    from ci.compile.stage import current_build
-
-    try:
-        ctx = find()
-    except ConfigError:
-        raise ConfigError("--llama-server PATH is required outside the project (inside it, the current build of --profile runs)") from None
-    build = current_build(ctx, profile)
-    return build.manifest.binary(build.build_dir, "llama-server"), ctx.profile(profile).serve_device, ctx.root
-
-
 def measure(
     bench_plan: BenchPlan, logs: Path, lock: Path | None, json_out: Path | None, say: Callable[[str], None]
 ) -> tuple[BenchResult, tuple[Figure, ...]]:
@@ -550,66 +540,43 @@ def chart(result: BenchResult, path: Path) -> Path | None:
     return path
 
 
-def session(bench_plan: BenchPlan, logs: Path, lock: Path | None, json_out: Path | None, say: Callable[[str], None]) -> int:
-    """``nox -s bench``: the configs interleaved round by round, the report, and the JSON record."""
-    measure(bench_plan, logs, lock, json_out, say)
-    return 0
+# -- statistics and charts, shared with the perf gate -----------------------------------------------------------------
 
-
-# -- a recipe re-measured ---------------------------------------------------------------------------------------------
+BOOTSTRAP = 2000
 
 
 @dataclass(frozen=True)
-class RecipeTarget:
-    """The recipe to re-measure, and its claim when ``--check`` asks for it: both settled before anything runs."""
-
-    id: str
-    claim: Check | None
-
-
-def recipe_target(recipe_id: str, recipes_file: Path | None, check: bool) -> RecipeTarget:
-    from serve.recipes import builtin, load
-
-    recipe_set = load(str(recipes_file)) if recipes_file else builtin()
-    recipe = next((r for r in recipe_set.recipes if r.id == recipe_id), None)
-    if recipe is None:
-        from ci.schema import did_you_mean
-
-        raise ConfigError(f"--recipe {recipe_id}: no such recipe{did_you_mean(recipe_id, recipe_set.ids)} in {recipe_set.name}")
-    if not check:
-        return RecipeTarget(recipe_id, None)
-    if not recipe.check:
-        raise ConfigError(f'recipe "{recipe_id}" has no "check" to re-judge; add one (docs/recipes.md) or drop --check')
-    return RecipeTarget(recipe_id, parse_check(recipe.check, recipe.measured, 0.1, f'recipe "{recipe_id}": check', configs=("with", "without")))
+class Spread:
+    best: float
+    median: float
+    q1: float
+    q3: float
+    low: float  # bootstrap 95% interval of the median
+    high: float
+    n: int
 
 
-def recipe_configs(recipe_id: str, args: str, recipes_file: Path | None) -> list[BenchConfig]:
-    """The recipe's launch with and without it: ``with`` is serve with every recipe that matches (this one among
-    them), ``without`` the same with ``--skip-recipe ID``; ``args`` (the drafter, a device) go to both."""
-    own = f"--recipes {shlex.quote(str(recipes_file))} " if recipes_file else ""
-    return [parse_config(f"without={own}--skip-recipe {recipe_id} {args}".strip()), parse_config(f"with={own}{args}".strip())]
+def spread(values: Sequence[float], seed: int = 0) -> Spread:
+    """Best, median, interquartile range and a bootstrap 95% interval of the median (seeded: the same samples give
+    the same interval)."""
+    xs = sorted(values)
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0], xs[0], xs[0]]
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(BOOTSTRAP))
+    return Spread(max(xs), statistics.median(xs), q[0], q[2], medians[int(0.025 * BOOTSTRAP)], medians[int(0.975 * BOOTSTRAP) - 1], len(xs))
 
 
-def recipe_session(
-    bench_plan: BenchPlan, target: RecipeTarget, logs: Path, lock: Path | None, json_out: Path | None, command: str, say: Callable[[str], None]
-) -> int:
-    """``nox -s bench -- --recipe ID -m MODEL``: with and without the recipe, interleaved; a ``measured:`` line ready
-    to paste into the recipe; with ``--check``, its claim re-judged (exit 7 when it no longer holds)."""
-    from ci.errors import GateFailed
+def pyplot() -> Any:
+    """matplotlib.pyplot, headless, or None without the plot extra."""
+    try:
+        import matplotlib
 
-    result, figures = measure(bench_plan, logs, lock, json_out, say)
-    by = {(f.config, f.metric): f for f in figures}
-    parts = []
-    for metric in bench_plan.metrics:
-        a, b = by.get(("without", metric)), by.get(("with", metric))
-        if a and b:
-            parts.append(f"{metric} {a.median:.1f} -> {b.median:.1f} t/s ({100 * (b.median / a.median - 1):+.1f}%)" if a.median else metric)
-    rounds = f"median of {bench_plan.rounds} interleaved rounds"
-    say(f'measured: "{"; ".join(parts)}, {rounds} ({command}, {datetime.date.today().isoformat()}, {platform.node()})"')
-    if target.claim is None:
-        return 0
-    judged = judge_check(target.claim, per_round(target.claim, from_bench(result.samples)), None, "")
-    say(f"bench: recipe {target.id}: {judged.message}")
-    if not judged.status.ok:
-        raise GateFailed(f"bench: recipe {target.id}: its claim no longer holds ({target.claim.text}); re-measure it or drop the recipe")
-    return 0
+        matplotlib.use("Agg")
+        matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: searchable, and the file small
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+NO_CHART = "not drawn: matplotlib is not installed (the plot extra: nox installs it for gpu_tests, the main job and bench; pip install '.[plot]')"

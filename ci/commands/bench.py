@@ -1,0 +1,112 @@
+"""``nox -s bench``: A/B measurements of serve configs on a llama-server (``--llama-server``, else the current build
+of ``--profile``), interleaved round by round against the first; ``--recipe ID``: a recipe's launch with and
+without it, a ``measured:`` line ready to paste, and with ``--check`` its claim re-judged."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ci.command import resolve
+from ci.commands import absolute, given, job_of, root_or_cwd, say
+from ci.commands.job import current
+from ci.errors import ConfigError, GateFailed
+from ci.gates import bench, perf
+from ci.pin.claims import Check, parse_check
+
+
+def main(args: argparse.Namespace) -> int:
+    target = recipe_target(args.recipe, absolute(args.recipes), args.check) if args.recipe else None
+    configs = recipe_configs(args.recipe, args.args or "", absolute(args.recipes)) if args.recipe else [bench.parse_config(c) for c in args.config]
+    if args.llama_server:
+        llama_server, device, root = Path(resolve(args.llama_server)), args.device or "auto", root_or_cwd(args)
+    else:
+        llama_server, profile_device, root = llama_server_of(args, args.profile)
+        device = args.device or profile_device
+    if not Path(args.model).is_file():
+        raise ConfigError(f"-m {args.model}: no such file")
+    bench_plan = bench.plan(
+        model=Path(args.model).resolve(), llama_server=llama_server, configs=configs, device=device,
+        rounds=args.rounds, prompt_reps=args.prompt_reps, decode_reps=args.decode_reps, decode_tokens=args.decode_tokens,
+        prompt_tokens=args.prompt_tokens, context=args.ctx_size, warmup_tokens=args.warmup_tokens,
+    )  # fmt: skip
+    logs = given(args.logs) or root / "build" / "bench" / "logs"
+    if target is not None:
+        shown = "nox -s bench -- " + shlex.join(sys.argv[sys.argv.index("bench") + 1 :] if "bench" in sys.argv else ["--recipe", args.recipe])
+        return recipe_session(bench_plan, target, logs, given(args.lock), given(args.json), shown)
+    bench.measure(bench_plan, logs, given(args.lock), given(args.json), say)
+    return 0
+
+
+def llama_server_of(args: argparse.Namespace, profile: str) -> tuple[Path, str, Path]:
+    """The current build's llama-server for ``profile``, its serve device, and the project's root."""
+    try:
+        job = job_of(args)
+    except ConfigError:
+        raise ConfigError("--llama-server PATH is required outside the project (inside it, the current build of --profile runs)") from None
+    build = current(job, profile)
+    return build.manifest.binary(build.build_dir, "llama-server"), job.profile(profile).serve_device, job.root
+
+
+
+
+# -- a recipe re-measured ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecipeTarget:
+    """The recipe to re-measure, and its claim when ``--check`` asks for it: both settled before anything runs."""
+
+    id: str
+    claim: Check | None
+
+
+def recipe_target(recipe_id: str, recipes_file: Path | None, check: bool) -> RecipeTarget:
+    from serve.recipes import builtin, load
+
+    recipe_set = load(str(recipes_file)) if recipes_file else builtin()
+    recipe = next((r for r in recipe_set.recipes if r.id == recipe_id), None)
+    if recipe is None:
+        from ci.schema import did_you_mean
+
+        raise ConfigError(f"--recipe {recipe_id}: no such recipe{did_you_mean(recipe_id, recipe_set.ids)} in {recipe_set.name}")
+    if not check:
+        return RecipeTarget(recipe_id, None)
+    if not recipe.check:
+        raise ConfigError(f'recipe "{recipe_id}" has no "check" to re-judge; add one (docs/recipes.md) or drop --check')
+    return RecipeTarget(recipe_id, parse_check(recipe.check, recipe.measured, 0.1, f'recipe "{recipe_id}": check', configs=("with", "without")))
+
+
+def recipe_configs(recipe_id: str, args: str, recipes_file: Path | None) -> list[bench.BenchConfig]:
+    """The recipe's launch with and without it: ``with`` is serve with every recipe that matches (this one among
+    them), ``without`` the same with ``--skip-recipe ID``; ``args`` (the drafter, a device) go to both."""
+    own = f"--recipes {shlex.quote(str(recipes_file))} " if recipes_file else ""
+    return [bench.parse_config(f"without={own}--skip-recipe {recipe_id} {args}".strip()), bench.parse_config(f"with={own}{args}".strip())]
+
+
+def recipe_session(
+    bench_plan: bench.BenchPlan, target: RecipeTarget, logs: Path, lock: Path | None, json_out: Path | None, command: str
+) -> int:
+    """``nox -s bench -- --recipe ID -m MODEL``: with and without the recipe, interleaved; a ``measured:`` line ready
+    to paste into the recipe; with ``--check``, its claim re-judged (exit 7 when it no longer holds)."""
+    result, figures = bench.measure(bench_plan, logs, lock, json_out, say)
+    by = {(f.config, f.metric): f for f in figures}
+    parts = []
+    for metric in bench_plan.metrics:
+        a, b = by.get(("without", metric)), by.get(("with", metric))
+        if a and b:
+            parts.append(f"{metric} {a.median:.1f} -> {b.median:.1f} t/s ({100 * (b.median / a.median - 1):+.1f}%)" if a.median else metric)
+    rounds = f"median of {bench_plan.rounds} interleaved rounds"
+    say(f'measured: "{"; ".join(parts)}, {rounds} ({command}, {datetime.date.today().isoformat()}, {platform.node()})"')
+    if target.claim is None:
+        return 0
+    judged = perf.judge_check(target.claim, perf.per_round(target.claim, result.samples), None, "")
+    say(f"bench: recipe {target.id}: {judged.message}")
+    if not judged.status.ok:
+        raise GateFailed(f"bench: recipe {target.id}: its claim no longer holds ({target.claim.text}); re-measure it or drop the recipe")
+    return 0

@@ -1,0 +1,75 @@
+"""``nox -s gate_selftest``: every fault of the profile planted in a copy of the fork and judged, side by side; the
+record goes to the ledger under the build key, for ship when pins.yaml's release.require names gate_selftest.
+``selftest-fault``: one fault, inside its own mount namespace (the self-test runs it)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ci.command import run
+from ci.commands import absolute, job_of, say
+from ci.commands.gpu_tests import under_test
+from ci.commands.job import Job, current
+from ci.compile.cmake import BuildRequest
+from ci.compile.stage import CurrentBuild, current_build
+from ci.errors import ConfigError, GateFailed
+from ci.files import write_json
+from ci.gates import registry, selftest
+from ci.gates.target import GateOptions
+from ci.release import ledger, records
+
+
+def session(
+    job: Job, build: CurrentBuild, faults: Path | None, only: Sequence[str], say: Callable[[str], None], jobs: int = 0, keep: bool = False
+) -> int:
+    profile = build.manifest.profile
+    result, shown = selftest.selftest(build.key, job.source(), job.root, build.build_dir, profile, faults, only, say, jobs, keep)
+    m = build.manifest
+    results_dir = ledger.default_results_dir(job.root)
+    line = records.record(
+        result, results_dir / m.key[:12], {"build_key": m.key, "profile": m.profile}, ledger_path=ledger.ledger_path(results_dir),
+        build=ledger.BuildContext.of(m), root=job.root,
+    )  # fmt: skip
+    say(shown)
+    say(f"gate_selftest: {result.summary} (ledger line {line.line if line else '?'})")
+    records.step_summary(f"### gate_selftest, profile {profile}\n\n```\n{shown}\n```\n")
+    if not result.ok:
+        for problem in result.problems:
+            say(f"  {problem}")
+        raise GateFailed(f"gate_selftest: {sum(not c.status.ok for c in result.cases)} of {len(result.cases)} faults not as expected")
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    job = job_of(args)
+    build = current(job, args.profile)  # refused unless the build is exactly the current one
+    return session(job, build, absolute(args.faults), tuple(args.fault), say, args.jobs, args.keep)
+
+
+def selftest_fault(args: argparse.Namespace) -> int:
+    """In the fault's own mount namespace: bind the copies over the user's paths, rebuild there (only what the fault
+    touched), and run the fault's gates on those binaries."""
+    fault = next((f for f in selftest.load_faults(absolute(args.faults)) if f.id == args.fault), None)
+    if fault is None:
+        raise ConfigError(f"--fault {args.fault}: no such fault")
+    job = job_of(args)
+    trial = selftest.Trial(fault, Path(args.work))
+    plan = job.build_plan(BuildRequest(profile=args.profile))
+    build = current_build(plan, job.root)  # the user's build, before the copies hide it
+    for copy, over in ((trial.src, job.root / job.pins.submodule), (trial.build, build.build_dir)):
+        run(["mount", "--bind", str(copy), str(over)], what="mount --bind")
+    t = time.monotonic()
+    with (trial.work / "build.log").open("w") as log:
+        run(list(plan.build_argv), env={**os.environ, **dict(plan.env)}, log_file=log, what=f"rebuild with {fault.id}")
+    rebuild = time.monotonic() - t
+    target = under_test(job, build)
+    for gate in registry.select(fault.gates, job.pins):
+        result = gate.run(target, GateOptions(planted=True), trial.out)
+        write_json(trial.out / f"{gate.name}.json", result.to_json())
+    write_json(trial.work / "rebuild.json", {"seconds": round(rebuild, 2)})
+    say(f"selftest-fault: {fault.id}: rebuilt in {rebuild:.1f} s, ran {', '.join(fault.gates)}")
+    return 0

@@ -1,0 +1,92 @@
+"""``nox -s gpu_tests``: every gate ship requires (or those named) on the current build, never a stale one, each
+result recorded once (:func:`ci.release.records.record`: JSON, JUnit and a ledger line naming the build it judged).
+``--from-log`` judges a GPU box's saved test-backend-ops log here instead."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ci.commands import absolute, given, job_of, say
+from ci.commands.job import Job, current
+from ci.compile.stage import CurrentBuild
+from ci.errors import ConfigError
+from ci.gates import backend_ops, results
+from ci.gates.registry import select
+from ci.gates.results import GateResult
+from ci.gates.target import BuildUnderTest, GateOptions
+from ci.release import ledger, records, ship
+
+
+@dataclass(frozen=True)
+class GpuTestsRequest:
+    profile: str
+    gates: tuple[str, ...] = ()  # none: every gate ship requires (registry.required)
+    out: Path | None = None
+    options: GateOptions = field(default_factory=GateOptions)
+
+
+def under_test(job: Job, build: CurrentBuild) -> BuildUnderTest:
+    """The build and what its gates judge it against, as values."""
+    profile = job.profile(build.manifest.profile)
+    results_dir = ledger.default_results_dir(job.root)
+    return BuildUnderTest(
+        build, job.root, job.pins, profile.serve_device, bool(job.series.patches), job.series.touches("ggml/"),
+        last_release=lambda models: ship.last_release(results_dir, profile.name, build.key, models),
+    )  # fmt: skip
+
+
+def run_gates(job: Job, build: CurrentBuild, request: GpuTestsRequest, say: Callable[[str], None]) -> list[GateResult]:
+    manifest = build.manifest
+    key = manifest.key
+    results_dir = ledger.default_results_dir(job.root)
+    out = request.out or results_dir / key[:12]
+    out.mkdir(parents=True, exist_ok=True)
+    say(f"gpu_tests: {manifest.profile} build {key[:12]} (pin {manifest.pin_commit[:7]}, patches {manifest.series_digest[:12]}), device {manifest.device}")
+    target = under_test(job, build)
+    done: list[GateResult] = []
+    for gate in select(request.gates, job.pins):
+        say(f"gpu_tests: {gate.name} ...")
+        result = gate.run(target, request.options, out)
+        line = records.record(
+            result, out, {"build_key": key, "profile": manifest.profile}, ledger_path=ledger.ledger_path(results_dir),
+            build=ledger.BuildContext.of(manifest), root=job.root,
+        )  # fmt: skip
+        say(f"gpu_tests: {gate.name}: {result.status.value}: {result.summary} (ledger line {line.line if line else '?'})")
+        if getattr(gate, "shows_cases", False):  # the perf gate: each check's figures, and where its chart is
+            for case in result.cases:
+                say(f"  {case.message}")
+            say(f"  chart: {dict(result.properties).get('chart', '?')}")
+        done.append(result)
+    results.write_junit(out / "gpu_tests.junit.xml", done, {"build_key": key, "profile": manifest.profile, "pin": manifest.pin_commit})
+    return done
+
+
+def judge_saved_log(job: Job, profile_name: str, log: Path, sql: Path | None, out: Path | None) -> GateResult:
+    """``gpu_tests --from-log``: a GPU box's saved console log judged here against the pin, and recorded."""
+    device = job.profile(profile_name).device
+    result = backend_ops.judge_log(log, device, job.pins.expected_cases(), job.pins.fork.commit, False, "", sql_path=sql)
+    results_dir = ledger.default_results_dir(job.root)
+    records.record(
+        result,
+        out or results_dir / "from-log",
+        {"profile": profile_name, "source": str(log)},
+        ledger_path=ledger.ledger_path(results_dir),
+        build=ledger.BuildContext(profile=profile_name, device=device),
+    )
+    return result
+
+
+def main(args: argparse.Namespace) -> int:
+    job = job_of(args)
+    if args.from_log:
+        done = [judge_saved_log(job, args.profile, Path(args.from_log), given(args.from_sql), given(args.out))]
+    else:
+        if (args.model is None) != (args.drafter is None):
+            raise ConfigError("--model and --drafter go together (the equivalence gate's target and drafter)")
+        options = GateOptions(timeout=args.timeout, rounds=args.rounds, model=absolute(args.model), drafter=absolute(args.drafter), tokens=args.tokens)
+        done = run_gates(job, current(job, args.profile), GpuTestsRequest(args.profile, tuple(args.gate), absolute(args.out), options), say)
+    records.report(done, f"gpu_tests, profile {args.profile}", say)
+    return 0

@@ -1,0 +1,61 @@
+"""What ``nox`` runs by default, the whole pipeline: verify the pin; then, where the profile's toolchain is, build,
+run every gate ship requires (registry.required: gpu_tests' gates, then the self-test when pins.yaml requires it) and
+ship; on a machine without it, say what is missing and run the gate that needs no GPU (the route tests).
+
+The job is resolved once: pins.yaml parsed once, the pin verified once, the build plan and its key derived once and
+handed to every step."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from ci.commands import job_of, say
+from ci.commands.build import build
+from ci.commands.gate_selftest import session as selftest_session
+from ci.commands.gpu_tests import GpuTestsRequest, run_gates
+from ci.commands.job import Job
+from ci.commands.ship import session as ship_session
+from ci.compile.cmake import BuildRequest
+from ci.compile.stage import current_build
+from ci.errors import GateFailed, ToolchainError
+from ci.gates.registry import SELFTEST, required
+from ci.gates.route import route_gate
+from ci.pin.verify import verify
+from ci.release import ledger, records
+
+
+def run(job: Job, profile_name: str, remote: str | None, say: Callable[[str], None]) -> int:
+    check = verify(job.project, job.pins)
+    if not check.ok:
+        raise check.error()
+    say(check.headline())
+    profile = job.profile(profile_name)
+    try:
+        job.toolchain(profile)
+    except ToolchainError as exc:
+        return _no_toolchain(job, profile.name, exc.message, say)
+    outcome = build(job, BuildRequest(profile=profile.name, remote=remote), say, verified=True)
+    current = current_build(outcome.plan, job.root)  # the plan the build ran: its key, not a second derivation
+    done = run_gates(job, current, GpuTestsRequest(profile.name), say)
+    records.report(done, f"gpu_tests, profile {profile.name}", say)
+    if SELFTEST in required(job.pins):
+        selftest_session(job, current, None, (), say)
+    return ship_session(job, current, None, False, say)
+
+
+def _no_toolchain(job: Job, profile: str, missing: str, say: Callable[[str], None]) -> int:
+    say(f"main job: no {profile} toolchain here ({missing})")
+    say("main job: the build and the GPU gates need it; running the gate that needs no GPU: the route tests")
+    results_dir = ledger.default_results_dir(job.root)
+    out = results_dir / "no-build"
+    result = route_gate(out)
+    records.record(result, out, ledger_path=ledger.ledger_path(results_dir), build=ledger.BuildContext(profile=profile), root=job.root)
+    say(records.summary_table([result]))
+    if not result.ok:
+        raise GateFailed(f"main job: the route gate failed: {'; '.join(result.problems[:3])}")
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    return run(job_of(args), args.profile, args.remote, say)

@@ -1,0 +1,35 @@
+"""``nox -s ship``: the table of every gate ship requires for this build (the key computed from what is here now,
+not read from the manifest); the launcher's wheel and sdist when all passed."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+from ci.commands import given, job_of, say
+from ci.commands.job import Job, current
+from ci.compile.stage import CurrentBuild
+from ci.files import shown
+from ci.release import ledger, records, ship
+
+
+def session(job: Job, build: CurrentBuild, dist: Path | None, check_only: bool, say: Callable[[str], None]) -> int:
+    results_dir = ledger.default_results_dir(job.root)
+    result = ship.check(build, job.pins, results_dir)
+    standing = ship.table(result)
+    say(standing)
+    records.step_summary(f"### ship, profile {build.manifest.profile}: {'every gate passed' if result.ok else 'REFUSED'}\n\n```\n{standing}\n```\n")
+    if not result.ok:
+        raise ship.refusal(result)
+    if check_only:
+        say("ship: every gate passed for this build")
+        return 0
+    for f in ship.ship(job.pins, job.root, result, results_dir, dist or job.root / "dist"):
+        say(f"ship: wrote {shown(f, job.root)}")
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    job = job_of(args)
+    return session(job, current(job, args.profile), given(args.dist), args.check, say)

@@ -1,0 +1,63 @@
+"""The build under test: what a gate judges (the compile stage's build) and what it judges it against, as values the
+command resolved once (pins.yaml, the project's root, the profile's serve device, the series' shape, the last
+release's perf figures); and the options of a run of gates."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ci.compile.stage import CurrentBuild
+from ci.errors import ConfigError, Refused
+from ci.files import sha256_cached
+from ci.gates import backend_ops, equivalence, perf, tinymodels
+from ci.pin.pins import Pins
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    timeout: float = backend_ops.DEFAULT_TIMEOUT  # seconds per test-backend-ops run
+    rounds: int = 5  # the perf gate's rounds (docs/bench.md: how many give a stable verdict)
+    model: Path | None = None  # the equivalence gate's target; default pins.yaml, else tiny models
+    drafter: Path | None = None
+    tokens: int | None = None
+    planted: bool = False  # a gate_selftest build: a fault planted in a copy of the checkout (DirtyRule.PLANTED)
+
+
+def _no_release(models: str) -> perf.Released | None:
+    return None
+
+
+@dataclass(frozen=True)
+class BuildUnderTest:
+    """The build a gate judges (the compile stage's :class:`CurrentBuild`) and what it is judged against: pins.yaml,
+    the project's root, the profile's serve device, the series' shape, and the last release's perf figures."""
+
+    build: CurrentBuild
+    root: Path
+    pins: Pins
+    serve_device: str
+    patched: bool  # the series has patches
+    ggml_touched: bool  # a patch touches ggml/ (its build commit says -dirty)
+    last_release: Callable[[str], perf.Released | None] = _no_release  # per model set; the release stage's ledger
+
+
+def equivalence_models(target: BuildUnderTest, options: GateOptions) -> tuple[Path, Path, str]:
+    """The target and drafter the equivalence gate runs, and what they are: ``--model``/``--drafter``, else the
+    release models pins.yaml names (each checked against its sha256), else the tiny generated ones (the near drafter)."""
+    config = target.pins.equivalence
+    if options.model is not None and options.drafter is not None:
+        return options.model, options.drafter, equivalence.GIVEN_MODELS
+    if config.model is not None and config.drafter is not None:
+        paths = []
+        for key, ref in (("model", config.model), ("drafter", config.drafter)):
+            path = target.root / ref.path
+            if not path.is_file():
+                raise ConfigError(f"pins.yaml: equivalence.{key}.path: {ref.path}: no such file; put the model there or fix the path")
+            if ref.sha256 is not None and sha256_cached(path) != ref.sha256:
+                raise Refused(f"pins.yaml: equivalence.{key}: {ref.path} has sha256 {sha256_cached(path)[:12]}, not {ref.sha256[:12]}: another file than the release's")
+            paths.append(path)
+        return paths[0], paths[1], equivalence.RELEASE_MODELS
+    models = tinymodels.write_tiny_models(target.build.build_dir / "tiny-models")
+    return models.target, models.near_drafter, equivalence.TINY_MODELS

@@ -1,0 +1,59 @@
+"""The perf claims pins.yaml declares (``expect.perf``): ``METRIC(CONFIG[, PROMPT]) [/ METRIC(CONFIG[, PROMPT])] >=
+FLOOR``, parsed when pins.yaml loads. They belong to the pin: the perf gate (:mod:`ci.gates.perf`) measures and
+judges them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ci.errors import ConfigError
+
+CONFIGS = ("base", "draft")
+METRICS = ("prompt", "decode", "tokens_per_step", "acceptance")
+_TERM = r"(?P<m{n}>[a-z_]+)\(\s*(?P<c{n}>[a-z]+)\s*(?:,\s*(?P<p{n}>[a-z]+)\s*)?\)"
+CHECK_RE = re.compile(rf"^\s*{_TERM.format(n=1)}\s*(?:/\s*{_TERM.format(n=2)}\s*)?>=\s*(?P<floor>[0-9.]+)\s*$")
+
+
+@dataclass(frozen=True)
+class Term:
+    metric: str
+    config: str
+    prompt: str | None  # None: the long prompt for "prompt", every decode prompt pooled otherwise
+
+    def show(self) -> str:
+        return f"{self.metric}({self.config}{', ' + self.prompt if self.prompt else ''})"
+
+
+@dataclass(frozen=True)
+class Check:
+    text: str
+    top: Term
+    bottom: Term | None
+    floor: float
+    measured: str  # where the floor comes from, as recipes say it
+    tolerance: float = 0.1  # the drop against the last release that fails it
+
+    @property
+    def name(self) -> str:
+        return self.top.show() + (f" / {self.bottom.show()}" if self.bottom else "")
+
+
+def parse_check(text: str, measured: str, tolerance: float, where: str, configs: Sequence[str] = CONFIGS) -> Check:
+    m = CHECK_RE.match(text)
+    if not m:
+        raise ConfigError(f'{where}: "{text}" is not METRIC(CONFIG[, PROMPT]) [/ METRIC(CONFIG[, PROMPT])] >= NUMBER')
+    terms = []
+    for n in ("1", "2"):
+        if m.group(f"m{n}") is None:
+            continue
+        term = Term(m.group(f"m{n}"), m.group(f"c{n}"), m.group(f"p{n}"))
+        if term.metric not in METRICS:
+            raise ConfigError(f'{where}: "{term.metric}" is not a metric: {", ".join(METRICS)}')
+        if term.config not in configs:
+            raise ConfigError(f'{where}: "{term.config}" is not a config: {", ".join(configs)}')
+        terms.append(term)
+    if not measured.strip():
+        raise ConfigError(f"{where}: has no measured: say where the floor comes from (a PR, a run and its command)")
+    return Check(text.strip(), terms[0], terms[1] if len(terms) > 1 else None, float(m.group("floor")), measured, tolerance)

@@ -1,0 +1,86 @@
+"""The house's layers, read from the source (every import, function-level and TYPE_CHECKING ones included): no module
+imports a later stage, and no module reaches itself through its imports (issue 21)."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+CI = Path(__file__).resolve().parents[2] / "ci"
+# the pipeline, in order: a module may import its own stage and earlier ones; the edges are ci/*.py
+STAGES = ("edges", "pin", "source", "compile", "gates", "release", "commands", "cli")
+ENTRY = {"ci.cli": "cli", "ci.__main__": "cli"}
+
+
+def module_of(path: Path, ci: Path) -> str:
+    parts = path.relative_to(ci.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def stage_of(module: str) -> str:
+    if module in ENTRY:
+        return ENTRY[module]
+    parts = module.split(".")
+    return parts[1] if len(parts) >= 2 and parts[1] in STAGES else "edges"
+
+
+def imports(ci: Path = CI) -> dict[str, set[str]]:
+    """Each module of ci/ and the ci modules it imports (``from ci.x import y`` counts as ci.x.y when that is a module)."""
+    modules = {module_of(p, ci): p for p in ci.rglob("*.py")}
+    out: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "ci":
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    found.add(full if full in modules else node.module)
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name.split(".")[0] == "ci"}
+        out[name] = {m for m in found if m != name and m != "ci"}
+    return out
+
+
+def later_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{m} ({stage_of(m)}) imports {d} ({stage_of(d)})" for m, deps in graph.items() for d in deps if STAGES.index(stage_of(d)) > STAGES.index(stage_of(m))
+    )  # fmt: skip
+
+
+def cycles(graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    for start in sorted(graph):
+        seen: set[str] = set()
+        todo = sorted(graph[start])
+        while todo:
+            m = todo.pop()
+            if m == start:
+                found.append(start)
+                break
+            if m not in seen:
+                seen.add(m)
+                todo += sorted(graph.get(m, ()))
+    return found
+
+
+def test_no_module_imports_a_later_stage() -> None:
+    graph = imports()
+    assert {stage_of(m) for m in graph} == set(STAGES)
+    assert later_imports(graph) == []
+
+
+def test_no_module_reaches_itself_through_its_imports() -> None:
+    assert cycles(imports()) == []
+
+
+def test_the_checks_see_a_planted_late_import_and_the_circle_it_makes(tmp_path: Path) -> None:
+    """A function-level import of a later stage, planted in a copy of ci/, is named, and so is the circle it closes."""
+    copy = tmp_path / "ci"
+    shutil.copytree(CI, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    verify = copy / "pin" / "verify.py"
+    verify.write_text(verify.read_text(encoding="utf-8") + "\n\ndef _late() -> None:\n    from ci.commands import build  # noqa: F401\n")
+    graph = imports(copy)
+    assert later_imports(graph) == ["ci.pin.verify (pin) imports ci.commands.build (commands)"]
+    assert "ci.pin.verify" not in cycles(imports())
+    assert "ci.pin.verify" in cycles(graph)  # commands.build imports pin.verify: the planted import closes a circle
