@@ -114,6 +114,10 @@ def bound(root: Path) -> Iterator[None]:
             run(["umount", "--lazy", str(target)], check=False, quiet=True)
 
 
+def _show(line: str) -> None:
+    print(line.rstrip("\n"), flush=True)
+
+
 def execute(root: Path, steps: Sequence[Step]) -> None:
     for step in steps:
         if step.skip_when and (root / step.skip_when).exists():
@@ -126,9 +130,9 @@ def execute(root: Path, steps: Sequence[Step]) -> None:
                 shutil.copyfile(CA_BUNDLE, root / CA_BUNDLE.relative_to("/"))
         if step.argv[0] == "chroot":
             with bound(root):
-                run(step.argv, what=step.name)
+                run(step.argv, what=step.name, on_line=_show)
         else:
-            run(step.argv, what=step.name)
+            run(step.argv, what=step.name, on_line=_show)
         print(f"rocm_root: {step.name}: done in {time.monotonic() - t:.1f} s", flush=True)
 
 
