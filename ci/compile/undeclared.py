@@ -17,6 +17,9 @@ from ci.schema import did_you_mean
 
 CACHE_LINE_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_.+-]*):([A-Z]+)=", re.MULTILINE)
 DECLARED_TYPES = ("BOOL", "STRING", "PATH", "FILEPATH")  # what option() and set(... CACHE TYPE) give
+# read as plain variables, never declared: ggml-hip forwards them to CMAKE_HIP_ARCHITECTURES (ggml/src/ggml-hip/
+# CMakeLists.txt lines 35-40 at ROCmFPX c14872f); the HIP profiles pass GPU_TARGETS and the cache keeps it UNINITIALIZED
+READ_UNDECLARED = ("GPU_TARGETS", "AMDGPU_TARGETS")
 
 
 def cache_types(cache_text: str) -> dict[str, str]:
@@ -35,7 +38,7 @@ def undeclared(cache_text: str, flags: Iterable[str]) -> list[str]:
     out: list[str] = []
     for flag in flags:
         name = cmake_flag_name(flag)
-        if name.startswith("CMAKE_") or types.get(name) != "UNINITIALIZED":
+        if name.startswith("CMAKE_") or name in READ_UNDECLARED or types.get(name) != "UNINITIALIZED":
             continue
         prefix = name.split("_", 1)[0] + "_"
         near = [n for n in declared if n.startswith(prefix)] or declared

@@ -22,7 +22,7 @@ CMAKE_C_COMPILER_LAUNCHER:UNINITIALIZED=ccache
 GGML_HIP:BOOL=ON
 GGML_HIP_FORCE_MMQ:BOOL=ON
 GGML_HIP_ROCMI4_W4A4:UNINITIALIZED=ON
-GPU_TARGETS:STRING=gfx1151
+GPU_TARGETS:UNINITIALIZED=gfx1151
 LLAMA_BUILD_WEBUI:BOOL=OFF
 //INTERNAL cache entries
 GGML_HIP_MMQ_MFMA:INTERNAL=ON
@@ -38,7 +38,7 @@ def test_an_uninitialized_flag_is_named_with_the_closest_declared_option() -> No
     ]
 
 
-def test_a_declared_flag_and_cmakes_own_variables_pass() -> None:
+def test_a_declared_flag_cmakes_own_variables_and_the_hip_targets_ggml_reads_pass() -> None:
     assert undeclared.undeclared(CACHE, ("-DGGML_HIP=ON", "-DGPU_TARGETS=gfx1151", "-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DNOT_IN_CACHE=1")) == []
 
 
