@@ -6,7 +6,7 @@ own distribution has no ROCm >= 6.1 (docs/build.md, "gfx1151 in a Debian unstabl
 
 ``make`` creates ROOT with debootstrap (skipped when ROOT already holds a Debian system), installs the packages with
 apt-get, copies this project's committed HEAD to /src/onebit-ci inside it (a fetch and checkout when it is already
-there: its build/ stays), a clone of a local fork (``--fork-git``) to /src/fork.git, and nox in a venv at
+there: its build/ stays, and so does a change made inside, a bump_pin's, unless the new HEAD changes that file), a clone of a local fork (``--fork-git``) to /src/fork.git, and nox in a venv at
 /opt/onebit-nox. ``run`` runs ``nox -s SESSION -- ARGS`` in /src/onebit-ci inside the root. Both need root (chroot,
 mount); /proc and /dev are bound for the time of the command and unbound after, on failure too. ``--dry-run``
 prints the plan, one command a line, and runs nothing.
@@ -78,7 +78,7 @@ def make_plan(root: Path, project: Path, mirror: str = MIRROR, fork_git: Path | 
         Step("git safe.directory", in_root(root, "git", "config", "--global", "--replace-all", "safe.directory", "*")),
         Step("project clone", ("git", "clone", "--quiet", "--no-checkout", str(project), str(dest)), skip_when=PROJECT_IN_ROOT.lstrip("/") + "/.git"),
         Step("project fetch", ("git", "-C", str(dest), "fetch", "--quiet", str(project), "HEAD")),
-        Step("project checkout", ("git", "-C", str(dest), "checkout", "--quiet", "--force", "--detach", "FETCH_HEAD")),
+        Step("project checkout", ("git", "-C", str(dest), "checkout", "--quiet", "--detach", "FETCH_HEAD")),
     ]
     if fork_git is not None:
         fork_dest = root / FORK_IN_ROOT.lstrip("/")

@@ -44,7 +44,7 @@ def test_make_plan_bootstraps_sid_installs_debians_rocm_and_copies_project_and_f
     assert install[: len(CHROOT) + 6] == (*CHROOT, "apt-get", "-o", "Acquire::Check-Valid-Until=false", "install", "-y", "--no-install-recommends")
     assert {"hipcc", "libamdhip64-dev", "libhipblas-dev", "librocblas-dev", "ccache", "ninja-build", "python3-venv"} <= set(install)
     assert by_name["git safe.directory"].argv[-2:] == ("safe.directory", "*")
-    assert by_name["project checkout"].argv == ("git", "-C", "/srv/sid/src/onebit-ci", "checkout", "--quiet", "--force", "--detach", "FETCH_HEAD")
+    assert by_name["project checkout"].argv == ("git", "-C", "/srv/sid/src/onebit-ci", "checkout", "--quiet", "--detach", "FETCH_HEAD")
     assert by_name["fork clone"].argv == ("git", "clone", "--quiet", "--mirror", "/home/me/ROCmFPX.git", "/srv/sid/src/fork.git")
     assert by_name["nox"].argv == (*CHROOT, "/opt/onebit-nox/bin/pip", "install", "--quiet", "nox")
 
