@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ci.command import run  # noqa: E402  # the project's one way to run a program, from a checkout
-from ci.errors import OnebitError  # noqa: E402
+from ci.command import run  # the project's one way to run a program, from a checkout
+from ci.errors import OnebitError
 
 SUITE = "sid"
 MIRROR = "http://deb.debian.org/debian"
@@ -68,22 +68,36 @@ def in_root(root: Path, *argv: str, cwd: str = "/") -> tuple[str, ...]:
     return ("chroot", str(root), "/usr/bin/env", "-C", cwd, "DEBIAN_FRONTEND=noninteractive", "HOME=/root", *argv)
 
 
-def make_plan(root: Path, project: Path, mirror: str = MIRROR, fork_git: Path | None = None, packages: Sequence[str] = PACKAGES) -> list[Step]:
+def make_plan(
+    root: Path, project: Path, mirror: str = MIRROR, fork_git: Path | None = None, packages: Sequence[str] = PACKAGES
+) -> list[Step]:
     """What ``make`` runs, in order; pure."""
     dest = root / PROJECT_IN_ROOT.lstrip("/")
     steps = [
-        Step("debootstrap", ("debootstrap", "--variant=minbase", "--include=ca-certificates", SUITE, str(root), mirror), skip_when="etc/debian_version"),
+        Step(
+            "debootstrap",
+            ("debootstrap", "--variant=minbase", "--include=ca-certificates", SUITE, str(root), mirror),
+            skip_when="etc/debian_version",
+        ),
         Step("apt update", in_root(root, *APT, "update")),
         Step("apt install", in_root(root, *APT, "install", "-y", "--no-install-recommends", *packages)),
         Step("git safe.directory", in_root(root, "git", "config", "--global", "--replace-all", "safe.directory", "*")),
-        Step("project clone", ("git", "clone", "--quiet", "--no-checkout", str(project), str(dest)), skip_when=PROJECT_IN_ROOT.lstrip("/") + "/.git"),
+        Step(
+            "project clone",
+            ("git", "clone", "--quiet", "--no-checkout", str(project), str(dest)),
+            skip_when=PROJECT_IN_ROOT.lstrip("/") + "/.git",
+        ),
         Step("project fetch", ("git", "-C", str(dest), "fetch", "--quiet", str(project), "HEAD")),
         Step("project checkout", ("git", "-C", str(dest), "checkout", "--quiet", "--detach", "FETCH_HEAD")),
     ]
     if fork_git is not None:
         fork_dest = root / FORK_IN_ROOT.lstrip("/")
         steps += [
-            Step("fork clone", ("git", "clone", "--quiet", "--mirror", str(fork_git), str(fork_dest)), skip_when=FORK_IN_ROOT.lstrip("/") + "/HEAD"),
+            Step(
+                "fork clone",
+                ("git", "clone", "--quiet", "--mirror", str(fork_git), str(fork_dest)),
+                skip_when=FORK_IN_ROOT.lstrip("/") + "/HEAD",
+            ),
             Step("fork fetch", ("git", "-C", str(fork_dest), "fetch", "--quiet", "--prune", str(fork_git), "+refs/*:refs/*")),
         ]
     steps += [
@@ -143,7 +157,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     make.add_argument("root", type=Path)
     make.add_argument("--mirror", default=MIRROR, help="the Debian archive (default: %(default)s)")
     make.add_argument("--fork-git", type=Path, help="a local clone of the fork, copied to /src/fork.git for --remote")
-    make.add_argument("--project", type=Path, default=Path(__file__).resolve().parents[1], help="the onebit-ci checkout to copy (default: this one)")
+    make.add_argument(
+        "--project", type=Path, default=Path(__file__).resolve().parents[1], help="the onebit-ci checkout to copy (default: this one)"
+    )
     make.add_argument("--dry-run", action="store_true")
     session = sub.add_parser("run", help="run a nox session inside the root")
     session.add_argument("root", type=Path)

@@ -15,6 +15,7 @@ The layouts, told apart by what lies under the root, not by its name:
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -177,10 +178,8 @@ def candidates(env: Mapping[str, str], searched: Sequence[Path] | None = None) -
     found: list[tuple[Path, str]] = []
     hipconfig = shutil.which("hipconfig", path=env.get("PATH"))
     if hipconfig:
-        try:
+        with contextlib.suppress(OnebitError, IndexError):  # a hipconfig that fails says nothing: search on
             found.append((Path(output_of([hipconfig, "--rocmpath"], env=dict(env)).strip().splitlines()[-1]), f"{hipconfig} --rocmpath"))
-        except (OnebitError, IndexError):
-            pass
     python_root = _python_rocm_root(env)
     for path in searched:
         found.append((path, "searched"))
@@ -192,7 +191,12 @@ def candidates(env: Mapping[str, str], searched: Sequence[Path] | None = None) -
 
 
 def _looks_like_rocm(root: Path) -> bool:
-    return (root / "include" / "hip").is_dir() or (root / "bin" / "hipconfig").exists() or (root / "lib" / "llvm" / "bin").is_dir() or (root / "llvm" / "bin").is_dir()
+    return (
+        (root / "include" / "hip").is_dir()
+        or (root / "bin" / "hipconfig").exists()
+        or (root / "lib" / "llvm" / "bin").is_dir()
+        or (root / "llvm" / "bin").is_dir()
+    )
 
 
 def find(env: Mapping[str, str], profile: str, searched: Sequence[Path] | None = None) -> RocmInstall:

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ci.command import output_of
 from ci.compile import rocm
 from ci.compile.profiles import Profile
-from ci.command import output_of
 from ci.errors import OnebitError, ToolchainError
 from ci.pin.pins import BuildConfig
 

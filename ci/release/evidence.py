@@ -20,7 +20,7 @@ from ci.gates.backend_ops_output import OP_RE
 from ci.gates.equivalence import EquivalencePlan
 from ci.gates.registry import BuildUnderTest, GateOptions, select
 from ci.gates.results import GateResult, Status
-from ci.release import ledger
+from ci.release import compile_record, ledger
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,11 @@ def run_gpu_tests(ctx: Context, request: GpuTestsRequest, say: Callable[[str], N
     out.mkdir(parents=True, exist_ok=True)
     context = ledger.BuildContext(key, manifest.pin_commit, manifest.series_digest, manifest.profile, manifest.device)
     say(f"gpu_tests: {manifest.profile} build {key[:12]} (pin {manifest.pin_commit[:7]}, patches {manifest.series_digest[:12]}), device {manifest.device}")
+    if not request.gates and compile_record.lacks_device(build, ctx.profile(request.profile).backend):
+        compiled = compile_record.result(build)
+        line = record(compiled, out, {"build_key": key, "profile": manifest.profile}, ledger_path=ledger.ledger_path(ledger.default_results_dir(ctx.root)), build=context, root=ctx.root)
+        say(compile_record.no_device_line(manifest.profile, manifest.device, line.line if line else None))
+        return [compiled]
     target = BuildUnderTest(ctx, build)
     done: list[GateResult] = []
     for gate in select(request.gates, ctx.pins):

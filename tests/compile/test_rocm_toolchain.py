@@ -49,7 +49,10 @@ def stand_in_rocm(
 ) -> Path:
     """A ROCm tree as ``layout`` lays it out; returns the compiler."""
     major, minor, patch = hip.split(".")
-    _file(root / "include" / "hip" / "hip_version.h", f"#define HIP_VERSION_MAJOR {major}\n#define HIP_VERSION_MINOR {minor}\n#define HIP_VERSION_PATCH {patch}\n")
+    _file(
+        root / "include" / "hip" / "hip_version.h",
+        f"#define HIP_VERSION_MAJOR {major}\n#define HIP_VERSION_MINOR {minor}\n#define HIP_VERSION_PATCH {patch}\n",
+    )
     _file(root / "include" / "hip" / "hip_runtime.h")
     lib = root / ("lib/x86_64-linux-gnu" if layout == "distribution" else "lib")
     _library(lib, "libamdhip64", "6.4.43484")

@@ -30,7 +30,13 @@ GGML_HIP_MMQ_MFMA:INTERNAL=ON
 
 
 def test_an_uninitialized_flag_is_named_with_the_closest_declared_option() -> None:
-    flags = ("-DGGML_HIP=ON", "-DGGML_HIP_FORCE_MQM=ON", "-DGGML_HIP_ROCMI4_W4A4=ON", "-DGPU_TARGETS=gfx1151", "-DCMAKE_C_COMPILER_LAUNCHER=ccache")
+    flags = (
+        "-DGGML_HIP=ON",
+        "-DGGML_HIP_FORCE_MQM=ON",
+        "-DGGML_HIP_ROCMI4_W4A4=ON",
+        "-DGPU_TARGETS=gfx1151",
+        "-DCMAKE_C_COMPILER_LAUNCHER=ccache",
+    )
     text = CACHE + "GGML_HIP_FORCE_MQM:UNINITIALIZED=ON\n"
     assert undeclared.undeclared(text, flags) == [
         '-DGGML_HIP_FORCE_MQM=ON: the project declares no GGML_HIP_FORCE_MQM (did you mean "GGML_HIP_FORCE_MMQ"?)',
@@ -39,7 +45,10 @@ def test_an_uninitialized_flag_is_named_with_the_closest_declared_option() -> No
 
 
 def test_a_declared_flag_cmakes_own_variables_and_the_hip_targets_ggml_reads_pass() -> None:
-    assert undeclared.undeclared(CACHE, ("-DGGML_HIP=ON", "-DGPU_TARGETS=gfx1151", "-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DNOT_IN_CACHE=1")) == []
+    assert (
+        undeclared.undeclared(CACHE, ("-DGGML_HIP=ON", "-DGPU_TARGETS=gfx1151", "-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DNOT_IN_CACHE=1"))
+        == []
+    )
 
 
 def test_a_misspelled_ggml_flag_stops_the_fixtures_configure_which_cmake_itself_does_not_warn_about(build_project: Project) -> None:
@@ -68,9 +77,18 @@ FORK_COMMIT = "c14872f8407f5b0642f3c395439b929021df753a"
 def test_the_real_forks_cpu_configure_keeps_a_misspelled_ggml_flag_uninitialized(tmp_path: Path) -> None:
     src, build = tmp_path / "src", tmp_path / "build"
     src.mkdir()
-    archive = subprocess.run(["git", "--git-dir", FORK_GIT, "archive", FORK_COMMIT, "--", ".", ":!models", ":!docs"], capture_output=True, check=True).stdout
+    archive = subprocess.run(
+        ["git", "--git-dir", FORK_GIT, "archive", FORK_COMMIT, "--", ".", ":!models", ":!docs"], capture_output=True, check=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
-    flags = ("-DLLAMA_BUILD_TESTS=ON", "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_WEBUI=OFF", "-DGGML_NATIVE=OFF", "-DGGML_NATVE=ON", "-DLLAMA_TYPO_FLAG=ON")
+    flags = (
+        "-DLLAMA_BUILD_TESTS=ON",
+        "-DLLAMA_BUILD_SERVER=ON",
+        "-DLLAMA_BUILD_WEBUI=OFF",
+        "-DGGML_NATIVE=OFF",
+        "-DGGML_NATVE=ON",
+        "-DLLAMA_TYPO_FLAG=ON",
+    )
     cmake = shutil.which("cmake")
     assert cmake is not None
     done = subprocess.run([cmake, "-S", str(src), "-B", str(build), "-G", "Ninja", *flags], capture_output=True, text=True, check=True)
@@ -80,5 +98,5 @@ def test_the_real_forks_cpu_configure_keeps_a_misspelled_ggml_flag_uninitialized
     assert "GGML_NATVE" not in warning
     assert undeclared.check_cache(build, flags) == [
         '-DGGML_NATVE=ON: the project declares no GGML_NATVE (did you mean "GGML_NATIVE"?)',
-        '-DLLAMA_TYPO_FLAG=ON: the project declares no LLAMA_TYPO_FLAG',  # nothing close to suggest
+        "-DLLAMA_TYPO_FLAG=ON: the project declares no LLAMA_TYPO_FLAG",  # nothing close to suggest
     ]

@@ -33,15 +33,39 @@ def test_make_plan_bootstraps_sid_installs_debians_rocm_and_copies_project_and_f
     steps = rocm_root.make_plan(ROOT, Path("/home/me/onebit-ci"), fork_git=Path("/home/me/ROCmFPX.git"))
     by_name = {s.name: s for s in steps}
     assert [s.name for s in steps] == [
-        "debootstrap", "apt update", "apt install", "git safe.directory", "project clone", "project fetch", "project checkout",
-        "fork clone", "fork fetch", "venv", "nox",
+        "debootstrap",
+        "apt update",
+        "apt install",
+        "git safe.directory",
+        "project clone",
+        "project fetch",
+        "project checkout",
+        "fork clone",
+        "fork fetch",
+        "venv",
+        "nox",
     ]
-    assert by_name["debootstrap"].argv == ("debootstrap", "--variant=minbase", "--include=ca-certificates", "sid", "/srv/sid", "http://deb.debian.org/debian")
+    assert by_name["debootstrap"].argv == (
+        "debootstrap",
+        "--variant=minbase",
+        "--include=ca-certificates",
+        "sid",
+        "/srv/sid",
+        "http://deb.debian.org/debian",
+    )
     assert by_name["debootstrap"].skip_when == "etc/debian_version"
     # the archive may be a snapshot whose Release file has expired
     assert by_name["apt update"].argv == (*CHROOT, "apt-get", "-o", "Acquire::Check-Valid-Until=false", "update")
     install = by_name["apt install"].argv
-    assert install[: len(CHROOT) + 6] == (*CHROOT, "apt-get", "-o", "Acquire::Check-Valid-Until=false", "install", "-y", "--no-install-recommends")
+    assert install[: len(CHROOT) + 6] == (
+        *CHROOT,
+        "apt-get",
+        "-o",
+        "Acquire::Check-Valid-Until=false",
+        "install",
+        "-y",
+        "--no-install-recommends",
+    )
     assert {"hipcc", "libamdhip64-dev", "libhipblas-dev", "librocblas-dev", "ccache", "ninja-build", "python3-venv"} <= set(install)
     assert by_name["git safe.directory"].argv[-2:] == ("safe.directory", "*")
     assert by_name["project checkout"].argv == ("git", "-C", "/srv/sid/src/onebit-ci", "checkout", "--quiet", "--detach", "FETCH_HEAD")
@@ -58,8 +82,21 @@ def test_make_plan_without_a_fork_copies_none_and_takes_another_mirror() -> None
 def test_run_plan_runs_the_session_with_its_arguments_in_the_projects_copy() -> None:
     (step,) = rocm_root.run_plan(ROOT, "build", ["--profile", "gfx1151", "-j", "2"])
     assert step.argv == (
-        "chroot", "/srv/sid", "/usr/bin/env", "-C", "/src/onebit-ci", "DEBIAN_FRONTEND=noninteractive", "HOME=/root",
-        "/opt/onebit-nox/bin/nox", "-s", "build", "--", "--profile", "gfx1151", "-j", "2",
+        "chroot",
+        "/srv/sid",
+        "/usr/bin/env",
+        "-C",
+        "/src/onebit-ci",
+        "DEBIAN_FRONTEND=noninteractive",
+        "HOME=/root",
+        "/opt/onebit-nox/bin/nox",
+        "-s",
+        "build",
+        "--",
+        "--profile",
+        "gfx1151",
+        "-j",
+        "2",
     )
 
 
@@ -73,7 +110,9 @@ def test_a_skipped_step_runs_nothing(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_dry_run_prints_the_plan_and_session_arguments_after_the_double_dash() -> None:
     r = subprocess.run(
         [sys.executable, str(SCRIPT), "run", "/srv/sid", "gpu_tests", "--dry-run", "--", "--profile", "gfx1151"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert r.stdout == (
         "nox -s gpu_tests: chroot /srv/sid /usr/bin/env -C /src/onebit-ci DEBIAN_FRONTEND=noninteractive HOME=/root "
