@@ -60,7 +60,14 @@ def cmd_bump_pin(args: argparse.Namespace) -> int:
     from ci.pin import bump
 
     request = bump.BumpRequest(args.commit, args.branch, args.allow_rollback, args.reference, args.drop_upstreamed, url=args.url, remote=args.remote)
-    return bump.session(_ctx(args).project, request, _path(args.report), say, stale_lines)
+    code = bump.session(_ctx(args).project, request, _path(args.report), say, stale_lines)
+    report = _path(args.report) or _ctx(args).root / "build" / "bump-report.md"
+    if code == 0 and not args.no_compile and report.is_file():  # a compile verdict for the new pin (issue 23)
+        from ci.compile.context import Context
+        from ci.release import compile_record
+
+        compile_record.bump_verdict(Context(_ctx(args).project), report, say, remote=args.remote)  # pins.yaml as bumped
+    return code
 
 
 def cmd_patches(args: argparse.Namespace) -> int:

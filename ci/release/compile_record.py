@@ -9,10 +9,16 @@ a Strix Halo.
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci.compile.stage import CurrentBuild
+from ci.compile.cmake import BuildRequest
+from ci.compile.context import Context
+from ci.compile.stage import CurrentBuild, run_build
+from ci.errors import OnebitError, ToolchainError
+from ci.files import write_atomic
 from ci.gates import devices
 from ci.gates.results import CaseResult, GateResult, Status
 
@@ -96,3 +102,29 @@ def no_device_line(profile: str, device: str, ledger_line: int | None) -> str:
         f"gpu_tests: no {device} device here (the {profile} build's llama-server lists none): recorded the compile "
         f"(ledger line {ledger_line if ledger_line is not None else '?'}); the device gates need a {profile} GPU{' (Strix Halo)' if profile == 'gfx1151' else ''}, and ship waits for them"
     )
+
+
+def bump_verdict(ctx: Context, report: Path, say: Callable[[str], None], profile: str = "gfx1151", remote: str | None = None) -> str | None:
+    """After a bump: compile ``profile`` at the new pin when its toolchain is here, and add the verdict to the bump
+    report (``## Compile``). None, and the report untouched, when the toolchain is not here."""
+    try:
+        ctx.toolchain(ctx.profile(profile))
+    except ToolchainError as exc:
+        say(f"bump_pin: no {profile} compile verdict: {exc.message.splitlines()[0]}")
+        return None
+    started = time.monotonic()
+    try:
+        outcome = run_build(ctx, BuildRequest(profile=profile, remote=remote), say)
+    except OnebitError as exc:
+        verdict = f"failed after {time.monotonic() - started:.1f} s: {exc.message.splitlines()[0]}"
+    else:
+        build = CurrentBuild(outcome.manifest, outcome.plan.build_dir)
+        if outcome.plan.profile.backend == "hip":
+            verdict = f"passed: {result(build).summary}"
+        else:
+            verdict = f"passed: {profile} compiled in {outcome.manifest.seconds:.1f} s"
+        verdict += f" (build key {outcome.manifest.key[:12]}{', up to date' if outcome.up_to_date else ''})"
+    text = report.read_text(encoding="utf-8") if report.is_file() else ""
+    write_atomic(report, text.rstrip("\n") + f"\n\n## Compile ({profile})\n\n{verdict}\n")
+    say(f"bump_pin: {profile} compile {verdict}")
+    return verdict

@@ -7,15 +7,19 @@ record, written in a Debian unstable root, is in docs/build.md."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from ci.compile.context import Context
 from ci.compile.manifest import Artifact, Manifest
 from ci.compile.stage import CurrentBuild
 from ci.gates.registry import NAMES
 from ci.gates.results import Status
+from ci.pin.project import find_project
 from ci.release import compile_record, ledger, ship
+from tests.support.project import Project
 
 SRC = "/src/onebit-ci/third_party/llama.cpp-rocmfpx/ggml/src/ggml-cuda"
 UNITS = (
@@ -106,3 +110,31 @@ def test_ship_still_wants_the_device_gates_after_a_compile_record_stand_in(tmp_p
     assert compile_record.GATE not in NAMES
     assert [s.gate for s in standings] == list(NAMES)
     assert not any(s.state is ship.Standing.PASSED for s in standings)
+
+
+def test_a_bump_report_gets_the_compile_verdict_of_the_new_pin(build_project: Project) -> None:
+    # the cpu profile of the fixture fork, compiled for real: the session asks for gfx1151, whose toolchain is not here
+    report = build_project.root / "build" / "bump-report.md"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text("## Bump to c14872f\n\nthe report\n")
+    said: list[str] = []
+    ctx = Context(find_project(build_project.root))
+    verdict = compile_record.bump_verdict(ctx, report, said.append, profile="cpu", remote=str(build_project.fork.path))
+    key = json.loads((build_project.root / "build" / "cpu" / "build.json").read_text())["key"]
+    assert verdict is not None
+    assert verdict.startswith("passed: cpu compiled in ")
+    assert verdict.endswith(f" s (build key {key[:12]})")
+    assert report.read_text() == f"## Bump to c14872f\n\nthe report\n\n## Compile (cpu)\n\n{verdict}\n"
+    assert said[-1] == f"bump_pin: cpu compile {verdict}"
+
+
+def test_no_toolchain_no_verdict_and_the_report_untouched(build_project: Project, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "no-rocm"))
+    report = build_project.root / "bump-report.md"
+    report.write_text("the report\n")
+    said: list[str] = []
+    assert compile_record.bump_verdict(Context(find_project(build_project.root)), report, said.append) is None
+    assert report.read_text() == "the report\n"
+    assert said == [
+        f"bump_pin: no gfx1151 compile verdict: gfx1151: ROCM_PATH={tmp_path / 'no-rocm'} does not exist; set ROCM_PATH to your ROCm (/opt/rocm, /opt/rocm-therock, /usr)"
+    ]
