@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import datetime as dt
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,14 +15,18 @@ from pathlib import Path
 import pygit2
 
 from ci.commands import given, say
-from ci.commands.job import source_of
-from ci.errors import GitError, Refused
+from ci.commands.build import build
+from ci.commands.job import Job, source_of
+from ci.compile.cmake import BuildRequest
+from ci.compile.stage import CurrentBuild
+from ci.errors import GitError, OnebitError, Refused, ToolchainError
 from ci.files import all_or_nothing, shown, write_atomic
 from ci.gates.selftest import stale_lines
 from ci.git import is_checked_out
 from ci.pin import pins as pins_mod
 from ci.pin.project import GITLINK_MODE, Project, find_project, read_gitmodules, set_gitmodules_value
 from ci.pin.verify import verify
+from ci.release import compile_record
 from ci.source import sync
 from ci.source.classify import PatchVerdict, SeriesPlan, classify
 from ci.source.series import PATCHES_DIR, SERIES_FILE, Series, check_paths, load_series, series_text
@@ -333,4 +338,36 @@ def session(project: Project, request: BumpRequest, report: Path | None, say: Ca
 def main(args: argparse.Namespace) -> int:
     request = BumpRequest(args.commit, args.branch, args.allow_rollback, args.reference, args.drop_upstreamed, url=args.url, remote=args.remote)
     # the project alone: the current pin's problems are the bump's first check (verify), each named
-    return session(find_project(Path(args.root) if args.root else None), request, given(args.report), say, stale_lines)
+    project = find_project(Path(args.root) if args.root else None)
+    code = session(project, request, given(args.report), say, stale_lines)
+    report = given(args.report) or project.root / "build" / "bump-report.md"
+    if code == 0 and not args.no_compile and report.is_file():  # a compile verdict for the new pin (issue 23)
+        compile_verdict(Job.resolve(project.root), report, say, remote=args.remote)  # pins.yaml as bumped, read once
+    return code
+
+
+def compile_verdict(job: Job, report: Path, say: Callable[[str], None], profile: str = "gfx1151", remote: str | None = None) -> str | None:
+    """After a bump: compile ``profile`` at the new pin when its toolchain is here, and add the verdict to the bump
+    report (``## Compile``). None, and the report untouched, when the toolchain is not here."""
+    try:
+        job.toolchain(job.profile(profile))
+    except ToolchainError as exc:
+        say(f"bump_pin: no {profile} compile verdict: {exc.message.splitlines()[0]}")
+        return None
+    started = time.monotonic()
+    try:
+        outcome = build(job, BuildRequest(profile=profile, remote=remote), say)
+    except OnebitError as exc:
+        verdict = f"failed after {time.monotonic() - started:.1f} s: {exc.message.splitlines()[0]}"
+    else:
+        built = CurrentBuild(outcome.manifest, outcome.plan.build_dir)
+        if outcome.plan.profile.backend == "hip":
+            verdict = f"passed: {compile_record.result(built).summary}"
+        else:
+            verdict = f"passed: {profile} compiled in {outcome.manifest.seconds:.1f} s"
+        verdict += f" (build key {outcome.manifest.key[:12]}{', up to date' if outcome.up_to_date else ''})"
+    text = report.read_text(encoding="utf-8") if report.is_file() else ""
+    write_atomic(report, text.rstrip("\n") + f"\n\n## Compile ({profile})\n\n{verdict}\n")
+    say(f"bump_pin: {profile} compile {verdict}")
+    return verdict
+

@@ -17,7 +17,7 @@ from ci.gates import backend_ops, results
 from ci.gates.registry import select
 from ci.gates.results import GateResult
 from ci.gates.target import BuildUnderTest, GateOptions
-from ci.release import ledger, records, ship
+from ci.release import compile_record, ledger, records, ship
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,14 @@ def run_gates(job: Job, build: CurrentBuild, request: GpuTestsRequest, say: Call
     out = request.out or results_dir / key[:12]
     out.mkdir(parents=True, exist_ok=True)
     say(f"gpu_tests: {manifest.profile} build {key[:12]} (pin {manifest.pin_commit[:7]}, patches {manifest.series_digest[:12]}), device {manifest.device}")
+    if not request.gates and compile_record.lacks_device(build, job.profile(manifest.profile).backend):
+        compiled = compile_record.result(build)  # a HIP build on a machine without its GPU: the compile is the evidence
+        line = records.record(
+            compiled, out, {"build_key": key, "profile": manifest.profile}, ledger_path=ledger.ledger_path(results_dir),
+            build=ledger.BuildContext.of(manifest), root=job.root,
+        )  # fmt: skip
+        say(compile_record.no_device_line(manifest.profile, manifest.device, line.line if line else None))
+        return [compiled]
     target = under_test(job, build)
     done: list[GateResult] = []
     for gate in select(request.gates, job.pins):

@@ -20,6 +20,7 @@ from typing import IO
 
 from ci.command import run
 from ci.compile import profiles as profiles_mod
+from ci.compile import undeclared
 from ci.compile.flags import Flags
 from ci.compile.manifest import MANIFEST, Artifact, BuildKey, Manifest, build_key
 from ci.compile.profiles import Profile
@@ -213,6 +214,7 @@ def execute(plan: BuildPlan, decision: Decision, say: Callable[[str], None]) -> 
                         f"configure: {'; '.join(ignored)}: a flag this pin does not have silently changes the build "
                         f"(llama.cpp #8155, #15245); fix {plan.flags.where(ignored[0].split(' ', 1)[0])}"
                     )
+                _refuse_undeclared(plan)
                 write_atomic(plan.build_dir / CONFIGURED, plan.key.configure + "\n")
                 say(f"configure: done in {time.monotonic() - t:.1f} s")
             else:
@@ -247,6 +249,15 @@ def execute(plan: BuildPlan, decision: Decision, say: Callable[[str], None]) -> 
     )
     manifest.write(plan.manifest_path)
     return manifest
+
+
+def _refuse_undeclared(plan: BuildPlan) -> None:
+    found = undeclared.check_cache(plan.build_dir, plan.cmake_flags)
+    if found:
+        raise ConfigError(
+            f"configure: {'; '.join(found)}: CMake does not warn about an undeclared GGML_ flag (ggml reads every variable); "
+            f"fix {plan.flags.where(found[0].split(':', 1)[0])}"
+        )
 
 
 def _step(argv: tuple[str, ...], env: dict[str, str], log_file: IO[str], what: str, on_line: Callable[[str], None] | None) -> str:

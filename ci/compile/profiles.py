@@ -1,6 +1,6 @@
 """Build profiles: which backend, which CMake flags, which device the gates test. Pure data.
 
-Flags that belong to a pin (the fork's option names, ``-DGGML_HIP_ROCMI4_W4A4=ON``) live in pins.yaml's
+Flags that belong to a pin (the fork's own option names) live in pins.yaml's
 ``build`` section, never here.
 """
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ci.command import output_of
+from ci.compile import rocm
 from ci.compile.profiles import Profile
 from ci.errors import OnebitError, ToolchainError
 from ci.pin.pins import BuildConfig
@@ -42,10 +43,10 @@ class Toolchain:
         raise KeyError(role)
 
     def identity(self) -> dict[str, str]:
-        return {t.role: f"{t.path} {t.version}" for t in self.tools}
+        return {t.role: f"{t.path} {t.version}".rstrip() for t in self.tools}
 
     def describe(self) -> str:
-        return ", ".join(f"{t.role} {t.version}" for t in self.tools if t.role not in ("ninja",))
+        return ", ".join(f"{t.role} {t.version}" if t.version else f"{t.role} {t.path}" for t in self.tools if t.role not in ("ninja", "device-libs"))
 
 
 def version_key(version: str) -> tuple[int, ...]:
@@ -111,14 +112,10 @@ def detect(profile: Profile, build: BuildConfig, env: Mapping[str, str] | None =
     tools += [cc, cxx]
     flags += [f"-DCMAKE_C_COMPILER={cc.path}", f"-DCMAKE_CXX_COMPILER={cxx.path}"]
     if profile.backend == "hip":
-        rocm = _rocm_path(env, profile)
-        version = _rocm_version(rocm, env)
-        rocm_tool = Tool("rocm", str(rocm), version)
-        _check_minimum(rocm_tool, "rocm", build)
-        hip = _probe("hip", _hip_compiler(rocm, env, profile))
-        tools += [rocm_tool, hip]
-        flags.append(f"-DCMAKE_HIP_COMPILER={hip.path}")
-        extra_env += [("ROCM_PATH", str(rocm)), ("HIP_PATH", str(rocm))]
+        found, hip_flags, hip_env = _hip(env, profile, build)
+        tools += found
+        flags += hip_flags
+        extra_env += hip_env
     elif profile.backend == "cuda":
         nvcc = _require(env, "nvcc", ("nvcc",), "CUDACXX", "install the CUDA toolkit, put nvcc on PATH or set CUDACXX=/usr/local/cuda/bin/nvcc")
         tool = _probe("nvcc", nvcc, pattern=re.compile(r"release (\d+\.\d+)"))
@@ -197,41 +194,19 @@ def _loader_version(library: Path) -> str:
     return m.group(1) if m else "unknown"
 
 
-def _rocm_path(env: Mapping[str, str], profile: Profile) -> Path:
-    hint = (
-        f"set ROCM_PATH to your ROCm (the engine's TheRock build is /opt/rocm-therock), "
-        f"or pick another profile with --profile cuda|vulkan|cpu (this is {profile.name})"
-    )
-    if env.get("ROCM_PATH"):
-        path = Path(env["ROCM_PATH"])
-        if not (path / "bin").is_dir():
-            raise ToolchainError(f"{profile.name}: ROCM_PATH={path} has no bin/: not a ROCm install; {hint}")
-        return path
-    hipconfig = _which("hipconfig", env)
-    if hipconfig:
-        return Path(output_of([hipconfig, "--rocmpath"]).strip().splitlines()[-1])
-    if Path("/opt/rocm/bin").is_dir():
-        return Path("/opt/rocm")
-    raise ToolchainError(f"{profile.name}: no ROCm found: ROCM_PATH is not set, hipconfig is not on PATH and /opt/rocm does not exist; {hint}")
-
-
-def _rocm_version(rocm: Path, env: Mapping[str, str]) -> str:
-    hipconfig = rocm / "bin" / "hipconfig"
-    if hipconfig.is_file():
-        return _version(output_of([str(hipconfig), "--version"]))
-    info = rocm / ".info" / "version"
-    if info.is_file():
-        return _version(info.read_text())
-    return "unknown"
-
-
-def _hip_compiler(rocm: Path, env: Mapping[str, str], profile: Profile) -> str:
-    if env.get("HIPCXX"):
-        return _require(env, "hip", (), "HIPCXX", "point HIPCXX at ROCm's clang++")
-    for candidate in ("llvm/bin/clang++", "lib/llvm/bin/clang++", "bin/amdclang++"):
-        path = rocm / candidate
-        if path.is_file() and os.access(path, os.X_OK):
-            return str(path)
-    raise ToolchainError(
-        f"{profile.name}: ROCm at {rocm} has no HIP compiler (llvm/bin/clang++, lib/llvm/bin/clang++ or bin/amdclang++); set HIPCXX"
-    )
+def _hip(env: Mapping[str, str], profile: Profile, build: BuildConfig) -> tuple[list[Tool], list[str], list[tuple[str, str]]]:
+    """ROCm in any layout (ci/compile/rocm.py): its root, HIP version (checked against the pin's minimum), compiler,
+    device libraries, hipBLAS and rocBLAS, all in the build key."""
+    install = rocm.find(env, profile.name)
+    rocm_tool = Tool("rocm", str(install.root), install.version)
+    _check_minimum(rocm_tool, "rocm", build)
+    hip = _probe("hip", str(install.compiler), env=env)
+    tools = [
+        rocm_tool,
+        hip,
+        Tool("rocm-layout", install.layout, ""),
+        Tool("device-libs", str(install.device_libs), ""),
+        Tool("hipblas", str(install.hipblas), rocm.library_version(install.hipblas)),
+        Tool("rocblas", str(install.rocblas), rocm.library_version(install.rocblas)),
+    ]
+    return tools, [f"-DCMAKE_HIP_COMPILER={install.compiler}"], list(install.env)

@@ -1,0 +1,102 @@
+"""A -D the fork never declared stops the configure, naming the closest declared option, for every profile.
+
+CMake's "not used" warning cannot see a GGML_ flag: ggml reads every variable (ROCmFPX c14872f,
+ggml/CMakeLists.txt line 377), and so does the fixture's ggml/ggml.cmake. The cache still tells."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ci.compile import undeclared
+from tests.support.build import build_cpu, manifest
+from tests.support.project import Project
+
+CACHE = """# This is the CMakeCache file.
+CMAKE_BUILD_TYPE:STRING=Release
+CMAKE_C_COMPILER_LAUNCHER:UNINITIALIZED=ccache
+GGML_HIP:BOOL=ON
+GGML_HIP_FORCE_MMQ:BOOL=ON
+GGML_HIP_ROCMI4_W4A4:UNINITIALIZED=ON
+GPU_TARGETS:UNINITIALIZED=gfx1151
+LLAMA_BUILD_WEBUI:BOOL=OFF
+//INTERNAL cache entries
+GGML_HIP_MMQ_MFMA:INTERNAL=ON
+"""
+
+
+def test_an_uninitialized_flag_is_named_with_the_closest_declared_option() -> None:
+    flags = (
+        "-DGGML_HIP=ON",
+        "-DGGML_HIP_FORCE_MQM=ON",
+        "-DGGML_HIP_ROCMI4_W4A4=ON",
+        "-DGPU_TARGETS=gfx1151",
+        "-DCMAKE_C_COMPILER_LAUNCHER=ccache",
+    )
+    text = CACHE + "GGML_HIP_FORCE_MQM:UNINITIALIZED=ON\n"
+    assert undeclared.undeclared(text, flags) == [
+        '-DGGML_HIP_FORCE_MQM=ON: the project declares no GGML_HIP_FORCE_MQM (did you mean "GGML_HIP_FORCE_MMQ"?)',
+        '-DGGML_HIP_ROCMI4_W4A4=ON: the project declares no GGML_HIP_ROCMI4_W4A4 (did you mean "GGML_HIP_FORCE_MMQ"?)',
+    ]
+
+
+def test_a_declared_flag_cmakes_own_variables_and_the_hip_targets_ggml_reads_pass() -> None:
+    assert (
+        undeclared.undeclared(CACHE, ("-DGGML_HIP=ON", "-DGPU_TARGETS=gfx1151", "-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DNOT_IN_CACHE=1"))
+        == []
+    )
+
+
+def test_a_misspelled_ggml_flag_stops_the_fixtures_configure_which_cmake_itself_does_not_warn_about(build_project: Project) -> None:
+    r = build_cpu(build_project, "-DGGML_FIXTURE_FSAT=ON")
+    assert r.code == 2, r.err
+    assert r.err == (
+        'onebit-ci: error: configure: -DGGML_FIXTURE_FSAT=ON: the project declares no GGML_FIXTURE_FSAT (did you mean "GGML_FIXTURE_FAST"?): '
+        "CMake does not warn about an undeclared GGML_ flag (ggml reads every variable); fix the -D given to build\n"
+    )
+    log = (build_project.root / "build" / "cpu" / "build.log").read_text()
+    assert "GGML_FIXTURE_FSAT:UNINITIALIZED=ON" in (build_project.root / "build" / "cpu" / "CMakeCache.txt").read_text()
+    assert "Manually-specified variables were not used" not in log
+    assert not (build_project.root / "build" / "cpu" / "build.json").exists()
+    # the declared one builds, and the next build configures again (the failed configure left no stamp)
+    r = build_cpu(build_project, "-DGGML_FIXTURE_FAST=ON")
+    assert r.code == 0, r.err
+    assert "-DGGML_FIXTURE_FAST=ON" in manifest(build_project)["flags"]
+
+
+FORK_GIT = os.environ.get("ONEBIT_ROCMFPX_GIT", "")  # a clone of ciru-ai/ROCmFPX that holds c14872f
+FORK_COMMIT = "c14872f8407f5b0642f3c395439b929021df753a"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not FORK_GIT, reason="ONEBIT_ROCMFPX_GIT names no clone of ciru-ai/ROCmFPX (docs/build.md)")
+def test_the_real_forks_cpu_configure_keeps_a_misspelled_ggml_flag_uninitialized(tmp_path: Path) -> None:
+    src, build = tmp_path / "src", tmp_path / "build"
+    src.mkdir()
+    archive = subprocess.run(
+        ["git", "--git-dir", FORK_GIT, "archive", FORK_COMMIT, "--", ".", ":!models", ":!docs"], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    flags = (
+        "-DLLAMA_BUILD_TESTS=ON",
+        "-DLLAMA_BUILD_SERVER=ON",
+        "-DLLAMA_BUILD_WEBUI=OFF",
+        "-DGGML_NATIVE=OFF",
+        "-DGGML_NATVE=ON",
+        "-DLLAMA_TYPO_FLAG=ON",
+    )
+    cmake = shutil.which("cmake")
+    assert cmake is not None
+    done = subprocess.run([cmake, "-S", str(src), "-B", str(build), "-G", "Ninja", *flags], capture_output=True, text=True, check=True)
+    warning = done.stderr[done.stderr.find("Manually-specified variables were not used") :]
+    # CMake's own warning names the LLAMA_ flag and is blind to the GGML_ one
+    assert "LLAMA_TYPO_FLAG" in warning
+    assert "GGML_NATVE" not in warning
+    assert undeclared.check_cache(build, flags) == [
+        '-DGGML_NATVE=ON: the project declares no GGML_NATVE (did you mean "GGML_NATIVE"?)',
+        "-DLLAMA_TYPO_FLAG=ON: the project declares no LLAMA_TYPO_FLAG",  # nothing close to suggest
+    ]

@@ -1,0 +1,120 @@
+"""tools/rocm_root.py's plans: what ``make`` and ``run`` would execute, computed without running anything (the real
+root it made, and the builds in it, are in docs/build.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "rocm_root.py"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("rocm_root", SCRIPT)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["rocm_root"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+rocm_root = _load()
+ROOT = Path("/srv/sid")
+CHROOT = ("chroot", "/srv/sid", "/usr/bin/env", "-C", "/", "DEBIAN_FRONTEND=noninteractive", "HOME=/root")
+
+
+def test_make_plan_bootstraps_sid_installs_debians_rocm_and_copies_project_and_fork() -> None:
+    steps = rocm_root.make_plan(ROOT, Path("/home/me/onebit-ci"), fork_git=Path("/home/me/ROCmFPX.git"))
+    by_name = {s.name: s for s in steps}
+    assert [s.name for s in steps] == [
+        "debootstrap",
+        "apt update",
+        "apt install",
+        "git safe.directory",
+        "project clone",
+        "project fetch",
+        "project checkout",
+        "fork clone",
+        "fork fetch",
+        "venv",
+        "nox",
+    ]
+    assert by_name["debootstrap"].argv == (
+        "debootstrap",
+        "--variant=minbase",
+        "--include=ca-certificates",
+        "sid",
+        "/srv/sid",
+        "http://deb.debian.org/debian",
+    )
+    assert by_name["debootstrap"].skip_when == "etc/debian_version"
+    # the archive may be a snapshot whose Release file has expired
+    assert by_name["apt update"].argv == (*CHROOT, "apt-get", "-o", "Acquire::Check-Valid-Until=false", "update")
+    install = by_name["apt install"].argv
+    assert install[: len(CHROOT) + 6] == (
+        *CHROOT,
+        "apt-get",
+        "-o",
+        "Acquire::Check-Valid-Until=false",
+        "install",
+        "-y",
+        "--no-install-recommends",
+    )
+    assert {"hipcc", "libamdhip64-dev", "libhipblas-dev", "librocblas-dev", "ccache", "ninja-build", "python3-venv"} <= set(install)
+    assert by_name["git safe.directory"].argv[-2:] == ("safe.directory", "*")
+    assert by_name["project checkout"].argv == ("git", "-C", "/srv/sid/src/onebit-ci", "checkout", "--quiet", "--detach", "FETCH_HEAD")
+    assert by_name["fork clone"].argv == ("git", "clone", "--quiet", "--mirror", "/home/me/ROCmFPX.git", "/srv/sid/src/fork.git")
+    assert by_name["nox"].argv == (*CHROOT, "/opt/onebit-nox/bin/pip", "install", "--quiet", "nox")
+
+
+def test_make_plan_without_a_fork_copies_none_and_takes_another_mirror() -> None:
+    steps = rocm_root.make_plan(ROOT, Path("/p"), mirror="http://archive.example/debian")
+    assert not [s for s in steps if s.name.startswith("fork")]
+    assert steps[0].argv[-1] == "http://archive.example/debian"
+
+
+def test_run_plan_runs_the_session_with_its_arguments_in_the_projects_copy() -> None:
+    (step,) = rocm_root.run_plan(ROOT, "build", ["--profile", "gfx1151", "-j", "2"])
+    assert step.argv == (
+        "chroot",
+        "/srv/sid",
+        "/usr/bin/env",
+        "-C",
+        "/src/onebit-ci",
+        "DEBIAN_FRONTEND=noninteractive",
+        "HOME=/root",
+        "/opt/onebit-nox/bin/nox",
+        "-s",
+        "build",
+        "--",
+        "--profile",
+        "gfx1151",
+        "-j",
+        "2",
+    )
+
+
+def test_a_skipped_step_runs_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "debian_version").write_text("forky/sid\n")
+    rocm_root.execute(tmp_path, rocm_root.make_plan(tmp_path, tmp_path)[:1])
+    assert capsys.readouterr().out == "rocm_root: debootstrap: skipped (etc/debian_version exists)\n"
+
+
+def test_dry_run_prints_the_plan_and_session_arguments_after_the_double_dash() -> None:
+    r = subprocess.run(
+        [sys.executable, str(SCRIPT), "run", "/srv/sid", "gpu_tests", "--dry-run", "--", "--profile", "gfx1151"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert r.stdout == (
+        "nox -s gpu_tests: chroot /srv/sid /usr/bin/env -C /src/onebit-ci DEBIAN_FRONTEND=noninteractive HOME=/root "
+        "/opt/onebit-nox/bin/nox -s gpu_tests -- --profile gfx1151\n"
+    )

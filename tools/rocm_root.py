@@ -1,0 +1,199 @@
+"""A Debian unstable root with Debian's ROCm, and nox sessions run inside it: gfx1151 compiled on a machine whose
+own distribution has no ROCm >= 6.1 (docs/build.md, "gfx1151 in a Debian unstable root").
+
+    python tools/rocm_root.py make ROOT [--mirror URL] [--fork-git DIR] [--dry-run]
+    python tools/rocm_root.py run ROOT SESSION [--dry-run] [-- SESSION-ARGS...]
+
+``make`` creates ROOT with debootstrap (skipped when ROOT already holds a Debian system), installs the packages with
+apt-get, copies this project's committed HEAD to /src/onebit-ci inside it (a fetch and checkout when it is already
+there: its build/ stays, and so does a change made inside, a bump_pin's, unless the new HEAD changes that file), a clone of a local fork (``--fork-git``) to /src/fork.git, and nox in a venv at
+/opt/onebit-nox. ``run`` runs ``nox -s SESSION -- ARGS`` in /src/onebit-ci inside the root. Both need root (chroot,
+mount); /proc and /dev are bound for the time of the command and unbound after, on failure too. ``--dry-run``
+prints the plan, one command a line, and runs nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shlex
+import shutil
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ci.command import run  # the project's one way to run a program, from a checkout
+from ci.errors import OnebitError
+
+SUITE = "sid"
+MIRROR = "http://deb.debian.org/debian"
+# the archive a machine reaches may be a snapshot whose Release file has expired
+APT = ("apt-get", "-o", "Acquire::Check-Valid-Until=false")
+PACKAGES = (
+    "hipcc",
+    "libamdhip64-dev",
+    "libhipblas-dev",
+    "librocblas-dev",
+    "cmake",
+    "ninja-build",
+    "g++",
+    "git",
+    "python3-venv",
+    "python3-pip",
+    "ccache",
+)
+PROJECT_IN_ROOT = "/src/onebit-ci"
+FORK_IN_ROOT = "/src/fork.git"
+VENV_IN_ROOT = "/opt/onebit-nox"
+CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")  # pip inside the root trusts what this machine trusts
+BINDS = ("proc", "dev")
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    argv: tuple[str, ...]
+    skip_when: str = ""  # a path under the root whose existence makes the step unnecessary
+
+    def line(self) -> str:
+        return f"{self.name}: {shlex.join(self.argv)}" + (f"  (skipped when {self.skip_when} exists)" if self.skip_when else "")
+
+
+def in_root(root: Path, *argv: str, cwd: str = "/") -> tuple[str, ...]:
+    return ("chroot", str(root), "/usr/bin/env", "-C", cwd, "DEBIAN_FRONTEND=noninteractive", "HOME=/root", *argv)
+
+
+def make_plan(
+    root: Path, project: Path, mirror: str = MIRROR, fork_git: Path | None = None, packages: Sequence[str] = PACKAGES
+) -> list[Step]:
+    """What ``make`` runs, in order; pure."""
+    dest = root / PROJECT_IN_ROOT.lstrip("/")
+    steps = [
+        Step(
+            "debootstrap",
+            ("debootstrap", "--variant=minbase", "--include=ca-certificates", SUITE, str(root), mirror),
+            skip_when="etc/debian_version",
+        ),
+        Step("apt update", in_root(root, *APT, "update")),
+        Step("apt install", in_root(root, *APT, "install", "-y", "--no-install-recommends", *packages)),
+        Step("git safe.directory", in_root(root, "git", "config", "--global", "--replace-all", "safe.directory", "*")),
+        Step(
+            "project clone",
+            ("git", "clone", "--quiet", "--no-checkout", str(project), str(dest)),
+            skip_when=PROJECT_IN_ROOT.lstrip("/") + "/.git",
+        ),
+        Step("project fetch", ("git", "-C", str(dest), "fetch", "--quiet", str(project), "HEAD")),
+        Step("project checkout", ("git", "-C", str(dest), "checkout", "--quiet", "--detach", "FETCH_HEAD")),
+    ]
+    if fork_git is not None:
+        fork_dest = root / FORK_IN_ROOT.lstrip("/")
+        steps += [
+            Step(
+                "fork clone",
+                ("git", "clone", "--quiet", "--mirror", str(fork_git), str(fork_dest)),
+                skip_when=FORK_IN_ROOT.lstrip("/") + "/HEAD",
+            ),
+            Step("fork fetch", ("git", "-C", str(fork_dest), "fetch", "--quiet", "--prune", str(fork_git), "+refs/*:refs/*")),
+        ]
+    steps += [
+        Step("venv", in_root(root, "python3", "-m", "venv", VENV_IN_ROOT), skip_when=VENV_IN_ROOT.lstrip("/") + "/bin/python"),
+        Step("nox", in_root(root, f"{VENV_IN_ROOT}/bin/pip", "install", "--quiet", "nox")),
+    ]
+    return steps
+
+
+def run_plan(root: Path, session: str, args: Sequence[str]) -> list[Step]:
+    """What ``run`` runs: nox in the project's copy inside the root; pure."""
+    return [Step(f"nox -s {session}", in_root(root, f"{VENV_IN_ROOT}/bin/nox", "-s", session, "--", *args, cwd=PROJECT_IN_ROOT))]
+
+
+@contextlib.contextmanager
+def bound(root: Path) -> Iterator[None]:
+    """/proc and /dev of this machine inside the root, for the time of the block; unbound after, whatever happens."""
+    mounted: list[Path] = []
+    try:
+        for name in BINDS:
+            target = root / name
+            if not os.path.ismount(target):
+                run(["mount", "--bind", f"/{name}", str(target)], quiet=True)
+                mounted.append(target)
+        yield
+    finally:
+        for target in reversed(mounted):
+            run(["umount", "--lazy", str(target)], check=False, quiet=True)
+
+
+def _show(line: str) -> None:
+    print(line.rstrip("\n"), flush=True)
+
+
+def execute(root: Path, steps: Sequence[Step]) -> None:
+    for step in steps:
+        if step.skip_when and (root / step.skip_when).exists():
+            print(f"rocm_root: {step.name}: skipped ({step.skip_when} exists)", flush=True)
+            continue
+        t = time.monotonic()
+        if step.name == "apt update":  # the root resolves names and trusts certificates as this machine does
+            shutil.copyfile("/etc/resolv.conf", root / "etc" / "resolv.conf")
+            if CA_BUNDLE.is_file():
+                shutil.copyfile(CA_BUNDLE, root / CA_BUNDLE.relative_to("/"))
+        if step.argv[0] == "chroot":
+            with bound(root):
+                run(step.argv, what=step.name, on_line=_show)
+        else:
+            run(step.argv, what=step.name, on_line=_show)
+        print(f"rocm_root: {step.name}: done in {time.monotonic() - t:.1f} s", flush=True)
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="tools/rocm_root.py", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True)
+    make = sub.add_parser("make", help="make or refresh the root")
+    make.add_argument("root", type=Path)
+    make.add_argument("--mirror", default=MIRROR, help="the Debian archive (default: %(default)s)")
+    make.add_argument("--fork-git", type=Path, help="a local clone of the fork, copied to /src/fork.git for --remote")
+    make.add_argument(
+        "--project", type=Path, default=Path(__file__).resolve().parents[1], help="the onebit-ci checkout to copy (default: this one)"
+    )
+    make.add_argument("--dry-run", action="store_true")
+    session = sub.add_parser("run", help="run a nox session inside the root")
+    session.add_argument("root", type=Path)
+    session.add_argument("session")
+    session.add_argument("--dry-run", action="store_true")
+    own, rest = (list(argv[: argv.index("--")]), list(argv[argv.index("--") + 1 :])) if "--" in argv else (list(argv), [])
+    args = parser.parse_args(own)
+    args.args = rest  # the session's own, after --
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    root = args.root.resolve()
+    if args.command == "make":
+        steps = make_plan(root, args.project.resolve(), args.mirror, args.fork_git.resolve() if args.fork_git else None)
+    else:
+        steps = run_plan(root, args.session, args.args)
+    if args.dry_run:
+        print("\n".join(s.line() for s in steps))
+        return 0
+    if os.geteuid() != 0:
+        print("rocm_root: error: chroot and mount need root; run it as root (sudo)", file=sys.stderr)
+        return 2
+    if args.command == "run" and not (root / PROJECT_IN_ROOT.lstrip("/")).is_dir():
+        print(f"rocm_root: error: {root} has no {PROJECT_IN_ROOT}: run tools/rocm_root.py make {args.root} first", file=sys.stderr)
+        return 2
+    try:
+        execute(root, steps)
+    except OnebitError as exc:
+        print(f"rocm_root: error: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
