@@ -20,6 +20,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -101,6 +102,14 @@ NEAR_DRAFTER = Qwen35Spec(name="tiny-qwen35-near-drafter", seed=12, perturb_of=T
 DFLASH_DRAFTER = DFlashSpec(name="tiny-qwen35-dflash", seed=13, target=TARGET)
 
 
+def ones(n: int) -> np.ndarray:
+    return np.ones(n, dtype=np.float32)
+
+
+def zeros(*shape: int) -> np.ndarray:
+    return np.zeros(shape, dtype=np.float32)
+
+
 def qwen35_weights(spec: Qwen35Spec, n_vocab: int) -> list[tuple[str, np.ndarray]]:
     """The tensors of ``spec`` in gguf order; numpy shapes are (out, in), gguf stores them reversed (ggml's ne)."""
     if spec.perturb_of is not None:
@@ -118,7 +127,6 @@ def qwen35_weights(spec: Qwen35Spec, n_vocab: int) -> list[tuple[str, np.ndarray
         return rng.normal(0.0, std, size=tuple(shape)).astype(np.float32)
 
     d, ff, hd = spec.dim, spec.ff, spec.head_dim
-    ones = lambda n: np.ones(n, dtype=np.float32)  # noqa: E731 (a one-line local name for the norms)
     embd = normal((n_vocab, d), 1.0)
     # two features the DFlash drafter keys on: every token but <unk> carries ANCHOR = 1, only <unk> (the drafter's
     # mask token, never in the target's input) carries MASK
@@ -185,8 +193,6 @@ def dflash_weights(spec: DFlashSpec) -> list[tuple[str, np.ndarray]]:
         wq[head * hd + low, MASK] = 1.0
         wk[head * hd + low, ANCHOR] = 1.0
     eye = np.eye(d, dtype=np.float32)
-    zeros = lambda *shape: np.zeros(shape, dtype=np.float32)  # noqa: E731
-    ones = lambda n: np.ones(n, dtype=np.float32)  # noqa: E731
     tensors: list[tuple[str, np.ndarray]] = [("fc.weight", fc), ("enc.output_norm.weight", ones(d)), ("output_norm.weight", ones(d))]
     for i in range(spec.layers):
         p = f"blk.{i}."
@@ -206,7 +212,7 @@ def dflash_weights(spec: DFlashSpec) -> list[tuple[str, np.ndarray]]:
     return tensors
 
 
-def _writer(tmp: Path, architecture: str, name: str) -> object:
+def _writer(tmp: Path, architecture: str, name: str) -> Any:
     import gguf
 
     logging.getLogger("gguf").setLevel(logging.WARNING)  # gguf logs every file it writes at INFO
@@ -216,29 +222,29 @@ def _writer(tmp: Path, architecture: str, name: str) -> object:
     return writer
 
 
-def _add_vocab(writer: object) -> None:
+def _add_vocab(writer: Any) -> None:
     v = vocab()
-    w = writer  # gguf.GGUFWriter; typed as object so that this module imports without gguf
-    w.add_vocab_size(len(v))  # type: ignore[attr-defined]
-    w.add_tokenizer_model("llama")  # type: ignore[attr-defined]
-    w.add_token_list(list(v.tokens))  # type: ignore[attr-defined]
-    w.add_token_scores(list(v.scores))  # type: ignore[attr-defined]
-    w.add_token_types(list(v.types))  # type: ignore[attr-defined]
-    w.add_bos_token_id(BOS_ID)  # type: ignore[attr-defined]
-    w.add_eos_token_id(EOS_ID)  # type: ignore[attr-defined]
-    w.add_unk_token_id(UNK_ID)  # type: ignore[attr-defined]
-    w.add_add_bos_token(True)  # type: ignore[attr-defined]
-    w.add_add_eos_token(False)  # type: ignore[attr-defined]
+    w = writer
+    w.add_vocab_size(len(v))
+    w.add_tokenizer_model("llama")
+    w.add_token_list(list(v.tokens))
+    w.add_token_scores(list(v.scores))
+    w.add_token_types(list(v.types))
+    w.add_bos_token_id(BOS_ID)
+    w.add_eos_token_id(EOS_ID)
+    w.add_unk_token_id(UNK_ID)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
 
 
-def _finish(writer: object, tensors: Sequence[tuple[str, np.ndarray]], tmp: Path, path: Path) -> Path:
+def _finish(writer: Any, tensors: Sequence[tuple[str, np.ndarray]], tmp: Path, path: Path) -> Path:
     w = writer
     for name, array in tensors:
-        w.add_tensor(name, array)  # type: ignore[attr-defined]
-    w.write_header_to_file()  # type: ignore[attr-defined]
-    w.write_kv_data_to_file()  # type: ignore[attr-defined]
-    w.write_tensors_to_file()  # type: ignore[attr-defined]
-    w.close()  # type: ignore[attr-defined]
+        w.add_tensor(name, array)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
     tmp.replace(path)
     return path
 
@@ -249,26 +255,26 @@ def write_qwen35(path: Path, spec: Qwen35Spec) -> Path:
     tmp = path.with_name(f".{path.name}.tmp")
     w = _writer(tmp, QWEN35, spec.name)
     a = QWEN35
-    w.add_uint32(f"{a}.context_length", spec.context)  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.embedding_length", spec.dim)  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.block_count", spec.layers)  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.feed_forward_length", spec.ff)  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.attention.head_count", spec.heads)  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.attention.head_count_kv", spec.heads_kv)  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.attention.key_length", spec.head_dim)  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.attention.value_length", spec.head_dim)  # type: ignore[attr-defined]
-    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.rope.dimension_count", spec.rope_dim)  # type: ignore[attr-defined]
+    w.add_uint32(f"{a}.context_length", spec.context)
+    w.add_uint32(f"{a}.embedding_length", spec.dim)
+    w.add_uint32(f"{a}.block_count", spec.layers)
+    w.add_uint32(f"{a}.feed_forward_length", spec.ff)
+    w.add_uint32(f"{a}.attention.head_count", spec.heads)
+    w.add_uint32(f"{a}.attention.head_count_kv", spec.heads_kv)
+    w.add_uint32(f"{a}.attention.key_length", spec.head_dim)
+    w.add_uint32(f"{a}.attention.value_length", spec.head_dim)
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
+    w.add_uint32(f"{a}.rope.dimension_count", spec.rope_dim)
     # IMROPE's sections (temporal, height, width, extra) in rotary pairs; text positions use them all alike
     pairs = spec.rope_dim // 2
-    w.add_array(f"{a}.rope.dimension_sections", [pairs - 2 * (pairs // 3), pairs // 3, pairs // 3, 0])  # type: ignore[attr-defined]
-    w.add_float32(f"{a}.rope.freq_base", 10000000.0)  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.full_attention_interval", spec.full_attention_interval)  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.ssm.conv_kernel", spec.conv_kernel)  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.ssm.state_size", spec.state)  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.ssm.group_count", spec.k_heads)  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.ssm.time_step_rank", spec.v_heads)  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.ssm.inner_size", spec.inner)  # type: ignore[attr-defined]
+    w.add_array(f"{a}.rope.dimension_sections", [pairs - 2 * (pairs // 3), pairs // 3, pairs // 3, 0])
+    w.add_float32(f"{a}.rope.freq_base", 10000000.0)
+    w.add_uint32(f"{a}.full_attention_interval", spec.full_attention_interval)
+    w.add_uint32(f"{a}.ssm.conv_kernel", spec.conv_kernel)
+    w.add_uint32(f"{a}.ssm.state_size", spec.state)
+    w.add_uint32(f"{a}.ssm.group_count", spec.k_heads)
+    w.add_uint32(f"{a}.ssm.time_step_rank", spec.v_heads)
+    w.add_uint32(f"{a}.ssm.inner_size", spec.inner)
     _add_vocab(w)
     return _finish(w, qwen35_weights(spec, len(vocab())), tmp, path)
 
@@ -279,22 +285,22 @@ def write_dflash(path: Path, spec: DFlashSpec) -> Path:
     tmp = path.with_name(f".{path.name}.tmp")
     w = _writer(tmp, DFLASH, spec.name)
     a = DFLASH
-    w.add_uint32(f"{a}.context_length", spec.target.context)  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.embedding_length", spec.dim)  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.block_count", spec.layers)  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.feed_forward_length", spec.ff)  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.attention.head_count", spec.heads)  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.attention.head_count_kv", spec.heads)  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.attention.key_length", spec.head_dim)  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.attention.value_length", spec.head_dim)  # type: ignore[attr-defined]
-    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.rope.dimension_count", spec.head_dim)  # type: ignore[attr-defined]
-    w.add_float32(f"{a}.rope.freq_base", 10000000.0)  # type: ignore[attr-defined]
-    w.add_array(f"{a}.target_layers", list(spec.target_layers))  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.target_hidden_size", spec.target.dim)  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.block_size", spec.block_size)  # type: ignore[attr-defined]
-    w.add_uint32(f"{a}.mask_token_id", UNK_ID)  # type: ignore[attr-defined]
-    w.add_uint32("tokenizer.ggml.mask_token_id", UNK_ID)  # type: ignore[attr-defined]
+    w.add_uint32(f"{a}.context_length", spec.target.context)
+    w.add_uint32(f"{a}.embedding_length", spec.dim)
+    w.add_uint32(f"{a}.block_count", spec.layers)
+    w.add_uint32(f"{a}.feed_forward_length", spec.ff)
+    w.add_uint32(f"{a}.attention.head_count", spec.heads)
+    w.add_uint32(f"{a}.attention.head_count_kv", spec.heads)
+    w.add_uint32(f"{a}.attention.key_length", spec.head_dim)
+    w.add_uint32(f"{a}.attention.value_length", spec.head_dim)
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
+    w.add_uint32(f"{a}.rope.dimension_count", spec.head_dim)
+    w.add_float32(f"{a}.rope.freq_base", 10000000.0)
+    w.add_array(f"{a}.target_layers", list(spec.target_layers))
+    w.add_uint32(f"{a}.target_hidden_size", spec.target.dim)
+    w.add_uint32(f"{a}.block_size", spec.block_size)
+    w.add_uint32(f"{a}.mask_token_id", UNK_ID)
+    w.add_uint32("tokenizer.ggml.mask_token_id", UNK_ID)
     _add_vocab(w)
     return _finish(w, dflash_weights(spec), tmp, path)
 

@@ -46,7 +46,13 @@ def test_target_mixes_delta_net_and_attention_layers_as_the_fork_loads_them(mode
     s = tq.TARGET
     assert kv["general.architecture"] == "qwen35"
     assert kv["qwen35.full_attention_interval"] == 4
-    assert [kv[f"qwen35.ssm.{k}"] for k in ("conv_kernel", "state_size", "group_count", "time_step_rank", "inner_size")] == [4, 16, 2, 4, 64]
+    assert [kv[f"qwen35.ssm.{k}"] for k in ("conv_kernel", "state_size", "group_count", "time_step_rank", "inner_size")] == [
+        4,
+        16,
+        2,
+        4,
+        64,
+    ]
     assert kv["qwen35.rope.dimension_sections"] == [4, 2, 2, 0]  # sums to rope.dimension_count / 2
     conv = 2 * 16 * 2 + 64  # key_dim * 2 + value_dim (src/models/qwen35.cpp)
     for i in (0, 1, 2):  # gated delta net; ggml's ne order (in, out)
@@ -85,7 +91,6 @@ def test_dflash_drafter_has_what_the_fork_loader_reads(models: tq.Qwen35Models) 
     assert "enc.output_norm.weight" in shapes
     assert "token_embd.weight" not in shapes  # borrowed from the target
     assert "output.weight" not in shapes
-
 
 
 def test_every_model_carries_the_same_vocabulary(models: tq.Qwen35Models) -> None:
@@ -127,9 +132,25 @@ def test_a_mask_position_attends_to_the_anchor_and_copies_it() -> None:
 @pytest.mark.slow
 def test_the_real_server_loads_the_target_and_answers(models: tq.Qwen35Models, tmp_path: Path) -> None:
     (port,) = free_ports(1)
-    argv = (str(llama_binary("llama-server")), "-m", str(models.target), "-ngl", "0", "-c", "512", "--host", "127.0.0.1", "--port", str(port))
+    argv = (
+        str(llama_binary("llama-server")),
+        "-m",
+        str(models.target),
+        "-ngl",
+        "0",
+        "-c",
+        "512",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    )
     with LlamaServer(ServerLaunch("qwen35", argv, "127.0.0.1", port), tmp_path / "server.log") as server:
-        props = server.post("/completion", {"prompt": "def add(a, b):", "n_predict": 8, "temperature": 0, "ignore_eos": True, "return_tokens": True}, 30)
-        answer = server.post("/completion", {"prompt": "def add(a, b):", "n_predict": 8, "temperature": 0, "ignore_eos": True, "return_tokens": True}, 30)
+        props = server.post(
+            "/completion", {"prompt": "def add(a, b):", "n_predict": 8, "temperature": 0, "ignore_eos": True, "return_tokens": True}, 30
+        )
+        answer = server.post(
+            "/completion", {"prompt": "def add(a, b):", "n_predict": 8, "temperature": 0, "ignore_eos": True, "return_tokens": True}, 30
+        )
         assert len(answer["tokens"]) == 8
         assert answer["tokens"] == props["tokens"]  # greedy through the recurrent state twice: the same tokens
