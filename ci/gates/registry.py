@@ -15,7 +15,7 @@ from ci.compile.context import Context
 from ci.compile.stage import CurrentBuild
 from ci.errors import ConfigError, Refused
 from ci.files import sha256_cached
-from ci.gates import backend_ops, equivalence, route, tinymodels
+from ci.gates import archs, backend_ops, equivalence, route, tinymodels
 from ci.gates.results import GateResult
 from ci.pin.pins import Pins
 from ci.schema import did_you_mean
@@ -120,6 +120,16 @@ def equivalence_models(ctx: Context, options: GateOptions, build_dir: Path) -> t
     return models.target, models.near_drafter, equivalence.TINY_MODELS
 
 
+class ArchsGate:
+    """The fork's whole-model check, test-llama-archs, per architecture of pins.yaml expect.archs (ci/gates/archs.py)."""
+
+    name = archs.GATE
+
+    def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
+        m, build_dir = target.build.manifest, target.build.build_dir
+        return archs.gate(m.binary(build_dir, "test-llama-archs"), m.binary(build_dir, "llama-server"), m.device, target.ctx.pins.archs, min(options.timeout, archs.TIMEOUT), out, m.key)
+
+
 class PerfGate:
     """The seeds' performance claims (pins.yaml expect.perf), measured by the bench on the build's llama-server."""
 
@@ -134,7 +144,7 @@ class PerfGate:
 
 GATES: tuple[Gate, ...] = (RouteGate(), BackendOpsGate(), EquivalenceGate())
 NAMES: tuple[str, ...] = tuple(g.name for g in GATES)
-OPTIONAL: tuple[Gate, ...] = (PerfGate(),)  # run when asked (--gate perf) or when pins.yaml expects it
+OPTIONAL: tuple[Gate, ...] = (ArchsGate(), PerfGate())  # run when asked (--gate NAME) or when pins.yaml expects it
 SELFTEST = "gate_selftest"  # its own session (it plants faults and rebuilds); ship requires it when pins.yaml says so
 
 
