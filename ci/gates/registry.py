@@ -15,7 +15,7 @@ from ci.compile.context import Context
 from ci.compile.stage import CurrentBuild
 from ci.errors import ConfigError, Refused
 from ci.files import sha256_cached
-from ci.gates import archs, backend_ops, equivalence, route, tinymodels
+from ci.gates import archs, backend_ops, engine_path, equivalence, route, tinymodels
 from ci.gates.results import GateResult
 from ci.pin.pins import Pins
 from ci.schema import did_you_mean
@@ -82,8 +82,21 @@ class EquivalenceGate:
 
     def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
         ctx, manifest = target.ctx, target.build.manifest
-        model, drafter, models = equivalence_models(ctx, options, target.build.build_dir)
         config = ctx.pins.equivalence
+        if (options.model is None or options.drafter is None) and (config.model is None or config.drafter is None):
+            # the tiny generated models: the engine's class, a qwen35 target with the near and the DFlash drafter
+            return engine_path.gate(
+                target.build.build_dir,
+                manifest.binary(target.build.build_dir, "llama-server"),
+                out,
+                device=ctx.profile(manifest.profile).serve_device,
+                tokens=options.tokens or config.tokens,
+                near_tie=config.near_tie_nats,
+                build_key=manifest.key,
+                llama_server_sha256=manifest.binaries["llama-server"].sha256,
+                floors=config.floors,
+            )
+        model, drafter, models = equivalence_models(ctx, options, target.build.build_dir)
         equivalence_plan = equivalence.plan(
             model=model,
             drafter=drafter,

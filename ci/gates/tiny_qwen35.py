@@ -301,6 +301,9 @@ def write_dflash(path: Path, spec: DFlashSpec) -> Path:
     w.add_uint32(f"{a}.block_size", spec.block_size)
     w.add_uint32(f"{a}.mask_token_id", UNK_ID)
     w.add_uint32("tokenizer.ggml.mask_token_id", UNK_ID)
+    # upstream llama.cpp may take the first draft from the anchor position; the fork at c14872f takes every draft from
+    # the mask positions: this key makes upstream draft as the fork does (the fork does not read it)
+    w.add_bool(f"{a}.sample_from_anchor", False)
     _add_vocab(w)
     return _finish(w, dflash_weights(spec), tmp, path)
 
