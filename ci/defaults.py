@@ -27,3 +27,4 @@ BENCH_DECODE_REPS = 3
 BENCH_DECODE_TOKENS = 256
 BENCH_WARMUP_TOKENS = 32  # an unmeasured decode on each fresh server first: one-time costs land before the samples
 BENCH_CONTEXT = 4096
+ARCHS = ("qwen35", "qwen35moe", "qwen3next", "llama")  # the archs gate: the engine's class, and llama as a control

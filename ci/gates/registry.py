@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ci.errors import ConfigError, Refused
-from ci.gates import backend_ops, equivalence, perf, perf_run, route
+from ci.gates import archs, backend_ops, engine_path, equivalence, perf, perf_run, route
 from ci.gates.results import GateResult
 from ci.gates.target import BuildUnderTest, GateOptions, equivalence_models
 from ci.pin.pins import Pins
@@ -82,8 +82,21 @@ class EquivalenceGate(Always):
 
     def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
         manifest = target.build.manifest
-        model, drafter, models = equivalence_models(target, options)
         config = target.pins.equivalence
+        if (options.model is None or options.drafter is None) and (config.model is None or config.drafter is None):
+            # the tiny generated models: the engine's class, a qwen35 target with the near and the DFlash drafter
+            return engine_path.gate(
+                target.build.build_dir,
+                manifest.binary(target.build.build_dir, "llama-server"),
+                out,
+                device=target.serve_device,
+                tokens=options.tokens or config.tokens,
+                near_tie=config.near_tie_nats,
+                build_key=manifest.key,
+                llama_server_sha256=manifest.binaries["llama-server"].sha256,
+                floors=config.floors,
+            )
+        model, drafter, models = equivalence_models(target, options)
         equivalence_plan = equivalence.plan(
             model=model,
             drafter=drafter,
@@ -98,6 +111,16 @@ class EquivalenceGate(Always):
             floors=config.floors,
         )
         return equivalence.run(equivalence_plan, out / "equivalence-logs")
+
+
+class ArchsGate(WhenRequired):
+    """The fork's whole-model check, test-llama-archs, per architecture of pins.yaml expect.archs (ci/gates/archs.py)."""
+
+    name = archs.GATE
+
+    def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
+        m, build_dir = target.build.manifest, target.build.build_dir
+        return archs.gate(m.binary(build_dir, "test-llama-archs"), m.binary(build_dir, "llama-server"), m.device, target.pins.archs, min(options.timeout, archs.TIMEOUT), out, m.key)
 
 
 class PerfGate:
@@ -125,7 +148,7 @@ class SelftestGate(WhenRequired):
         raise Refused(f"{self.name} runs in its own session: nox -s gate_selftest")
 
 
-GATES: tuple[Gate, ...] = (RouteGate(), BackendOpsGate(), EquivalenceGate(), PerfGate(), SelftestGate())
+GATES: tuple[Gate, ...] = (RouteGate(), BackendOpsGate(), EquivalenceGate(), ArchsGate(), PerfGate(), SelftestGate())
 SELFTEST = SelftestGate.name
 
 

@@ -50,10 +50,15 @@ class Fault:
     expect: Status  # FAILED (caught) or PASSED (benign)
     profiles: tuple[str, ...]
     why: str
+    missed_by: tuple[str, ...] = ()  # the older checks it gets past: each must pass with the fault planted
 
     @property
     def gates(self) -> tuple[str, ...]:
-        return registry.always() if self.gate == ALL else (self.gate,)
+        return registry.always() if self.gate == ALL else (self.gate, *self.missed_by)
+
+    def wanted(self, gate: str) -> Status:
+        """The verdict ``gate`` must give with this fault planted."""
+        return Status.PASSED if gate in self.missed_by else self.expect
 
     def anchor(self) -> str:
         first = self.search.strip().splitlines()[0].strip() if self.search.strip() else self.search
@@ -95,7 +100,11 @@ def load_faults(path: Path | None = None) -> tuple[Fault, ...]:
             expect=Status(expect),
             profiles=s.strings("profiles"),
             why=s.string("why"),
+            missed_by=s.strings("missed_by", required=False),
         )
+        for j, other in enumerate(fault.missed_by):
+            if other not in known or other in (ALL, gate):
+                raise s.error(f'"{other}" is not another gate: {", ".join(g for g in known if g not in (ALL, gate))}', f"missed_by[{j}]")
         s.done()
         if fault.search == fault.replace:
             raise s.error("search and replace are the same: that plants nothing")
@@ -203,7 +212,7 @@ class Outcome:
     def ok(self) -> bool:
         if self.stale or not self.got:
             return False
-        return all(s is self.fault.expect for s in self.got.values())
+        return all(s is self.fault.wanted(g) for g, s in self.got.items())
 
     @property
     def got_text(self) -> str:
@@ -296,7 +305,7 @@ def _outcome(fault: Fault, trial: Trial, code: int, output: str, seconds: float)
             continue
         data = load_json(path)
         got[gate] = Status(data["status"])
-        if not problem and data.get("problems") and (fault.expect is not Status.PASSED or got[gate] is not Status.PASSED):
+        if not problem and data.get("problems") and (fault.wanted(gate) is not Status.PASSED or got[gate] is not Status.PASSED):
             problem = f"{gate}: {str(data['problems'][0]).splitlines()[0]}"
     if len(got) < len(fault.gates):
         tail = [ln for ln in output.strip().splitlines() if ln.strip()][-1:] or [f"exit status {code}"]
@@ -331,6 +340,8 @@ def _result(key: str, outcomes: Sequence[Outcome], seconds: float, width: int = 
 def table(outcomes: Sequence[Outcome]) -> str:
     rows = [("fault", "gate", "expected", "got", "seconds", "first problem")]
     for o in outcomes:
-        rows.append((o.fault.id, o.fault.gate, o.fault.expect.value, o.got_text + ("" if o.ok else " (!)"), f"{o.seconds:.1f}", o.problem))
+        gate = o.fault.gate + (f" (missed by {', '.join(o.fault.missed_by)})" if o.fault.missed_by else "")
+        expected = o.fault.expect.value + (f", {', '.join(o.fault.missed_by)} passed" if o.fault.missed_by else "")
+        rows.append((o.fault.id, gate, expected, o.got_text + ("" if o.ok else " (!)"), f"{o.seconds:.1f}", o.problem))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1] for r in rows)

@@ -138,6 +138,7 @@ class Pins:
     equivalence: EquivalenceConfig = field(default_factory=EquivalenceConfig)
     release_require: tuple[str, ...] = ()  # gates ship requires beyond route, backend_ops and equivalence
     perf: tuple[tuple[str, tuple[Check, ...]], ...] = ()  # expect.perf: per model set ("tiny" or a profile), parsed
+    archs: tuple[str, ...] = defaults.ARCHS  # expect.archs: the architectures the archs gate runs test-llama-archs for
 
     def perf_checks(self, models: str) -> tuple[Check, ...]:
         return dict(self.perf).get(models, ())
@@ -186,8 +187,15 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
         checkout.done()
     cases: list[tuple[str, int]] = []
     perf: list[tuple[str, tuple[Check, ...]]] = []
+    archs: tuple[str, ...] = defaults.ARCHS
     expect = top.section("expect", required=False)
     if expect is not None:
+        archs = expect.strings("archs", required=False, default=defaults.ARCHS)
+        if not archs:
+            raise expect.error("is empty; list the architectures test-llama-archs must pass, or leave the key out for the default", "archs")
+        for i, arch in enumerate(archs):
+            if not ARCH_RE.match(arch):
+                raise expect.error(f'"{arch}" is not an architecture name (lower case, as test-llama-archs -a takes it)', f"archs[{i}]")
         ops = expect.section("backend_ops", required=False)
         if ops is not None:
             for op, _ in ops.items():
@@ -220,6 +228,7 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
         path=path, text=text, fork=fork, submodule=submodule, omit=omit, backend_ops=tuple(cases), build=build, equivalence=equivalence,
         release_require=require,
         perf=tuple(perf),
+        archs=archs,
     )
 
 
@@ -271,6 +280,7 @@ def _floors(section: Section | None) -> Floors:
 
 CMAKE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.+-]*$")
 DEFAULT_TARGETS = ("test-backend-ops", "llama-server")
+ARCH_RE = re.compile(r"^[a-z0-9_-]+$")
 
 
 def cmake_flag_name(flag: str) -> str:

@@ -106,3 +106,11 @@ def test_release_models_are_checked_against_their_sha256_before_anything_runs(ma
     assert "pins.yaml: equivalence.model: models/target.gguf has sha256 " in r.err
     assert f"not {'a' * 12}: another file than the release's" in r.err
     assert not (project.root / "build" / "results" / "ledger.jsonl").exists()
+
+
+def test_the_archs_gate_is_in_the_registry_and_names_a_missing_binary(build_project: Project) -> None:
+    """The fixture build has no test-llama-archs: ``--gate archs`` reaches the registry's archs gate, which says so."""
+    assert build_cpu(build_project).code == 0
+    r = build_project.ci("gpu-tests", "--profile", "cpu", "--gate", "archs")
+    assert "the cpu build has no test-llama-archs; add it to pins.yaml build.targets and build again" in r.err, r.out + r.err
+    assert r.code != 0

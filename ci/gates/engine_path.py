@@ -1,0 +1,166 @@
+"""The equivalence gate on the engine's own path: a qwen35 (gated delta net) target with both drafter kinds the engine
+can run, each leg judged by :mod:`ci.gates.equivalence` with evidence floors of its own kind.
+
+- ``near``: the target perturbed, ``--spec-type draft-simple``. The fork gives draft-simple ``n_rs_seq = 0``: a
+  rejected draft rolls the recurrent state back through whole-state checkpoints.
+- ``dflash``: the DFlash drafter through ``1bit serve --dflash`` (draft length and rollback depth =
+  ``dflash.block_size`` - 1). The fork gives DFlash ``n_rs_seq = draft_max``: a rejected draft restores a per-token
+  snapshot (``llama_memory_recurrent::seq_rm``), and the drafter reads the target's layer inputs at
+  ``dflash.target_layers``.
+
+Both legs (baseline and drafter) run with ``-b 64 -ub 16``: every prompt is longer than one 16-token micro-batch, so
+the chunked delta-net prefill, its snapshot writes and the layer inputs' micro-batch offsets all run (docs/gates.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ci import defaults
+from ci.gates import equivalence, tiny_qwen35
+from ci.gates.equivalence import GATE, EquivalencePlan
+from ci.gates.results import CaseResult, GateResult, Status, case_counts
+from ci.pin.pins import Floors
+
+MICRO_BATCH = ("-b", "64", "-ub", "16")
+NEAR, DFLASH = "near", "dflash"
+# The DFlash leg drafts 2 tokens a step and its drafter is built, not trained (docs/equivalence.md): on the CPU it had
+# 191 of 1141 drafts accepted (16.7%), 52-69 per prompt, so the near drafter's run floor (0.1) holds with a margin but
+# the per-prompt floors are halved beside the near leg's hundreds.
+DFLASH_FLOORS = Floors(accepted=defaults.FLOOR_ACCEPTED // 2, rejected=defaults.FLOOR_REJECTED, acceptance=defaults.FLOOR_ACCEPTANCE)
+
+
+@dataclass(frozen=True)
+class EngineLeg:
+    kind: str  # NEAR or DFLASH
+    plan: EquivalencePlan
+
+
+def with_micro_batch(p: EquivalencePlan) -> EquivalencePlan:
+    """``p`` with both legs' llama-servers on 64-token batches of 16-token micro-batches."""
+    return replace(
+        p,
+        baseline=replace(p.baseline, extra=(*p.baseline.extra, *MICRO_BATCH)),
+        drafter=replace(p.drafter, extra=(*p.drafter.extra, *MICRO_BATCH)),
+    )
+
+
+def plans(
+    models: tiny_qwen35.Qwen35Models,
+    llama_server: Path,
+    *,
+    device: str = "cpu",
+    tokens: int = defaults.TOKENS,
+    near_tie: float = defaults.NEAR_TIE,
+    build_key: str = "",
+    llama_server_sha256: str | None = None,
+    floors: Floors | None = None,
+    dflash_floors: Floors = DFLASH_FLOORS,
+) -> tuple[EngineLeg, ...]:
+    """The two legs on the qwen35 target (pure but for the files' sha256): the near drafter with ``floors`` (pins.yaml
+    equivalence.floors), the DFlash drafter with ``dflash_floors``."""
+
+    def leg(drafter: Path, spec_type: str | None, leg_floors: Floors | None) -> EquivalencePlan:
+        return with_micro_batch(
+            equivalence.plan(
+                model=models.target,
+                drafter=drafter,
+                llama_server=llama_server,
+                spec_type=spec_type,
+                tokens=tokens,
+                near_tie=near_tie,
+                device=device,
+                build_key=build_key,
+                llama_server_sha256=llama_server_sha256,
+                models=equivalence.TINY_MODELS,
+                floors=leg_floors,
+            )
+        )
+
+    # spec_type None: the gate sees a dflash drafter and goes through the launcher's --dflash
+    return (EngineLeg(NEAR, leg(models.near_drafter, "draft-simple", floors)), EngineLeg(DFLASH, leg(models.dflash, None, dflash_floors)))
+
+
+def combine(results: Sequence[tuple[str, GateResult]], seconds: float = 0.0) -> GateResult:
+    """One equivalence verdict over the legs (pure): cases, metrics and properties prefixed with the leg's kind, the
+    worst status, and the run's identity (tiny generated models) once."""
+    cases: list[CaseResult] = []
+    problems: list[str] = []
+    metrics: list[tuple[str, float]] = []
+    properties: list[tuple[str, str]] = []
+    for kind, r in results:
+        cases += [replace(c, name=f"{kind}/{c.name}", classname=f"{GATE}.{kind}") for c in r.cases]
+        problems += [f"{kind}: {p}" for p in r.problems]
+        metrics += [(f"{kind}.{k}", x) for k, x in r.metrics]
+        for k, v in r.properties:
+            if k in (
+                "models",
+                "model",
+                "model_sha256",
+                "prompts_sha256",
+                "llama_server",
+                "llama_server_sha256",
+                "device",
+                "build_key",
+                "tokens",
+                "near_tie_nats",
+                "seed",
+            ):
+                if k not in dict(properties):
+                    properties.append((k, v))
+            else:
+                properties.append((f"{kind}.{k}", v))
+    statuses = [r.status for _, r in results]
+    if not results or Status.ERROR in statuses:
+        status = Status.ERROR
+    elif all(s is Status.PASSED for s in statuses):
+        status = Status.PASSED
+    else:
+        status = Status.FAILED
+    properties.append(("drafter_kinds", ",".join(k for k, _ in results)))
+    summary = f"{status.value.upper()}: " + "; ".join(f"{kind}: {r.summary.split(': ', 1)[-1]}" for kind, r in results)
+    return GateResult(
+        gate=GATE,
+        status=status,
+        summary=summary,
+        cases=tuple(cases),
+        problems=tuple(problems),
+        counts=case_counts(cases),
+        properties=tuple(properties),
+        metrics=tuple(metrics),
+        seconds=seconds or sum(r.seconds for _, r in results),
+    )
+
+
+def run(legs: Sequence[EngineLeg], logs: Path) -> GateResult:
+    """Each leg in turn (its own pair of servers, logs under ``logs/KIND``), then one verdict."""
+    return combine([(leg.kind, equivalence.run(leg.plan, logs / leg.kind)) for leg in legs])
+
+
+def gate(
+    build_dir: Path,
+    llama_server: Path,
+    out: Path,
+    *,
+    device: str,
+    tokens: int,
+    near_tie: float,
+    build_key: str,
+    llama_server_sha256: str,
+    floors: Floors,
+) -> GateResult:
+    """The registry's entry for the tiny generated models: write them under the build, run both legs."""
+    models = tiny_qwen35.write_qwen35_models(build_dir / "tiny-models")
+    legs = plans(
+        models,
+        llama_server,
+        device=device,
+        tokens=tokens,
+        near_tie=near_tie,
+        build_key=build_key,
+        llama_server_sha256=llama_server_sha256,
+        floors=floors,
+    )
+    return run(legs, out / "equivalence-logs")

