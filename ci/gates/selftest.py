@@ -14,6 +14,7 @@ A fault whose anchor no longer occurs exactly once at the pin is *stale*: report
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -25,10 +26,10 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from ci.command import end_tree, resolve, run
 from ci.compile.cmake import BuildRequest
 from ci.compile.context import Context
 from ci.compile.stage import current_build
-from ci.command import end_tree, resolve, run
 from ci.errors import ConfigError, ToolchainError
 from ci.files import write_json
 from ci.gates import registry
@@ -107,6 +108,20 @@ def load_faults(path: Path | None = None) -> tuple[Fault, ...]:
         faults.append(fault)
     top.done()
     return tuple(faults)
+
+
+def faults_sha256(faults: Sequence[Fault]) -> str:
+    """The sha256 of a fault set, by content and in id order: the self-test record carries it, and ship counts only a
+    record of the committed faults of its profile (a user's one-fault file, or ``--fault`` picking one, judged less)."""
+    import hashlib
+    import json
+
+    body = [[f.id, f.file, f.search, f.replace, f.gate, f.expect.value] for f in sorted(faults, key=lambda f: f.id)]
+    return hashlib.sha256(json.dumps(body).encode()).hexdigest()
+
+
+def committed_faults_sha256(profile: str) -> str:
+    return faults_sha256([f for f in load_faults() if profile in f.profiles])
 
 
 def stale(fault: Fault, text: str | None) -> str | None:
@@ -281,7 +296,9 @@ def selftest(
             for copy in (trial.src, trial.build):
                 shutil.rmtree(copy, ignore_errors=True)
     ordered = [outcomes[f.id] for f in faults]
-    return _result(build.key, ordered, time.monotonic() - started, width), table(ordered)
+    result = _result(build.key, ordered, time.monotonic() - started, width)
+    judged = (("faults_sha256", faults_sha256(faults)), ("faults_file", str(faults_file) if faults_file else f"ci/gates/{FAULTS}"))
+    return dataclasses.replace(result, properties=(*result.properties, *judged)), table(ordered)
 
 
 CORES_PER_FAULT = 4  # a fault's rebuild is one to a few units, and its gates want a core or two of their own

@@ -20,7 +20,7 @@ from ci.gates.backend_ops_output import OP_RE
 from ci.gates.equivalence import EquivalencePlan
 from ci.gates.registry import BuildUnderTest, GateOptions, select
 from ci.gates.results import GateResult, Status
-from ci.release import ledger
+from ci.release import binding, ledger
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def run_gpu_tests(ctx: Context, request: GpuTestsRequest, say: Callable[[str], N
     key = manifest.key
     out = request.out or ledger.default_results_dir(ctx.root) / key[:12]
     out.mkdir(parents=True, exist_ok=True)
-    context = ledger.BuildContext(key, manifest.pin_commit, manifest.series_digest, manifest.profile, manifest.device)
+    context = binding.context_of(ctx.pins, manifest)  # the binaries and the criteria each record judged
     say(f"gpu_tests: {manifest.profile} build {key[:12]} (pin {manifest.pin_commit[:7]}, patches {manifest.series_digest[:12]}), device {manifest.device}")
     target = BuildUnderTest(ctx, build)
     done: list[GateResult] = []
@@ -242,7 +242,7 @@ def gate_selftest_session(
     out = results_dir / m.key[:12]
     line = record(
         result, out, {"build_key": m.key, "profile": m.profile}, ledger_path=ledger.ledger_path(results_dir),
-        build=ledger.BuildContext(m.key, m.pin_commit, m.series_digest, m.profile, m.device), root=ctx.root,
+        build=binding.context_of(ctx.pins, m), root=ctx.root,
     )  # fmt: skip
     say(shown)
     say(f"gate_selftest: {result.summary} (ledger line {line.line if line else '?'})")
