@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import fcntl
 import io
 import os
 import platform
@@ -36,6 +35,7 @@ from ci.gates.equivalence import load_prompts
 from ci.gates.equivalence_judge import Prompt
 from ci.gates.llama import LAUNCHER, LlamaServer, ServerFactory, ServerLaunch, default_server, free_ports, launcher_argv
 from ci.gates.perf import NO_CHART, Check, Spread, from_bench, judge_check, parse_check, per_round, pyplot, spread
+from ci.locks import held_lock
 
 if TYPE_CHECKING:
     from ci.compile.context import Context
@@ -238,29 +238,13 @@ def check_configs(bench_plan: BenchPlan) -> dict[str, tuple[str, ...]]:
 
 @contextlib.contextmanager
 def box_lock(path: Path | None, say: Callable[[str], None]) -> Iterator[None]:
-    """An exclusive flock on ``path`` for the whole block; a second holder waits and says who holds it."""
+    """An exclusive flock on ``path`` for the whole block; a second holder waits and says who holds it. ``path`` is a
+    lock file of its own: an existing file that is not one (not empty, not a holder line) is refused, never truncated."""
     if path is None:
         yield
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
-            say(f"bench: waiting for the lock {path} (held by {holder})")
-            t0 = time.monotonic()
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            say(f"bench: got the lock {path} after {time.monotonic() - t0:.1f} s")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {platform.node()} since {_now()}\n".encode(), 0)
-        try:
-            yield
-        finally:
-            os.ftruncate(fd, 0)
-    finally:
-        os.close(fd)  # closing the descriptor releases the flock
+    with held_lock(path, "bench", "--lock", wait=True, say=say):
+        yield
 
 
 # -- the run ----------------------------------------------------------------------------------------------------

@@ -11,8 +11,11 @@ from pathlib import Path
 from ci.compile.cmake import LOG, BuildPlan, BuildRequest, decide, execute
 from ci.compile.context import Context
 from ci.compile.manifest import Manifest, read_manifest
+from ci.compile.profiles import Profile
+from ci.compile.toolchain import Toolchain
 from ci.errors import CommandFailed, Refused
 from ci.files import shown
+from ci.locks import LOCK_NAME, command_line, held_lock
 from ci.pin.verify import verify
 from ci.source.sync import sync
 
@@ -36,6 +39,13 @@ def run_build(ctx: Context, request: BuildRequest, say: Callable[[str], None]) -
         tools = ctx.toolchain(profile)
         build_plan = ctx.build_plan(request)  # every flag checked before anything is touched
         say(f"toolchain: {tools.describe()}; ccache: {tools.ccache or 'not found'}")
+    # one build at a time per build directory: two at once left a build.json whose flags did not describe its binaries
+    lock = build_plan.build_dir.parent / f".{build_plan.build_dir.name}{LOCK_NAME}"
+    with held_lock(lock, "build", f"the build directory {shown(build_plan.build_dir, ctx.root)}", purpose=command_line()):
+        return _locked_build(ctx, request, build_plan, profile, tools, say)
+
+
+def _locked_build(ctx: Context, request: BuildRequest, build_plan: BuildPlan, profile: Profile, tools: Toolchain, say: Callable[[str], None]) -> BuildOutcome:
     with _timed(say, "checkout and patches"):
         say(sync(ctx.source(), remote=request.remote).describe())
     old = read_manifest(build_plan.manifest_path)

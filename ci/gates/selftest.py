@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -26,21 +25,22 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from ci import places
 from ci.command import end_tree, resolve, run
 from ci.compile.cmake import BuildRequest
 from ci.compile.context import Context
 from ci.compile.stage import current_build
 from ci.errors import ConfigError, ToolchainError
-from ci.files import write_json
+from ci.files import shown, write_json
 from ci.gates import registry
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
+from ci.places import id_problem, relative_problem
 from ci.schema import Section, load_json, parse_yaml
 from ci.source.git import Git
+from serve.bounded import CONFIG_LIMIT, is_regular, read_text
 
 GATE = "gate_selftest"
 FAULTS = "faults.yaml"
-# a fault's id names its directory under build/selftest/<profile>/: the rule recipe ids follow (serve/recipes.py)
-ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 ALL = "all"
 GATES = ("backend_ops", "equivalence", ALL)
 
@@ -70,10 +70,12 @@ def load_faults(path: Path | None = None) -> tuple[Fault, ...]:
     if path is None:
         text, name = resources.files("ci.gates").joinpath(FAULTS).read_text(encoding="utf-8"), f"ci/gates/{FAULTS}"
     else:
-        try:
-            text, name = path.read_text(encoding="utf-8"), str(path)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"--faults {path}: cannot be read ({exc})") from None
+        try:  # the user's file itself, never what a link points at
+            text, name = read_text(path, CONFIG_LIMIT, follow=False), str(path)
+        except OSError as exc:
+            raise ConfigError(f"--faults {path}: cannot be read: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"--faults {path}: not UTF-8 text ({exc.reason})") from None
     top = Section(name, "", parse_yaml(text, name) or {})
     raw = top._get("faults", True)
     if not isinstance(raw, list) or not raw:
@@ -88,8 +90,8 @@ def load_faults(path: Path | None = None) -> tuple[Fault, ...]:
         if expect not in ("failed", "error", "passed"):
             raise s.error(f'"{expect}" is not failed or error (caught) nor passed (benign)', "expect")
         fault_id = s.string("id")
-        if not ID_RE.match(fault_id) or fault_id in (".", ".."):
-            raise s.error(f'"{fault_id}" is not a fault id (letters, digits, ".", "_", "-"; it names a directory)', "id")
+        if (why := id_problem(fault_id)) is not None:
+            raise s.error(f'"{fault_id}" is not a fault id ({why})', "id")
         fault = Fault(
             id=fault_id,
             file=s.string("file"),
@@ -101,6 +103,8 @@ def load_faults(path: Path | None = None) -> tuple[Fault, ...]:
             why=s.string("why"),
         )
         s.done()
+        if (why := relative_problem(fault.file)) is not None:
+            raise s.error(f'"{fault.file}": {why}', "file")
         if fault.search == fault.replace:
             raise s.error("search and replace are the same: that plants nothing")
         if fault.id in {f.id for f in faults}:
@@ -179,13 +183,20 @@ class Trial:
 def plant(ctx: Context, profile: str, fault: Fault, root: Path) -> Trial:
     """Copy the checkout and the build (modification times kept), and write the fault into the copy."""
     build_dir = ctx.build_dir(ctx.profile(profile))
-    trial = Trial(fault, root / fault.id)
+    if (why := id_problem(fault.id)) is not None:
+        raise ConfigError(f"fault {fault.id!r}: not a fault id ({why})")
+    root.mkdir(parents=True, exist_ok=True)
+    trial = Trial(fault, places.inside(root, root / fault.id, f"fault {fault.id}: its directory"))
     shutil.rmtree(trial.work, ignore_errors=True)
     trial.work.mkdir(parents=True)
     for src, dst in ((ctx.root / ctx.pins.submodule, trial.src), (build_dir, trial.build)):
         run(["cp", "-a", "--reflink=auto", str(src), str(dst)], what=f"cp -a {src.name}")
-    target = trial.src / fault.file
-    text = target.read_text(encoding="utf-8")
+    if (why := relative_problem(fault.file)) is not None:
+        raise ConfigError(f"fault {fault.id}: file {fault.file}: {why}")
+    target = places.inside(trial.src, trial.src / fault.file, f"fault {fault.id}: file")
+    if not is_regular(trial.src / fault.file):
+        raise ConfigError(f"fault {fault.id}: file {fault.file}: not a regular file in the fork (a link or a directory); plant faults in a file of its own")
+    text = read_text(target, CONFIG_LIMIT * 4)
     why = stale(fault, text)
     if why is not None:
         raise ConfigError(why)
@@ -209,7 +220,10 @@ def namespace_argv(ctx: Context, profile: str, trial: Trial, faults: Path | None
 def inside(ctx: Context, profile: str, fault: Fault, work: Path, say: Callable[[str], None]) -> int:
     """``selftest-fault``, in the fault's own mount namespace: bind the copies over the user's paths, rebuild there
     (only what the fault touched), and run the fault's gates on those binaries."""
-    trial = Trial(fault, work)
+    area = ctx.root / "build" / "selftest" / profile
+    trial = Trial(fault, places.inside(area, work, f"--work (the fault's directory, under {shown(area, ctx.root)})"))
+    if trial.work.name != fault.id:
+        raise ConfigError(f"--work {work}: not the directory of fault {fault.id} ({shown(area / fault.id, ctx.root)})")
     build = current_build(ctx, profile)  # the user's build, before the copies hide it
     checkout = ctx.root / ctx.pins.submodule
     for copy, over in ((trial.src, checkout), (trial.build, build.build_dir)):

@@ -236,11 +236,16 @@ def _put_back(git: Git, plan: SyncPlan) -> None:
 
 
 def sync(source: Source, *, remote: str | None = None, reset: bool = False, say: Callable[[str], None] = log.info) -> SyncPlan:
-    """Fetch, decide, move: the checkout ends exactly at pin + series, or is refused untouched."""
-    store = ensure_commit(source, remote, say)
-    plan = prepare(source, store, reset=reset)
-    execute(plan)
-    return plan
+    """Fetch, decide, move: the checkout ends exactly at pin + series, or is refused untouched. One sync at a time per
+    checkout (a lock in the fork store; a second refuses, naming the holder)."""
+    from ci.locks import LOCK_NAME, command_line, held_lock
+
+    source.gitdir.mkdir(parents=True, exist_ok=True)
+    with held_lock(source.gitdir / LOCK_NAME, "patches", f"the checkout {source.workdir.name}", purpose=command_line()):
+        store = ensure_commit(source, remote, say)
+        plan = prepare(source, store, reset=reset)
+        execute(plan)
+        return plan
 
 
 def check(source: Source, remote: str | None, say: Callable[[str], None]) -> int:
