@@ -55,6 +55,10 @@ OWNED = {"-m": "the model is the bench's -m", "--model": "the model is the bench
          "--dry-run": "a dry run starts no server", "--profile": "the bench's --profile picks the build"}  # fmt: skip
 
 
+SERVER_OWNED = {"--host": "the bench listens on 127.0.0.1", "--port": "the bench picks free ports", "-m": "the model is the bench's -m",
+                "--model": "the model is the bench's -m", "--path": "the bench's server serves no files", "--api-key": "the bench talks to its own server"}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class BenchConfig:
     """One ``--config NAME=ARGS``: ``1bit serve`` options, then after ``--`` llama-server's own."""
@@ -85,6 +89,10 @@ def parse_config(text: str) -> BenchConfig:
         flag = word.split("=", 1)[0]
         if flag in OWNED:
             raise ConfigError(f"--config {name}: {flag} is not a config's to set ({OWNED[flag]})")
+    for word in extra:  # llama-server's own flags: where it listens and what it loads are the bench's
+        flag = word.split("=", 1)[0]
+        if flag in SERVER_OWNED:
+            raise ConfigError(f"--config {name}: {flag} after -- is not a config's to set ({SERVER_OWNED[flag]})")
     return BenchConfig(name, tuple(serve_options), tuple(extra))
 
 

@@ -64,7 +64,8 @@ def test_sigterm_during_the_route_gate_ends_its_pytest(build_project: Project) -
     proc = spawn(build_project, "gpu-tests", "--profile", "cpu", "--gate", "route")
     deadline = time.monotonic() + 60
     while not any("pytest" in " ".join(p.cmdline()) for p in psutil.Process(proc.pid).children(recursive=True)):
-        assert proc.poll() is None and time.monotonic() < deadline
+        assert proc.poll() is None
+        assert time.monotonic() < deadline
         time.sleep(0.1)
     os.kill(proc.pid, signal.SIGTERM)
     out = proc.communicate(timeout=60)[0]
