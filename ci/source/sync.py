@@ -123,6 +123,8 @@ class Record:
 def ensure_commit(source: Source, remote: str | None, say: Callable[[str], None] = log.info) -> ForkStore:
     """The fork store, holding the commit: fetched from ``remote`` when given, from the pinned URL when missing."""
     store = ForkStore.open(source.gitdir)
+    if not remote:
+        store.check_alternates()  # a mirror an older store borrowed from, moved: one line, not git's own errors
     if remote or not store.has_commit(source.commit):
         where = remote or source.url
         say(f"fetching {where}")
