@@ -63,9 +63,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parser({name: dispatch(name) for name in COMMANDS}).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    from ci.command import Terminated, signals_as_interrupt
+
     try:
         handler: Callable[[argparse.Namespace], int] = args.func
-        return handler(args)
+        with signals_as_interrupt():  # SIGTERM and SIGHUP end what Ctrl-C ends
+            return handler(args)
     except OnebitError as exc:
         if args.debug:
             traceback.print_exc()
@@ -73,6 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stderr.write(exc.tail if exc.tail.endswith("\n") else exc.tail + "\n")
         for line in exc.message.splitlines() or [""]:
             print(f"{PROG}: error: {line}", file=sys.stderr)
+        return exc.exit_code
+    except Terminated as exc:
+        print(f"{PROG}: interrupted by {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)

@@ -15,9 +15,10 @@ import signal
 import subprocess
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import IO
 
 import psutil
@@ -140,6 +141,44 @@ def run(
     if check and (timed_out or proc.returncode != 0):
         raise CommandFailed(args, proc.returncode, "".join(tail), what=what or os.fspath(argv[0]))
     return done
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where Ctrl-C's KeyboardInterrupt is: a CI runner cancels a job with SIGTERM, a
+    closed terminal sends SIGHUP, and each must end what Ctrl-C ends (the process tree, the same roll-back). Unlike
+    Ctrl-C it reaches this process alone, so :func:`run` ends the program's tree itself."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+TERMINATING = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def signals_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise :class:`Terminated` (a KeyboardInterrupt) for the block. A second one while the first
+    is being handled is ignored, so the roll-back it started finishes."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        for s in TERMINATING:
+            signal.signal(s, signal.SIG_IGN)
+        raise Terminated(signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, handler) for s in TERMINATING}
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
 
 
 def end_tree(proc: subprocess.Popen[str] | subprocess.Popen[bytes], grace: float = 5.0) -> None:

@@ -91,12 +91,13 @@ def cache_dir() -> Path:
 
 
 def sha256_cached(path: Path) -> str:
-    """The sha256 of ``path``, remembered by (real path, size, mtime_ns, inode) as git's index does: a model of
-    many GB is hashed once, not on every gate run."""
+    """The sha256 of ``path``, remembered by (real path, size, mtime_ns, inode, ctime_ns) as git's index does: a model
+    of many GB is hashed once, not on every gate run. The ctime is in the stamp because an edit in place can put size,
+    mtime and inode back, and not the ctime."""
     import hashlib
 
     st = path.stat()
-    stamp = f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}"
+    stamp = f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\0{st.st_ctime_ns}"
     entry = cache_dir() / "sha256" / hashlib.sha256(stamp.encode()).hexdigest()
     try:
         known = entry.read_text().strip()

@@ -20,6 +20,7 @@ from ci.errors import CommandFailed, GitError
 _INHERITED = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_PREFIX")
 _OFFSET_RE = re.compile(r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)\.$", re.MULTILINE)
 _FAILED_AT_RE = re.compile(r"^error: patch failed: (.+):(\d+)$", re.MULTILINE)
+_OBJECT_RE = re.compile(r"\A(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")
 _LOCK_RE = re.compile(r"Unable to create '([^']+\.lock)': File exists")
 
 
@@ -48,17 +49,29 @@ class Git:
         except CommandFailed as exc:
             lock = _LOCK_RE.search(exc.tail)
             if lock:
-                raise GitError(f"{lock.group(1)} exists: another git is working in {self.worktree or self.gitdir}; wait for it, or remove the lock if none runs") from None
+                raise GitError(
+                    f"{lock.group(1)} exists: another git is working in {self.worktree or self.gitdir}; wait for it, or remove the lock if none runs"
+                ) from None
             raise GitError(f"git {' '.join(argv[1:3])} failed in {self.worktree or self.gitdir}: {first_error(exc.tail)}") from None
 
     def text(self, *args: str | os.PathLike[str]) -> str:
         return self.run(*args).output.strip()
 
+    def object_name(self, *args: str | os.PathLike[str]) -> str:
+        """The object id a command prints; its warnings (stderr, in the same output) are never taken for one."""
+        output = self.run(*args).output
+        names = [ln.strip() for ln in output.splitlines() if _OBJECT_RE.match(ln.strip())]
+        if len(names) != 1:
+            raise GitError(
+                f"git {' '.join(os.fspath(a) for a in args[:2])} in {self.worktree or self.gitdir}: no object id in its output: {first_error(output)}"
+            )
+        return names[0]
+
     def tree_of(self, rev: str) -> str:
-        return self.text("rev-parse", f"{rev}^{{tree}}")
+        return self.object_name("rev-parse", f"{rev}^{{tree}}")
 
     def write_tree(self) -> str:
-        return self.text("write-tree")
+        return self.object_name("write-tree")
 
     def changed_between(self, a: str, b: str) -> list[str]:
         """Paths that differ between two trees (or commits)."""

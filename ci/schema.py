@@ -152,8 +152,11 @@ def parse_json(text: str | bytes) -> Any:
     return loads(text)
 
 
-def load_json(path: Path) -> Any:
-    return parse_json(path.read_bytes())
+def load_json(path: Path, limit: int | None = None) -> Any:
+    """A JSON file, strictly: a regular file within ``limit`` bytes (an OSError naming it otherwise)."""
+    from serve.bounded import CONFIG_LIMIT, read_regular
+
+    return parse_json(read_regular(path, CONFIG_LIMIT if limit is None else limit))
 
 
 class _DuplicateKey(ValueError):

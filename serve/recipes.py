@@ -15,6 +15,7 @@ from importlib import resources
 from typing import Any
 
 from serve import flags, strict
+from serve.bounded import CONFIG_LIMIT, NotARegularFile, read_regular
 from serve.errors import FileProblem, did_you_mean
 
 DEVICES = ("rocm", "vulkan", "cuda", "cpu")
@@ -244,6 +245,19 @@ def _match(r: _Reader, value: object, where: str) -> Match:
     return Match(**fields)
 
 
+# what a recipe's env may set: the knobs of ggml, llama.cpp and the GPU stacks. Never a variable that loads code or
+# points a loader somewhere (LD_PRELOAD once ran a shared library inside llama-server), even under those prefixes.
+ENV_PREFIXES = ("GGML_", "LLAMA_", "RADV_", "AMD_", "HSA_", "HIP_", "ROCBLAS_", "HIPBLASLT_", "MIOPEN_", "CUDA_", "ONEBIT_")
+ENV_LOADS_CODE = re.compile(r"LIB|PATH|PRELOAD|AUDIT|TOOLS|FILES|LAYER|ICD|DRIVER|PLUGIN|DEBUG_AGENT|OVERRIDE")
+
+
+def env_problem(name: str) -> str | None:
+    """Why a recipe may not set ``name``, or None."""
+    if not name.startswith(ENV_PREFIXES) or ENV_LOADS_CODE.search(name):
+        return f"not a variable a recipe may set: recipes set knobs ({', '.join(p + '*' for p in ENV_PREFIXES)}), never a loader's or a library path"
+    return None
+
+
 def _env(r: _Reader, value: object, where: str) -> tuple[tuple[str, str], ...]:
     if not isinstance(value, dict):
         raise r.error(f'env is {_describe(value)}, not an object ({{"NAME": "value"}})', where)
@@ -251,6 +265,8 @@ def _env(r: _Reader, value: object, where: str) -> tuple[tuple[str, str], ...]:
     for name, v in value.items():
         if not _ENV_NAME.match(name):
             raise r.error(f"{_describe(name)} is not an environment variable name", f"{where}: env")
+        if (why := env_problem(name)) is not None:
+            raise r.error(why, f"{where}: env.{name}")
         out.append((name, r.text(v, f"{where}: env.{name}")))
     return tuple(out)
 
@@ -258,12 +274,11 @@ def _env(r: _Reader, value: object, where: str) -> tuple[tuple[str, str], ...]:
 def load(path: str) -> RecipeSet:
     """The recipes file at ``path`` (as the user gave it)."""
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
+        raw = read_regular(path, CONFIG_LIMIT)
     except FileNotFoundError:
         raise FileProblem("no such file", path) from None
-    except IsADirectoryError:
-        raise FileProblem("is a directory, not a recipes file", path) from None
+    except NotARegularFile as exc:
+        raise FileProblem(f"is {str(exc.strerror).split(',')[0]}, not a recipes file", path) from None
     except OSError as exc:
         raise FileProblem(f"cannot be read ({exc.strerror or exc})", path) from None
     try:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ci import places
 from ci.command import run
 from ci.commands import absolute, job_of, say
 from ci.commands.gpu_tests import under_test
@@ -17,10 +18,10 @@ from ci.commands.job import Job, current
 from ci.compile.cmake import BuildRequest
 from ci.compile.stage import CurrentBuild, current_build
 from ci.errors import ConfigError, GateFailed
-from ci.files import write_json
+from ci.files import shown, write_json
 from ci.gates import registry, selftest
 from ci.gates.target import GateOptions
-from ci.release import ledger, records
+from ci.release import binding, ledger, records
 
 
 def session(
@@ -32,7 +33,7 @@ def session(
     results_dir = ledger.default_results_dir(job.root)
     line = records.record(
         result, results_dir / m.key[:12], {"build_key": m.key, "profile": m.profile}, ledger_path=ledger.ledger_path(results_dir),
-        build=ledger.BuildContext.of(m), root=job.root,
+        build=binding.context_of(job.pins, m), root=job.root,
     )  # fmt: skip
     say(shown)
     say(f"gate_selftest: {result.summary} (ledger line {line.line if line else '?'})")
@@ -57,7 +58,10 @@ def selftest_fault(args: argparse.Namespace) -> int:
     if fault is None:
         raise ConfigError(f"--fault {args.fault}: no such fault")
     job = job_of(args)
-    trial = selftest.Trial(fault, Path(args.work))
+    area = job.root / "build" / "selftest" / args.profile
+    trial = selftest.Trial(fault, places.inside(area, Path(args.work), f"--work (the fault's directory, under {shown(area, job.root)})"))
+    if trial.work.name != fault.id:
+        raise ConfigError(f"--work {args.work}: not the directory of fault {fault.id} ({shown(area / fault.id, job.root)})")
     plan = job.build_plan(BuildRequest(profile=args.profile))
     build = current_build(plan, job.root)  # the user's build, before the copies hide it
     for copy, over in ((trial.src, job.root / job.pins.submodule), (trial.build, build.build_dir)):

@@ -17,7 +17,7 @@ from ci.gates import backend_ops, results
 from ci.gates.registry import select
 from ci.gates.results import GateResult
 from ci.gates.target import BuildUnderTest, GateOptions
-from ci.release import compile_record, ledger, records, ship
+from ci.release import binding, compile_record, ledger, records, ship
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def run_gates(job: Job, build: CurrentBuild, request: GpuTestsRequest, say: Call
         compiled = compile_record.result(build)  # a HIP build on a machine without its GPU: the compile is the evidence
         line = records.record(
             compiled, out, {"build_key": key, "profile": manifest.profile}, ledger_path=ledger.ledger_path(results_dir),
-            build=ledger.BuildContext.of(manifest), root=job.root,
+            build=binding.context_of(job.pins, manifest), root=job.root,
         )  # fmt: skip
         say(compile_record.no_device_line(manifest.profile, manifest.device, line.line if line else None))
         return [compiled]
@@ -60,7 +60,7 @@ def run_gates(job: Job, build: CurrentBuild, request: GpuTestsRequest, say: Call
         result = gate.run(target, request.options, out)
         line = records.record(
             result, out, {"build_key": key, "profile": manifest.profile}, ledger_path=ledger.ledger_path(results_dir),
-            build=ledger.BuildContext.of(manifest), root=job.root,
+            build=binding.context_of(job.pins, manifest), root=job.root,
         )  # fmt: skip
         say(f"gpu_tests: {gate.name}: {result.status.value}: {result.summary} (ledger line {line.line if line else '?'})")
         if getattr(gate, "shows_cases", False):  # the perf gate: each check's figures, and where its chart is

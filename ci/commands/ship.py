@@ -16,7 +16,7 @@ from ci.release import ledger, records, ship
 
 def session(job: Job, build: CurrentBuild, dist: Path | None, check_only: bool, say: Callable[[str], None]) -> int:
     results_dir = ledger.default_results_dir(job.root)
-    result = ship.check(build, job.pins, results_dir)
+    result = ship.check(build, job.pins, results_dir, job.root)
     standing = ship.table(result)
     say(standing)
     records.step_summary(f"### ship, profile {build.manifest.profile}: {'every gate passed' if result.ok else 'REFUSED'}\n\n```\n{standing}\n```\n")

@@ -5,8 +5,10 @@ machine's local flags and a one-off ``-D`` included), the toolchain (compiler pa
 type, plus the targets. The configure part of the key (everything but the series and targets, and whether the
 series changes ``ggml/``) says whether CMake must run again.
 
-Each artifact keeps its (size, mtime_ns, inode) beside its sha256, as git's index does: a later check re-hashes
-only a file whose stat data changed, so a no-op build reads no binary.
+Each artifact keeps its (size, mtime_ns, inode, ctime_ns) beside its sha256, as git's index does: a later check
+re-hashes only a file whose stat data changed, so a no-op build reads no binary. The ctime is in it because size,
+mtime and inode can all be put back after an edit in place (``touch -d``, the same inode); the ctime cannot, short of
+setting the clock. ``nox -s ship`` hashes every artifact again whatever its stat data says (:meth:`Manifest.reprove`).
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from ci.files import sha256_file, write_atomic
 from ci.schema import load_json
 
 MANIFEST = "build.json"
-SCHEMA = 2
-READABLE = (1, 2)  # schema 1 had no stat data: its artifacts are hashed once more
+SCHEMA = 3
+READABLE = (1, 2, 3)  # schema 1 had no stat data, 2 no ctime: their artifacts are hashed once more
 
 
 @dataclass(frozen=True)
@@ -67,16 +69,20 @@ def _digest(parts: Mapping[str, str]) -> str:
 # -- artifacts --------------------------------------------------------------------------------------------------
 
 
+def stat_stamp(st: os.stat_result) -> tuple[int, int, int, int]:
+    """What says a file is unchanged without reading it: size, mtime, inode and ctime (the one a user cannot set)."""
+    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+
+
 @dataclass(frozen=True)
 class Artifact:
     path: str  # relative to the manifest's directory
     sha256: str
-    stat: tuple[int, int, int] = (0, 0, 0)  # (size, mtime_ns, inode) when the sha256 was taken
+    stat: tuple[int, ...] = (0, 0, 0, 0)  # (size, mtime_ns, inode, ctime_ns) when the sha256 was taken
 
     @classmethod
     def of(cls, root: Path, path: Path) -> Artifact:
-        st = path.stat()
-        return cls(os.path.relpath(path, root), sha256_file(path), (st.st_size, st.st_mtime_ns, st.st_ino))
+        return cls(os.path.relpath(path, root), sha256_file(path), stat_stamp(os.stat(path)))
 
     def check(self, root: Path) -> str | None:
         """None when the file is as recorded; else what is wrong. Hashes only when the stat data moved."""
@@ -87,8 +93,15 @@ class Artifact:
             return "is missing"
         if not path.is_file():
             return "is missing"
-        if (st.st_size, st.st_mtime_ns, st.st_ino) == self.stat:
+        if stat_stamp(st) == self.stat:
             return None
+        return None if sha256_file(path) == self.sha256 else "differs from its recorded sha256"
+
+    def reprove(self, root: Path) -> str | None:
+        """As :meth:`check`, but the file is hashed whatever its stat data says (ship: nothing is taken on trust)."""
+        path = root / self.path
+        if not path.is_file():
+            return "is missing"
         return None if sha256_file(path) == self.sha256 else "differs from its recorded sha256"
 
     def to_json(self) -> dict[str, Any]:
@@ -96,8 +109,8 @@ class Artifact:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Artifact:
-        stat = data.get("stat") or (0, 0, 0)
-        return cls(str(data["path"]), str(data["sha256"]), (int(stat[0]), int(stat[1]), int(stat[2])))
+        stat = [int(x) for x in (data.get("stat") or ())]
+        return cls(str(data["path"]), str(data["sha256"]), tuple(stat) if len(stat) == 4 else (0, 0, 0, 0))
 
 
 @dataclass(frozen=True)
@@ -186,6 +199,27 @@ class Manifest:
             return manifest_dir / self.binaries[name].path
         except KeyError:
             raise Refused(f"the {self.profile} build has no {name}; add it to pins.yaml build.targets and build again") from None
+
+    @property
+    def digest(self) -> str:
+        """The sha256 of what this manifest vouches for: the key and every binary's and library's sha256. Each gate
+        record carries it (``manifest_sha256``), and ship compares it with the build.json it reads: a binary swapped
+        and its sha256 rewritten in build.json no longer matches the records."""
+        body = {
+            "key": self.key,
+            "binaries": {k: a.sha256 for k, a in sorted(self.binaries.items())},
+            "libraries": {k: a.sha256 for k, a in sorted(self.libraries.items())},
+        }
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+    def reproved(self, manifest_dir: Path) -> list[tuple[str, str]]:
+        """(artifact, what is wrong) for every binary and library whose bytes are not as recorded, each hashed now."""
+        out = []
+        for name, art in {**self.binaries, **self.libraries}.items():
+            wrong = art.reprove(manifest_dir)
+            if wrong:
+                out.append((name, wrong))
+        return out
 
     def problems(self, manifest_dir: Path) -> list[tuple[str, str]]:
         """(artifact, what is wrong) for every binary and library that is not as recorded."""

@@ -13,6 +13,7 @@ from ci.compile.cmake import LOG, BuildPlan, decide, execute
 from ci.compile.manifest import Manifest, read_manifest
 from ci.errors import CommandFailed, Refused
 from ci.files import shown
+from ci.locks import LOCK_NAME, command_line, held_lock
 from ci.source.sync import Source, sync
 
 
@@ -25,7 +26,14 @@ class BuildOutcome:
 
 
 def run_build(build_plan: BuildPlan, source: Source, root: Path, remote: str | None, say: Callable[[str], None]) -> BuildOutcome:
-    """checkout at pin + series → (configure) → compile → manifest; the pin verified and the plan made before."""
+    """checkout at pin + series → (configure) → compile → manifest; the pin verified and the plan made before. One
+    build at a time per build directory: two at once left a build.json whose flags did not describe its binaries."""
+    lock = build_plan.build_dir.parent / f".{build_plan.build_dir.name}{LOCK_NAME}"
+    with held_lock(lock, "build", f"the build directory {shown(build_plan.build_dir, root)}", purpose=command_line()):
+        return _locked_build(build_plan, source, root, remote, say)
+
+
+def _locked_build(build_plan: BuildPlan, source: Source, root: Path, remote: str | None, say: Callable[[str], None]) -> BuildOutcome:
     profile, tools = build_plan.profile, build_plan.toolchain
     with timed(say, "checkout and patches"):
         say(sync(source, remote=remote).describe())

@@ -17,6 +17,7 @@ from ci.errors import ConfigError
 from ci.gates.backend_ops_judge import GATE, ConsoleRun, DirtyRule, GateSpec, Outcome, SqlRun, check_device, check_ops, judge
 from ci.gates.backend_ops_output import parse_console, parse_sql
 from ci.gates.results import GateResult
+from serve.bounded import LOG_LIMIT, read_regular
 
 __all__ = ["DEFAULT_TIMEOUT", "GATE", "DirtyRule", "GateSpec", "judge", "judge_log", "plan", "run_gate"]
 
@@ -116,11 +117,11 @@ def run_gate(
 
 def _read(path: Path, what: str) -> str:
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        return read_regular(path, LOG_LIMIT).decode("utf-8", errors="replace")
     except FileNotFoundError:
         raise ConfigError(f"{what} {path}: not found; give a saved test-backend-ops output") from None
     except OSError as exc:
-        raise ConfigError(f"{what} {path}: cannot be read ({exc.strerror})") from None
+        raise ConfigError(f"{what} {path}: cannot be read: {exc.strerror}; give a saved test-backend-ops output") from None
 
 
 def judge_log(

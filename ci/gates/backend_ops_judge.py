@@ -198,6 +198,17 @@ def _judge_console(j: _Judgement, run: ConsoleRun) -> dict[str, tuple[int, int, 
         j.problem(f"{label}: this is test-backend-ops {report.mode} output, not test output: the gate judges `test-backend-ops test` runs")
         return counted
 
+    first_at: dict[str, int] = {}
+    repeated: dict[str, list[int]] = {}
+    for c in cases:  # test-backend-ops runs each case once: a case line twice is a log pasted together, not evidence
+        if c.name in first_at:
+            repeated.setdefault(c.name, [first_at[c.name]]).append(c.line)
+        else:
+            first_at[c.name] = c.line
+    for name, lines in repeated.items():
+        at = ", ".join(str(n) for n in lines[:5]) + (f" and {len(lines) - 5} more" if len(lines) > 5 else "")
+        j.problem(f"{label}: the case {name} is printed {len(lines)} times (lines {at}); each case runs once, so this log is not one run's")
+    cases = tuple(c for c in cases if first_at[c.name] == c.line)
     for c in cases:
         if c.status is CaseMark.OK:
             j.seen_ok[c.op] = j.seen_ok.get(c.op, 0) + 1

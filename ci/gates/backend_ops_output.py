@@ -16,6 +16,7 @@ Formats, as upstream's ``tests/test-backend-ops.cpp`` prints them (console print
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -184,6 +185,27 @@ def _status_of(text: str) -> tuple[CaseMark, str] | None:
     return None
 
 
+LAST_WORDS = 40  # lines of trailing noise a report keeps
+# the first characters of every line the report's own regexes match, but a case's (which has "):"); ANSI stripped
+_STRUCTURE_STARTS = frozenset(" TBFO0123456789")
+
+
+class _Tail:
+    """The last lines of trailing noise, at most LAST_WORDS of them, and how many there were."""
+
+    def __init__(self, first: list[str] | None = None) -> None:
+        self.lines: deque[str] = deque(first or (), maxlen=LAST_WORDS)
+        self.count = len(self.lines)
+
+    def add(self, line: str) -> None:
+        self.lines.append(line)
+        self.count += 1
+
+    def text(self) -> str:
+        shown = " | ".join(self.lines)
+        return shown if self.count <= LAST_WORDS else f"({self.count - LAST_WORDS} lines before) ... | {shown}"
+
+
 def parse_console(text: str) -> ConsoleReport:
     """Read a ``test-backend-ops test`` console output (ANSI codes and interleaved stderr included).
 
@@ -198,7 +220,9 @@ def parse_console(text: str) -> ConsoleReport:
     backends: tuple[int, int] | None = None
     verdict = ""
     mode = "test"
-    last_words = ""
+    # what came after the last recognised line, kept only for noise: a bounded tail, never one growing string (joining
+    # each unrecognised line onto it made judging quadratic: 10 MB of noise took 92 s)
+    last_words: _Tail | None = None
 
     def settle() -> None:
         nonlocal pending
@@ -210,7 +234,7 @@ def parse_console(text: str) -> ConsoleReport:
         line = raw.rstrip()
         if not line.strip():
             continue
-        words, last_words = last_words, ""  # what came after the last line of the report; kept only for noise
+        words, last_words = last_words, None
         if pending is not None:
             found = _status_of(line)
             if found is not None and section is not None:
@@ -227,6 +251,12 @@ def parse_console(text: str) -> ConsoleReport:
                 section.failing.append(line.strip())
                 continue
             in_failing = False
+        if line[0] not in _STRUCTURE_STARTS and "):" not in line:  # noise: no line of the report starts so (a fast path)
+            if pending is not None:
+                pending.interleaved.append(line.strip())
+            last_words = words if words is not None else _Tail()
+            last_words.add(line.strip())
+            continue
         m = _TESTING_RE.match(line)
         if m:
             device_count = int(m.group(1))
@@ -289,11 +319,12 @@ def parse_console(text: str) -> ConsoleReport:
                 else:
                     pending = _Pending(m.group("op"), m.group("params"), pre, number, [rest])
                     if rest:
-                        last_words = rest
+                        last_words = _Tail([rest])
                 continue
         if pending is not None:
             pending.interleaved.append(line.strip())
-        last_words = line.strip() if not words else f"{words} | {line.strip()}"
+        last_words = words if words is not None else _Tail()
+        last_words.add(line.strip())
     settle()
     return ConsoleReport(
         device_count=device_count,
@@ -301,7 +332,7 @@ def parse_console(text: str) -> ConsoleReport:
         backends=backends,
         verdict=verdict,
         mode=mode,
-        last_words=last_words,
+        last_words=last_words.text() if last_words is not None else "",
         lines=len(lines),
         backend_lines=tuple(m.group(0).strip() for m in _BACKEND_INFO_RE.finditer("\n".join(lines))),
     )

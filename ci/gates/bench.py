@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import fcntl
 import io
 import os
 import platform
@@ -36,6 +35,7 @@ from ci.gates import drafting
 from ci.gates.equivalence import load_prompts
 from ci.gates.equivalence_judge import Prompt
 from ci.gates.llama import LAUNCHER, LlamaServer, ServerFactory, ServerLaunch, default_server, free_ports, launcher_argv
+from ci.locks import held_lock
 
 DEFAULT_PROMPT_TOKENS = defaults.BENCH_PROMPT_TOKENS
 DEFAULT_ROUNDS = defaults.BENCH_ROUNDS
@@ -50,6 +50,10 @@ PROMPT = "prompt"
 OWNED = {"-m": "the model is the bench's -m", "--model": "the model is the bench's -m", "--host": "the bench listens on 127.0.0.1",
          "--port": "the bench picks free ports", "--llama-server": "the bench's --llama-server or --profile picks it",
          "--dry-run": "a dry run starts no server", "--profile": "the bench's --profile picks the build"}  # fmt: skip
+
+
+SERVER_OWNED = {"--host": "the bench listens on 127.0.0.1", "--port": "the bench picks free ports", "-m": "the model is the bench's -m",
+                "--model": "the model is the bench's -m", "--path": "the bench's server serves no files", "--api-key": "the bench talks to its own server"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,10 @@ def parse_config(text: str) -> BenchConfig:
         flag = word.split("=", 1)[0]
         if flag in OWNED:
             raise ConfigError(f"--config {name}: {flag} is not a config's to set ({OWNED[flag]})")
+    for word in extra:  # llama-server's own flags: where it listens and what it loads are the bench's
+        flag = word.split("=", 1)[0]
+        if flag in SERVER_OWNED:
+            raise ConfigError(f"--config {name}: {flag} after -- is not a config's to set ({SERVER_OWNED[flag]})")
     return BenchConfig(name, tuple(serve_options), tuple(extra))
 
 
@@ -235,29 +243,13 @@ def check_configs(bench_plan: BenchPlan) -> dict[str, tuple[str, ...]]:
 
 @contextlib.contextmanager
 def box_lock(path: Path | None, say: Callable[[str], None]) -> Iterator[None]:
-    """An exclusive flock on ``path`` for the whole block; a second holder waits and says who holds it."""
+    """An exclusive flock on ``path`` for the whole block; a second holder waits and says who holds it. ``path`` is a
+    lock file of its own: an existing file that is not one (not empty, not a holder line) is refused, never truncated."""
     if path is None:
         yield
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
-            say(f"bench: waiting for the lock {path} (held by {holder})")
-            t0 = time.monotonic()
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            say(f"bench: got the lock {path} after {time.monotonic() - t0:.1f} s")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {platform.node()} since {_now()}\n".encode(), 0)
-        try:
-            yield
-        finally:
-            os.ftruncate(fd, 0)
-    finally:
-        os.close(fd)  # closing the descriptor releases the flock
+    with held_lock(path, "bench", "--lock", wait=True, say=say):
+        yield
 
 
 # -- the run ----------------------------------------------------------------------------------------------------

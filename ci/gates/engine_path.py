@@ -95,6 +95,8 @@ def combine(results: Sequence[tuple[str, GateResult]], seconds: float = 0.0) -> 
         problems += [f"{kind}: {p}" for p in r.problems]
         metrics += [(f"{kind}.{k}", x) for k, x in r.metrics]
         for k, v in r.properties:
+            if k == "floors" and kind == NEAR:  # pins.yaml's floors, which the near leg runs on: what ship binds the record to
+                properties.append((k, v))
             if k in (
                 "models",
                 "model",

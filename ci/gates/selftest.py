@@ -14,8 +14,8 @@ A fault whose anchor no longer occurs exactly once at the pin is *stale*: report
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -25,18 +25,19 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from ci import places
 from ci.command import end_tree, resolve, run
 from ci.errors import ConfigError, ToolchainError
 from ci.gates import registry
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
 from ci.git import Git
+from ci.places import id_problem, relative_problem
 from ci.schema import Section, load_json, parse_yaml
 from ci.source.sync import Source
+from serve.bounded import CONFIG_LIMIT, is_regular, read_text
 
 GATE = "gate_selftest"
 FAULTS = "faults.yaml"
-# a fault's id names its directory under build/selftest/<profile>/: the rule recipe ids follow (serve/recipes.py)
-ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 ALL = "all"
 
 
@@ -70,10 +71,12 @@ def load_faults(path: Path | None = None) -> tuple[Fault, ...]:
     if path is None:
         text, name = resources.files("ci.gates").joinpath(FAULTS).read_text(encoding="utf-8"), f"ci/gates/{FAULTS}"
     else:
-        try:
-            text, name = path.read_text(encoding="utf-8"), str(path)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"--faults {path}: cannot be read ({exc})") from None
+        try:  # the user's file itself, never what a link points at
+            text, name = read_text(path, CONFIG_LIMIT, follow=False), str(path)
+        except OSError as exc:
+            raise ConfigError(f"--faults {path}: cannot be read: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"--faults {path}: not UTF-8 text ({exc.reason})") from None
     top = Section(name, "", parse_yaml(text, name) or {})
     raw = top._get("faults", True)
     if not isinstance(raw, list) or not raw:
@@ -89,8 +92,8 @@ def load_faults(path: Path | None = None) -> tuple[Fault, ...]:
         if expect not in ("failed", "error", "passed"):
             raise s.error(f'"{expect}" is not failed or error (caught) nor passed (benign)', "expect")
         fault_id = s.string("id")
-        if not ID_RE.match(fault_id) or fault_id in (".", ".."):
-            raise s.error(f'"{fault_id}" is not a fault id (letters, digits, ".", "_", "-"; it names a directory)', "id")
+        if (why := id_problem(fault_id)) is not None:
+            raise s.error(f'"{fault_id}" is not a fault id ({why})', "id")
         fault = Fault(
             id=fault_id,
             file=s.string("file"),
@@ -106,6 +109,8 @@ def load_faults(path: Path | None = None) -> tuple[Fault, ...]:
             if other not in known or other in (ALL, gate):
                 raise s.error(f'"{other}" is not another gate: {", ".join(g for g in known if g not in (ALL, gate))}', f"missed_by[{j}]")
         s.done()
+        if (why := relative_problem(fault.file)) is not None:
+            raise s.error(f'"{fault.file}": {why}', "file")
         if fault.search == fault.replace:
             raise s.error("search and replace are the same: that plants nothing")
         if fault.id in {f.id for f in faults}:
@@ -113,6 +118,20 @@ def load_faults(path: Path | None = None) -> tuple[Fault, ...]:
         faults.append(fault)
     top.done()
     return tuple(faults)
+
+
+def faults_sha256(faults: Sequence[Fault]) -> str:
+    """The sha256 of a fault set, by content and in id order: the self-test record carries it, and ship counts only a
+    record of the committed faults of its profile (a user's one-fault file, or ``--fault`` picking one, judged less)."""
+    import hashlib
+    import json
+
+    body = [[f.id, f.file, f.search, f.replace, f.gate, f.expect.value] for f in sorted(faults, key=lambda f: f.id)]
+    return hashlib.sha256(json.dumps(body).encode()).hexdigest()
+
+
+def committed_faults_sha256(profile: str) -> str:
+    return faults_sha256([f for f in load_faults() if profile in f.profiles])
 
 
 def stale(fault: Fault, text: str | None) -> str | None:
@@ -169,13 +188,20 @@ class Trial:
 
 def plant(checkout: Path, build_dir: Path, fault: Fault, root: Path) -> Trial:
     """Copy the checkout and the build (modification times kept), and write the fault into the copy."""
-    trial = Trial(fault, root / fault.id)
+    if (why := id_problem(fault.id)) is not None:
+        raise ConfigError(f"fault {fault.id!r}: not a fault id ({why})")
+    root.mkdir(parents=True, exist_ok=True)
+    trial = Trial(fault, places.inside(root, root / fault.id, f"fault {fault.id}: its directory"))
     shutil.rmtree(trial.work, ignore_errors=True)
     trial.work.mkdir(parents=True)
     for src, dst in ((checkout, trial.src), (build_dir, trial.build)):
         run(["cp", "-a", "--reflink=auto", str(src), str(dst)], what=f"cp -a {src.name}")
-    target = trial.src / fault.file
-    text = target.read_text(encoding="utf-8")
+    if (why := relative_problem(fault.file)) is not None:
+        raise ConfigError(f"fault {fault.id}: file {fault.file}: {why}")
+    target = places.inside(trial.src, trial.src / fault.file, f"fault {fault.id}: file")
+    if not is_regular(trial.src / fault.file):
+        raise ConfigError(f"fault {fault.id}: file {fault.file}: not a regular file in the fork (a link or a directory); plant faults in a file of its own")
+    text = read_text(target, CONFIG_LIMIT * 4)
     why = stale(fault, text)
     if why is not None:
         raise ConfigError(why)
@@ -262,7 +288,9 @@ def selftest(
             for copy in (trial.src, trial.build):
                 shutil.rmtree(copy, ignore_errors=True)
     ordered = [outcomes[f.id] for f in faults]
-    return _result(key, ordered, time.monotonic() - started, width), table(ordered)
+    result = _result(key, ordered, time.monotonic() - started, width)
+    judged = (("faults_sha256", faults_sha256(faults)), ("faults_file", str(faults_file) if faults_file else f"ci/gates/{FAULTS}"))
+    return dataclasses.replace(result, properties=(*result.properties, *judged)), table(ordered)
 
 
 CORES_PER_FAULT = 4  # a fault's rebuild is one to a few units, and its gates want a core or two of their own

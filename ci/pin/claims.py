@@ -41,6 +41,8 @@ class Check:
 
 
 def parse_check(text: str, measured: str, tolerance: float, where: str, configs: Sequence[str] = CONFIGS) -> Check:
+    if not 0.0 <= tolerance <= 1.0:  # NaN fails both: a NaN or a tolerance above 1 turned the regression check off
+        raise ConfigError(f"{where}: tolerance {tolerance}: must be a fraction from 0 to 1 (0.1: a 10% drop fails)")
     m = CHECK_RE.match(text)
     if not m:
         raise ConfigError(f'{where}: "{text}" is not METRIC(CONFIG[, PROMPT]) [/ METRIC(CONFIG[, PROMPT])] >= NUMBER')

@@ -150,12 +150,16 @@ class Pins:
 def load(path: Path) -> Pins:
     """Read and validate ``path``; every problem is a :class:`ConfigError` naming the file and dotted key."""
     name = path.name
+    from serve.bounded import CONFIG_LIMIT, read_regular
+
+    raw = b""
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = read_regular(path, CONFIG_LIMIT)
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: not found; run from the repository root or pass --root DIR (the onebit-ci checkout)") from None
     except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        line = raw[: exc.start].count(b"\n") + 1
         raise ConfigError(f"{name}:{line}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); write it as UTF-8") from None
     except OSError as exc:
         raise ConfigError(f"{name}: cannot be read ({exc.strerror})") from None

@@ -70,7 +70,7 @@ def find_project(start: Path | None = None) -> Project:
         return Project(root)
     here = (start or Path.cwd()).resolve()
     for d in (here, *here.parents):
-        if (d / pins_mod.PINS_FILE).is_file():
+        if os.path.lexists(d / pins_mod.PINS_FILE):  # a FIFO or a directory there is named by the loader, not skipped
             return Project(d)
     raise ConfigError(f"{pins_mod.PINS_FILE}: not found in {here} or above; run from the onebit-ci checkout")
 

@@ -5,8 +5,11 @@ for the build being shipped. A record's ``prev`` is the sha256 of the line befor
 removed afterwards breaks the chain; the head file beside it (``ledger.jsonl.head``: the count and the last
 line's sha256, written atomically with each append) anchors the tip, so the last record cannot be edited,
 removed or added to unseen either. Reading reports any of it: a damaged ledger is never silently skipped.
-With ``ONEBIT_LEDGER_KEY`` set (a runner others share), each record carries an HMAC-SHA256 of itself and every
-reader checks it, so only a holder of the key can write a record that counts.
+With ``ONEBIT_LEDGER_KEY`` set (a runner others share), each record carries an HMAC-SHA256 of itself (its sequence
+number included) and so does the head, and every reader checks them, so only a holder of the key can write a record
+or a head that counts; a signed ledger read without the key is refused. An old signed head put back with the
+records after it removed is caught by the witness (``ONEBIT_LEDGER_WITNESS``, a copy of the last head kept outside
+build/). docs/release.md says what this protects against and what not.
 """
 
 from __future__ import annotations
@@ -20,21 +23,22 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ci.compile.manifest import Manifest
 from ci.errors import ConfigError
 from ci.files import write_atomic
 from ci.gates.results import GateResult
 from ci.schema import parse_json
+from serve.bounded import CONFIG_LIMIT, LEDGER_LIMIT, read_regular
 
 LEDGER = "ledger.jsonl"
 HEAD_SUFFIX = ".head"  # ledger.jsonl.head: the count and the last line's sha256
 GENESIS = "0" * 64
 KEY_VAR = "ONEBIT_LEDGER_KEY"
+WITNESS_VAR = "ONEBIT_LEDGER_WITNESS"
 
 
 @dataclass(frozen=True)
@@ -46,14 +50,14 @@ class BuildContext:
     patches: str = ""
     profile: str = ""
     device: str = ""
-
-    @classmethod
-    def of(cls, manifest: Manifest) -> BuildContext:
-        """The identity of the build ``manifest`` describes."""
-        return cls(manifest.key, manifest.pin_commit, manifest.series_digest, manifest.profile, manifest.device)
+    manifest_sha256: str = ""  # Manifest.digest: the binaries' and libraries' sha256 the gates ran on
+    judged: Callable[[GateResult], Mapping[str, Any]] | None = None  # what a gate's result judged against (binding.py)
 
     def to_json(self) -> dict[str, str]:
-        return {"build_key": self.build_key, "pin": self.pin, "patches": self.patches, "profile": self.profile, "device": self.device}
+        return {
+            "build_key": self.build_key, "pin": self.pin, "patches": self.patches, "profile": self.profile, "device": self.device,
+            "manifest_sha256": self.manifest_sha256,
+        }  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,8 @@ class Record:
 class Ledger:
     path: Path
     records: tuple[Record, ...] = field(default=())
+    notes: tuple[str, ...] = ()  # what a reader set aside or accepted after a crash, each one line
+    size: int = 0  # bytes of complete lines
 
 
 def ledger_path(results_dir: Path) -> Path:
@@ -100,26 +106,53 @@ def head_path(path: Path) -> Path:
     return path.with_name(path.name + HEAD_SUFFIX)
 
 
+def _head_body(count: int, sha256: str, pending: str) -> bytes:
+    return f"head\0{count}\0{sha256}\0{pending}".encode()
+
+
 @dataclass(frozen=True)
 class Head:
-    """The chain's tip: how many records, and the sha256 of the last line. Written with every append."""
+    """The chain's tip: how many records, and the sha256 of the last line; signed under the key. ``pending`` is the
+    sha256 of the line an append is about to write: written before the line, so a crash between the line and the
+    head's move reads as that (the line is the one the head announced), not as tampering."""
 
     count: int
     sha256: str
+    pending: str = ""
+    sig: str = ""
 
     @classmethod
-    def read(cls, path: Path) -> Head | None:
+    def read(cls, path: Path, key: bytes | None = None) -> Head | None:
         hp = head_path(path)
-        if not hp.is_file():
+        if not os.path.lexists(hp):
             return None
         try:
-            data = parse_json(hp.read_bytes())
-            return cls(int(data["count"]), str(data["sha256"]))
+            data = parse_json(read_regular(hp, CONFIG_LIMIT))
+            head = cls(int(data["count"]), str(data["sha256"]), str(data.get("pending", "")), str(data.get("sig", "")))
+        except OSError as exc:
+            raise ConfigError(f"{hp}: cannot be read as a ledger head: {exc.strerror}") from None
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"{hp}: not a ledger head ({exc}); restore it with the ledger from a backup, or move both away") from None
+        if key is None and head.sig:
+            raise ConfigError(f"{hp}: signed with {KEY_VAR}, which is not set here; set it to read this ledger (a signed ledger is never read unchecked)")
+        if key is not None and not hmac.compare_digest(head.sig, head.signature(key)):
+            raise ConfigError(f"{hp}: the head's signature does not match {KEY_VAR} ({'unsigned' if not head.sig else 'forged, or signed with another key'})")
+        return head
 
-    def write(self, path: Path) -> None:
-        write_atomic(head_path(path), json.dumps({"count": self.count, "sha256": self.sha256}) + "\n")
+    def signature(self, key: bytes) -> str:
+        return hmac.new(key, _head_body(self.count, self.sha256, self.pending), hashlib.sha256).hexdigest()
+
+    def signed(self, key: bytes | None) -> Head:
+        return Head(self.count, self.sha256, self.pending, self.signature(key) if key is not None else "")
+
+    def write(self, path: Path, key: bytes | None = None) -> None:
+        head = self.signed(key)
+        data: dict[str, Any] = {"count": head.count, "sha256": head.sha256}
+        if head.pending:
+            data["pending"] = head.pending
+        if head.sig:
+            data["sig"] = head.sig
+        write_atomic(head_path(path), json.dumps(data) + "\n")
 
 
 def signing_key(env: Mapping[str, str] | None = None) -> bytes | None:
@@ -128,55 +161,120 @@ def signing_key(env: Mapping[str, str] | None = None) -> bytes | None:
     return value.encode() if value else None
 
 
+def witness_path(env: Mapping[str, str] | None = None) -> Path | None:
+    """ONEBIT_LEDGER_WITNESS: a file outside build/ (the runner's own state, or the CI job's artefact) holding the
+    last head this ledger had; a ledger rewound below it is refused (docs/release.md says who keeps it)."""
+    value = (os.environ if env is None else env).get(WITNESS_VAR, "")
+    return Path(value) if value else None
+
+
 def _signature(key: bytes, data: Mapping[str, Any]) -> str:
     body = json.dumps({k: v for k, v in data.items() if k != "sig"}, sort_keys=True).encode()
     return hmac.new(key, body, hashlib.sha256).hexdigest()
 
 
-def read(path: Path, key: bytes | None = None) -> Ledger:
-    """Every record, checked: each line JSON with the record's fields, the chain unbroken, the tip equal to the
-    head file, and, with ``key``, every record's signature. Any problem is a ConfigError naming the line."""
-    if not path.is_file():
-        if Head.read(path) not in (None, Head(0, GENESIS)):
+def read(path: Path, key: bytes | None = None, witness: Path | None = None) -> Ledger:
+    """Every record, checked: each line JSON with the record's fields, its sequence number its line, the chain
+    unbroken, the tip equal to the head file, with ``key`` every record's and the head's signature (without it, a
+    signed ledger is refused), and, given a ``witness``, not rewound below the last head it saw. Any problem is a
+    ConfigError naming the line. A last line cut short (a full disk, a crash) behind an intact head is set aside
+    and named in :attr:`Ledger.notes`, and the next append removes it."""
+    witness = witness if witness is not None else witness_path()
+    if not os.path.lexists(path):
+        head = Head.read(path, key)
+        if head is not None and head.count:
             raise ConfigError(f"{path}: missing, but its head {head_path(path).name} names records (removed?); restore it from a backup")
+        _check_witness(path, (), witness)
         return Ledger(path)
-    raw_bytes = path.read_bytes()
-    if raw_bytes and not raw_bytes.endswith(b"\n"):
-        raise ConfigError(f"{path}: the last line is incomplete (a damaged ledger); restore it from a backup or move it away")
+    try:
+        raw_bytes = read_regular(path, LEDGER_LIMIT)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read as a ledger: {exc.strerror}") from None
+    complete, _, tail = raw_bytes.rpartition(b"\n")
+    complete = complete + b"\n" if complete or raw_bytes.startswith(b"\n") else b""
+    notes: list[str] = []
     records: list[Record] = []
     prev = GENESIS
-    for n, raw in enumerate(raw_bytes.splitlines(), 1):
+    lines = complete.splitlines()
+    head = Head.read(path, key)
+    for n, raw in enumerate(lines, 1):
         try:
             data = parse_json(raw)
         except (ValueError, RecursionError):
             raise ConfigError(f"{path}:{n}: not a JSON record (a damaged ledger); restore it from a backup or move it away") from None
         if not isinstance(data, dict) or not {"gate", "verdict", "prev", "time"} <= data.keys():
             raise ConfigError(f"{path}:{n}: not a ledger record (needs gate, verdict, prev, time)")
+        if key is None and "sig" in data:
+            raise ConfigError(f"{path}:{n}: signed with {KEY_VAR}, which is not set here; set it to read this ledger (a signed ledger is never read unchecked)")
         if data["prev"] != prev:
             where = f"{path}:{n - 1}: the record was edited, or one after it removed" if n > 1 else f"{path}:1: the first record was edited"
             raise ConfigError(f"{where} (line {n} chains to {str(data['prev'])[:12]}, not {prev[:12]})")
         if key is not None and data.get("sig") != _signature(key, data):
             raise ConfigError(f"{path}:{n}: the record's signature does not match {KEY_VAR} ({'unsigned' if 'sig' not in data else 'forged, or signed with another key'})")
+        if ("seq" in data or key is not None) and data.get("seq") != n:
+            raise ConfigError(f"{path}:{n}: the record's sequence number is {data.get('seq')!r}, not {n} (records moved or removed)")
         digest = hashlib.sha256(raw).hexdigest()
         records.append(Record(n, data, digest))
         prev = digest
-    head = Head.read(path)
+    if tail:
+        at = len(lines) + 1
+        if head is None or head.count != len(records) or head.sha256 != prev:
+            raise ConfigError(f"{path}:{at}: the last line is incomplete ({len(tail)} bytes, no newline) and the head does not match the records before it; restore the ledger from a backup or move it away")
+        notes.append(f"{path.name}:{at}: an append cut short (a full disk or a crash: {len(tail)} bytes, no newline) is set aside; the next append removes it")
     if head is None:
         if records:
             raise ConfigError(f"{path}: has no head ({head_path(path).name}): its last record cannot be checked; move the ledger away to start a new one")
-    elif head != Head(len(records), prev):
-        raise ConfigError(f"{path}: the last record does not match the ledger's head (edited or removed?)")
-    return Ledger(path, tuple(records))
+    elif (head.count, head.sha256) != (len(records), prev):
+        before = records[-2].sha256 if len(records) > 1 else GENESIS
+        if head.pending and records and head.pending == prev and (head.count, head.sha256) == (len(records) - 1, before):
+            notes.append(f"{path.name}:{len(records)}: appended, but the head was not moved to it (a crash between the two); the head announced it, so it counts, and the next append moves the head")
+        else:
+            raise ConfigError(f"{path}: the last record does not match the ledger's head (edited or removed?)")
+    _check_witness(path, records, witness)
+    return Ledger(path, tuple(records), tuple(notes), len(complete))
 
 
-def append(path: Path, result: GateResult, context: BuildContext, artefacts: Mapping[str, str] | None = None, key: bytes | None = None) -> Record:
+def _check_witness(path: Path, records: Sequence[Record], witness: Path | None) -> None:
+    if witness is None or not os.path.lexists(witness):
+        return
+    try:
+        data = parse_json(read_regular(witness, CONFIG_LIMIT))
+        count, sha = int(data["count"]), str(data["sha256"])
+    except OSError as exc:
+        raise ConfigError(f"{witness} ({WITNESS_VAR}): cannot be read: {exc.strerror}") from None
+    except (ValueError, KeyError, TypeError):
+        raise ConfigError(f"{witness} ({WITNESS_VAR}): not a ledger witness (count, sha256); restore it or remove it to start a new ledger") from None
+    if count > len(records):
+        raise ConfigError(
+            f"{path}: rewound: it holds {len(records)} records, but {witness} ({WITNESS_VAR}) saw {count}; "
+            "restore the ledger from a backup (records were removed)"
+        )
+    if count and records[count - 1].sha256 != sha:
+        raise ConfigError(f"{path}:{count}: not the record {witness} ({WITNESS_VAR}) saw there (sha256 {sha[:12]}); the ledger was rewritten")
+
+
+def _advance_witness(witness: Path | None, count: int, sha: str) -> None:
+    if witness is not None:
+        write_atomic(witness, json.dumps({"count": count, "sha256": sha}) + "\n")
+
+
+def append(
+    path: Path, result: GateResult, context: BuildContext, artefacts: Mapping[str, str] | None = None, key: bytes | None = None, witness: Path | None = None
+) -> Record:
     """Add one record at the end (an O_APPEND write, fsync'd), then move the head to it, under a lock; signed
-    with ``key`` (default: ONEBIT_LEDGER_KEY) when there is one."""
+    with ``key`` (default: ONEBIT_LEDGER_KEY) when there is one. The head first announces the line (``pending``),
+    so a crash between the line and the head is told from an edit; a line cut short by an earlier crash is removed
+    first. The witness (default: ONEBIT_LEDGER_WITNESS) moves with the head."""
     key = key if key is not None else signing_key()
+    witness = witness if witness is not None else witness_path()
     with _locked(path):
-        ledger = read(path, key)
+        ledger = read(path, key, witness)
+        if path.exists() and path.stat().st_size > ledger.size:  # an append cut short: its partial line goes
+            os.truncate(path, ledger.size)
+        n = len(ledger.records) + 1
         prev = ledger.records[-1].sha256 if ledger.records else GENESIS
         data: dict[str, Any] = {
+            "seq": n,
             "gate": result.gate,
             "verdict": result.status.value,
             "summary": result.summary,
@@ -185,24 +283,33 @@ def append(path: Path, result: GateResult, context: BuildContext, artefacts: Map
             "properties": dict(result.properties),  # what the gate judged by content (models, binaries, prompts)
             "metrics": dict(result.metrics),
             **context.to_json(),
+            "criteria": dict(context.judged(result)) if context.judged is not None else {},
             "versions": versions(),
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "host": platform.node(),
             "artefacts": dict(artefacts or {}),
             "prev": prev,
         }
+        data["criteria_sha256"] = criteria_digest(data["criteria"])
         if key is not None:
             data["sig"] = _signature(key, data)
         line = json.dumps(data, sort_keys=True).encode()
+        digest = hashlib.sha256(line).hexdigest()
+        Head(n - 1, prev, pending=digest).write(path, key)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line + b"\n")
             os.fsync(fd)
         finally:
             os.close(fd)
-        digest = hashlib.sha256(line).hexdigest()
-        Head(len(ledger.records) + 1, digest).write(path)
-        return Record(len(ledger.records) + 1, data, digest)
+        Head(n, digest).write(path, key)
+        _advance_witness(witness, n, digest)
+        return Record(n, data, digest)
+
+
+def criteria_digest(criteria: Mapping[str, Any]) -> str:
+    """The sha256 of what a gate judged against (expected counts, token count, floors, the fault set)."""
+    return hashlib.sha256(json.dumps(criteria, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def versions() -> dict[str, str]:

@@ -11,16 +11,16 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from ci.command import run
-from ci.compile.manifest import Manifest
+from ci.compile.manifest import MANIFEST, Manifest
 from ci.compile.stage import CurrentBuild
-from ci.errors import GateFailed, ToolchainError
+from ci.errors import GateFailed, Refused, ToolchainError
 from ci.files import shown, write_atomic
 from ci.gates import perf
 from ci.gates.equivalence import GATE as GATE_EQUIVALENCE
@@ -30,6 +30,7 @@ from ci.gates.registry import always, required
 from ci.gates.results import GateResult, Status
 from ci.gates.route import SOURCE_ROOT
 from ci.pin.pins import EquivalenceConfig, Pins
+from ci.release import binding
 from ci.release import ledger as ledger_mod
 
 DIST_NAME = "onebit-serve"
@@ -56,6 +57,7 @@ class ShipCheck:
     key: str
     manifest: Manifest
     standings: tuple[GateStanding, ...]
+    notes: tuple[str, ...] = ()  # what the ledger's reader set aside after a crash
 
     @property
     def ok(self) -> bool:
@@ -71,21 +73,32 @@ def counted_models(release: EquivalenceConfig | None) -> str:
 
 
 def standings(
-    ledger: ledger_mod.Ledger, key: str, required: Sequence[str] | None = None, release: EquivalenceConfig | None = None
+    ledger: ledger_mod.Ledger,
+    key: str,
+    required: Sequence[str] | None = None,
+    release: EquivalenceConfig | None = None,
+    why_not: Callable[[ledger_mod.Record], str | None] | None = None,
 ) -> tuple[GateStanding, ...]:
     """Where each required gate stands for the build ``key``, from the ledger's records (pure). The equivalence and
     perf records that count are those on the models the release is judged on (:func:`counted_models`; pins.yaml's
-    by sha256 when it gives them); a run on other models stays in the ledger and is shown as not counted."""
+    by sha256 when it gives them), and, given ``why_not`` (binding.why_not_counted), those that judged exactly the
+    build's binaries against today's criteria; any other stays in the ledger and is shown as not counted."""
     out = []
     models = counted_models(release)
     for gate in always() if required is None else required:
         mine = [r for r in ledger.records if r.gate == gate and r.build_key == key]
-        counted = [r for r in mine if gate not in MODEL_GATES or _on_models(r, models, release)]
-        ignored = [r for r in mine if r not in counted]
+        reasons: dict[int, str] = {}
+        for r in mine:
+            if gate in MODEL_GATES and not _on_models(r, models, release):
+                reasons[r.line] = f"models {_models_of(r)}"
+            elif why_not is not None and (why := why_not(r)) is not None:
+                reasons[r.line] = why
+        counted = [r for r in mine if r.line not in reasons]
+        ignored = [r for r in mine if r.line in reasons]
         note = ""
         if ignored:
             last = ignored[-1]
-            note = f"; not counted: models {_models_of(last)} (ledger line {last.line}{f' and {len(ignored) - 1} more' if len(ignored) > 1 else ''})"
+            note = f"; not counted: {reasons[last.line]} (ledger line {last.line}{f' and {len(ignored) - 1} more' if len(ignored) > 1 else ''})"
         rec = counted[-1] if counted else None
         if rec is not None:
             state = Standing.PASSED if rec.verdict == Status.PASSED.value else Standing.FAILED
@@ -94,10 +107,11 @@ def standings(
             detail = f"{rec.data.get('summary', '')}{why} (ledger line {rec.line}, {rec.data.get('time', '')})"
             if gate in MODEL_GATES:
                 detail += f" [{models}]"
-            out.append(GateStanding(gate, state, detail + note, rec))
+            out.append(GateStanding(gate, state, detail + (note if any(r.line > rec.line for r in ignored) else ""), rec))
             continue
         if ignored:
-            out.append(GateStanding(gate, Standing.MISSING, f"no record on the {models} for this build: run nox -s gpu_tests{note}"))
+            what = f"on the {models}" if gate in MODEL_GATES else "that counts"
+            out.append(GateStanding(gate, Standing.MISSING, f"no record {what} for this build: run nox -s gpu_tests{note}"))
             continue
         others = [r for r in ledger.records if r.gate == gate]
         if others:
@@ -124,9 +138,22 @@ def _on_models(rec: ledger_mod.Record, models: str, release: EquivalenceConfig |
     return all(props.get(k) == v for k, v in want.items() if v is not None)
 
 
-def check(build: CurrentBuild, pins: Pins, results_dir: Path) -> ShipCheck:
+def check(build: CurrentBuild, pins: Pins, results_dir: Path, root: Path) -> ShipCheck:
+    """Where each gate stands for the current build, after every binary and library of it is hashed again: ship
+    takes no stat data and no build.json on trust (binding.py)."""
+    profile = build.manifest.profile
+    wrong = build.manifest.reproved(build.build_dir)
+    if wrong:
+        name, what = wrong[0]
+        more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
+        raise Refused(f"ship: the {profile} build's {name} {what} in {shown(build.build_dir / MANIFEST, root)}{more}: run nox -s build -- --profile {profile}, then the gates")
     ledger = ledger_mod.read(ledger_mod.ledger_path(results_dir), ledger_mod.signing_key())
-    return ShipCheck(build.key, build.manifest, standings(ledger, build.key, required(pins), release=pins.equivalence))
+
+    def why_not(record: ledger_mod.Record) -> str | None:
+        return binding.why_not_counted(record, build.manifest, pins)
+
+    found = standings(ledger, build.key, required(pins), release=pins.equivalence, why_not=why_not)
+    return ShipCheck(build.key, build.manifest, found, ledger.notes)
 
 
 def last_release(results_dir: Path, profile: str, key: str, models: str) -> perf.Released | None:
@@ -150,6 +177,7 @@ def table(result: ShipCheck) -> str:
     for s in result.standings:
         shown = s.state.value if s.state is Standing.PASSED else s.state.value.upper()
         lines.append(f"  {s.gate:<{width}}  {shown:<8}  {s.detail}")
+    lines += [f"  ledger: {note}" for note in result.notes]
     return "\n".join(lines)
 
 
@@ -269,5 +297,5 @@ def ship(pins: Pins, root: Path, result: ShipCheck, results_dir: Path, dist: Pat
     # the release in the ledger: the next bump's perf gate compares with this build's figures
     m = result.manifest
     shipped = GateResult(SHIP, Status.PASSED, f"shipped {built[0].name}", properties=(("release", built[-1].name),))
-    ledger_mod.append(ledger_mod.ledger_path(results_dir), shipped, ledger_mod.BuildContext.of(m))
+    ledger_mod.append(ledger_mod.ledger_path(results_dir), shipped, binding.context_of(pins, m))
     return built

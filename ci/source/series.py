@@ -6,6 +6,7 @@ reaches outside the checkout.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,10 +16,12 @@ import pygit2
 from pygit2.enums import DeltaStatus, FileMode
 
 from ci.errors import ConfigError, Refused
+from serve.bounded import CONFIG_LIMIT, MiB, is_regular, read_regular
 from serve.identity import series_digest, series_entries
 
 PATCHES_DIR = "patches"
 SERIES_FILE = "series"
+PATCH_LIMIT = 64 * MiB
 DIFF_LINE_RE = re.compile(r"^diff --git a/\S+ b/\S+$")
 URL_RE = re.compile(r"^https?://\S+$")
 TRAILER_RE = re.compile(r"^(Upstream|Drop-when):[ \t]*(.*)$", re.MULTILINE)
@@ -86,13 +89,17 @@ def series_text(names: Sequence[str], old_text: str = "") -> str:
 def load_series(directory: Path) -> Series:
     rel = f"{directory.name}/{SERIES_FILE}"
     path = directory / SERIES_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         return Series(directory, ())
+    if not is_regular(path):  # a directory or a dangling link is not "no patches"
+        kind = "a directory" if path.is_dir() else "a symbolic link" if path.is_symlink() else "not a regular file"
+        raise ConfigError(f"{rel}: {kind}; the series must be a regular file listing patch names (or absent: no patches)")
     names: list[str] = []
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = read_regular(path, CONFIG_LIMIT)
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        at = path.read_bytes()[: exc.start].count(b"\n") + 1
+        at = raw[: exc.start].count(b"\n") + 1
         raise ConfigError(f"{rel}:{at}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); the series file lists patch names, one a line") from None
     except OSError as exc:
         raise ConfigError(f"{rel}: cannot be read ({exc.strerror})") from None
@@ -101,14 +108,18 @@ def load_series(directory: Path) -> Series:
             raise ConfigError(f'{rel}:{n}: "{line}" is not a patch file name (NAME.patch, in {directory.name}/)')
         if line in names:
             raise ConfigError(f'{rel}:{n}: "{line}" is listed twice')
-        if not (directory / line).is_file():
-            raise ConfigError(f"{rel}:{n}: {line} does not exist in {directory.name}/; add it or remove the line")
+        if not is_regular(directory / line):
+            what = "is not a regular file" if os.path.lexists(directory / line) else "does not exist"
+            raise ConfigError(f"{rel}:{n}: {line} {what} in {directory.name}/; add it or remove the line")
         names.append(line)
     return Series(directory, tuple(parse_patch(directory / name, f"{directory.name}/{name}") for name in names))
 
 
 def parse_patch(path: Path, display: str) -> Patch:
-    data = path.read_bytes()
+    try:
+        data = read_regular(path, PATCH_LIMIT)
+    except OSError as exc:
+        raise ConfigError(f"{display}: {exc.strerror}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

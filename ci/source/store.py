@@ -1,15 +1,20 @@
 """The fork's commits as this machine knows them: a store fetched from the pinned URL or a local mirror.
 
 The store is the submodule's own git directory (``.git/modules/<path>``), so a bump and a later checkout share
-one set of objects. A local path given as the remote is borrowed through ``objects/info/alternates``, as
-``git clone --shared`` does: nothing is copied, and a mirror that lacks some large blobs (the search tool's
-snapshots) still serves every commit and tree. A URL (``https://``, ``file://``) is fetched with libgit2.
+one set of objects. A local path given as the remote has its object files taken in (hard links where the file
+system allows, else copies: packs are immutable), so a mirror that lacks some large blobs (the search tool's
+snapshots) still serves every commit and tree, and nothing depends on the mirror staying where it was. The store
+keeps no ``objects/info/alternates`` to a user's path: an older store's are taken in, or dropped when their mirror
+is gone, on the next sync, and until then a missing one is named in one line. A URL (``https://``, ``file://``) is
+fetched with libgit2.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
@@ -20,6 +25,7 @@ from pygit2.enums import RepositoryInitFlag, SortMode
 
 from ci.errors import ConfigError, GitError
 from ci.schema import did_you_mean
+from serve.bounded import CONFIG_LIMIT, read_regular
 
 HEADS = "refs/onebit/heads/"
 PULLS = "refs/onebit/pull/"
@@ -65,18 +71,49 @@ class ForkStore:
             return self._borrow(local)
         return self._fetch(remote)
 
+    @property
+    def objects(self) -> Path:
+        return Path(self.repo.path) / "objects"
+
+    def alternates(self) -> list[Path]:
+        """The object directories an older store borrowed (objects/info/alternates), as written."""
+        alt = self.objects / "info" / "alternates"
+        if not alt.is_file():
+            return []
+        text = read_regular(alt, CONFIG_LIMIT).decode("utf-8", errors="replace")
+        return [
+            Path(line) if Path(line).is_absolute() else self.objects / line
+            for line in text.splitlines()
+            if line.strip() and not line.startswith("#")
+        ]
+
+    def missing_alternates(self) -> list[Path]:
+        return [p for p in self.alternates() if not p.is_dir()]
+
+    def check_alternates(self) -> None:
+        """A GitError naming the first mirror an older store borrowed objects from that is gone."""
+        gone = self.missing_alternates()
+        if gone:
+            raise GitError(
+                f"{self.objects / 'info' / 'alternates'}: the store borrows objects from {gone[0]}, which is gone (the mirror moved?); "
+                "pass --remote with its new path, or a URL, to fetch the objects in"
+            )
+
+    def _take_in_alternates(self) -> None:
+        """Every object an older store borrowed, taken in from the mirrors still there; then no alternates at all."""
+        for objects in self.alternates():
+            if objects.is_dir():
+                _take_objects(objects, self.objects)
+        (self.objects / "info" / "alternates").unlink(missing_ok=True)
+        self.repo = pygit2.Repository(self.repo.path, pygit2.enums.RepositoryOpenFlag.BARE)  # libgit2 reads alternates at open
+
     def _borrow(self, path: Path) -> str:
         try:
             src = pygit2.Repository(str(path))
         except pygit2.GitError:
             raise GitError(f"--remote {path}: not a git repository") from None
-        objects = Path(src.path) / "objects"
-        alt = Path(self.repo.path) / "objects" / "info" / "alternates"
-        lines = alt.read_text().splitlines() if alt.is_file() else []
-        if str(objects) not in lines:
-            alt.parent.mkdir(parents=True, exist_ok=True)
-            alt.write_text("\n".join([*lines, str(objects)]) + "\n")
-            self.repo = pygit2.Repository(self.repo.path)  # reopen: libgit2 reads alternates at open
+        _take_objects(Path(src.path) / "objects", self.objects)
+        self._take_in_alternates()
         wanted: dict[str, pygit2.Oid] = {}
         for name in src.references:
             if name.startswith("refs/heads/"):
@@ -92,9 +129,10 @@ class ForkStore:
             if isinstance(target, pygit2.Oid):
                 wanted[dest] = target
         self._replace_refs(wanted)
-        return f"{path} (local mirror, shared objects): {sum(n.startswith(HEADS) for n in wanted)} branches"
+        return f"{path} (local mirror, objects taken in): {sum(n.startswith(HEADS) for n in wanted)} branches"
 
     def _fetch(self, url: str) -> str:
+        self._take_in_alternates()
         remote = self.repo.remotes.create_anonymous(url)
         try:
             remote.fetch([f"+refs/heads/*:{HEADS}*"], prune=pygit2.enums.FetchPrune.PRUNE)
@@ -204,6 +242,34 @@ class ForkStore:
         if self.has_commit(old):
             walker.hide(old)
         return [(str(c.id)[:7], c.message.splitlines()[0] if c.message else "") for c in walker]
+
+
+def _take_objects(src: Path, dest: Path, depth: int = 0) -> None:
+    """Every object file of ``src`` (packs, their indexes, loose objects) present in ``dest``: a hard link where the
+    file system allows, else a copy; the mirror's own alternates too (as git follows them, 5 deep)."""
+    if depth > 5 or not src.is_dir():
+        return
+    for sub in sorted(src.iterdir()):
+        if sub.name == "pack" or (len(sub.name) == 2 and HEX_RE.match(sub.name)):
+            for f in sorted(sub.iterdir()):
+                if not f.is_file() or f.is_symlink() or f.name.startswith("tmp") or f.suffix in (".keep", ".lock"):
+                    continue
+                target = dest / sub.name / f.name
+                if target.exists():
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                tmp = target.with_name(f".{f.name}.onebit-tmp")
+                try:
+                    os.link(f, tmp)
+                except OSError:
+                    shutil.copyfile(f, tmp)
+                os.replace(tmp, target)
+    alt = src / "info" / "alternates"
+    if alt.is_file():
+        for line in read_regular(alt, CONFIG_LIMIT).decode("utf-8", errors="replace").splitlines():
+            if line.strip() and not line.startswith("#"):
+                more = Path(line) if Path(line).is_absolute() else src / line
+                _take_objects(more.resolve(), dest, depth + 1)
 
 
 def _local_repo_path(remote: str) -> Path | None:

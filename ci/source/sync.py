@@ -123,6 +123,8 @@ class Record:
 def ensure_commit(source: Source, remote: str | None, say: Callable[[str], None] = log.info) -> ForkStore:
     """The fork store, holding the commit: fetched from ``remote`` when given, from the pinned URL when missing."""
     store = ForkStore.open(source.gitdir)
+    if not remote:
+        store.check_alternates()  # a mirror an older store borrowed from, moved: one line, not git's own errors
     if remote or not store.has_commit(source.commit):
         where = remote or source.url
         say(f"fetching {where}")
@@ -236,11 +238,16 @@ def _put_back(git: Git, plan: SyncPlan) -> None:
 
 
 def sync(source: Source, *, remote: str | None = None, reset: bool = False, say: Callable[[str], None] = log.info) -> SyncPlan:
-    """Fetch, decide, move: the checkout ends exactly at pin + series, or is refused untouched."""
-    store = ensure_commit(source, remote, say)
-    plan = prepare(source, store, reset=reset)
-    execute(plan)
-    return plan
+    """Fetch, decide, move: the checkout ends exactly at pin + series, or is refused untouched. One sync at a time per
+    checkout (a lock in the fork store; a second refuses, naming the holder)."""
+    from ci.locks import LOCK_NAME, command_line, held_lock
+
+    source.gitdir.mkdir(parents=True, exist_ok=True)
+    with held_lock(source.gitdir / LOCK_NAME, "patches", f"the checkout {source.workdir.name}", purpose=command_line()):
+        store = ensure_commit(source, remote, say)
+        plan = prepare(source, store, reset=reset)
+        execute(plan)
+        return plan
 
 
 def check(source: Source, remote: str | None, say: Callable[[str], None]) -> int:

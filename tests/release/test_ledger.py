@@ -144,7 +144,7 @@ def test_a_deleted_last_record_is_caught_by_the_head(tmp_path: Path) -> None:
 def test_a_record_appended_by_hand_is_caught_by_the_head(tmp_path: Path) -> None:
     path = tmp_path / "ledger.jsonl"
     first = ledger.append(path, result("route"), CONTEXT)
-    forged = dict(first.data, gate="backend_ops", prev=first.sha256)
+    forged = dict(first.data, gate="backend_ops", prev=first.sha256, seq=2)
     with path.open("a") as fh:
         fh.write(json.dumps(forged, sort_keys=True) + "\n")
     with pytest.raises(ConfigError, match="does not match the ledger's head"):
@@ -173,7 +173,9 @@ def test_with_a_key_every_record_is_signed_and_checked(tmp_path: Path, monkeypat
     _forge_last(path, verdict="passed")
     records = path.read_bytes().splitlines()
     ledger.Head(len(records), hashlib.sha256(records[-1]).hexdigest()).write(path)
-    ledger.read(path)  # without the key the forgery is consistent
+    with pytest.raises(ConfigError, match=r"ledger.jsonl:1: signed with ONEBIT_LEDGER_KEY, which is not set here"):
+        ledger.read(path)  # a signed ledger is never read unchecked
+    ledger.Head(len(records), hashlib.sha256(records[-1]).hexdigest()).write(path, key)  # as if the key had leaked for the head
     with pytest.raises(ConfigError, match=r"ledger.jsonl:2: the record's signature does not match ONEBIT_LEDGER_KEY \(forged, or signed with another key\)"):
         ledger.read(path, key)
     with pytest.raises(ConfigError, match="signed with another key"):

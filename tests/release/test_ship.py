@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
+from ci.compile.manifest import Manifest
 from ci.gates.equivalence import GIVEN_MODELS, TINY_MODELS
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
-from ci.release import ledger
+from ci.pin import pins as pins_mod
+from ci.release import binding, ledger
 from tests.support.build import BuildFork, add_fixture_patch, build_cpu, manifest
 from tests.support.project import Project, Result
 
@@ -37,9 +39,26 @@ def built(project: Project, *args: str) -> dict[str, Any]:
 
 
 def record(project: Project, m: dict[str, Any], *results: GateResult) -> None:
-    context = ledger.BuildContext(m["key"], m["pin"]["commit"], m["patches"]["digest"], "cpu", "CPU")
+    """Each result recorded as gpu_tests records it: bound to the build's binaries and to the criteria it judged."""
+    pins = pins_mod.load(project.root / "pins.yaml")
+    context = binding.context_of(pins, Manifest.from_json(m))
     for r in results:
+        if r.gate == "equivalence":
+            r = as_run_on(r, m, pins)
         ledger.append(project.root / "build" / "results" / "ledger.jsonl", r, context)
+
+
+def as_run_on(r: GateResult, m: dict[str, Any], pins: pins_mod.Pins) -> GateResult:
+    """An equivalence result as the gate writes it on this build: its llama-server's sha256 and pins.yaml's tokens,
+    floors and near-tie margin, each unless the result names its own."""
+    config = pins.equivalence
+    ran = {
+        "llama_server_sha256": m["binaries"]["llama-server"]["sha256"],
+        "tokens": str(config.tokens),
+        "floors": config.floors.describe(),
+        "near_tie_nats": f"{config.near_tie_nats:g}",
+    }
+    return dataclasses.replace(r, properties=(*((k, v) for k, v in ran.items() if k not in dict(r.properties)), *r.properties))
 
 
 def ship(project: Project, *args: str) -> Result:

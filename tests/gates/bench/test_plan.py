@@ -44,7 +44,7 @@ def test_a_bad_config_names_itself(text: str, message: str) -> None:
 
 
 def test_a_flag_after_the_double_dash_is_llama_servers_own() -> None:
-    assert bench.parse_config("x=-- --port 9000").extra == ("--port", "9000")
+    assert bench.parse_config("x=-- -ub 1024").extra == ("-ub", "1024")
 
 
 def _plan(model: Path, **kw: object) -> bench.BenchPlan:

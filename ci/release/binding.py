@@ -1,0 +1,94 @@
+"""What binds a gate's record to what ship ships: the binaries it ran on and the criteria it judged against.
+
+At gate time each record carries ``manifest_sha256`` (:attr:`Manifest.digest`: the build key and every binary's and
+library's sha256) and ``criteria`` (what the gate judged against: the expected case counts, the token count and
+floors, the perf checks, the fault set) with its digest. At ship time :func:`why_not_counted` compares them with the
+build.json ship reads, whose binaries it has just hashed again (:meth:`Manifest.reproved`), and with the criteria
+pins.yaml and the committed faults give now. A binary swapped with its sha256 rewritten in build.json, a count raised
+after gating, a shorter equivalence run or a self-test on a user's one-fault file no longer counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ci.compile.manifest import Manifest
+from ci.gates.equivalence import GATE as GATE_EQUIVALENCE
+from ci.gates.perf import GATE as GATE_PERF
+from ci.gates.registry import SELFTEST
+from ci.gates.results import GateResult
+from ci.pin.pins import Pins
+from ci.release import ledger
+
+BACKEND_OPS = "backend_ops"
+
+
+def current_criteria(pins: Pins, gate: str, profile: str) -> dict[str, Any]:
+    """What ``gate`` must have judged against for a build of ``pins`` and ``profile``, now."""
+    if gate == BACKEND_OPS:
+        return {"expected": dict(sorted(pins.expected_cases().items()))}
+    if gate == GATE_EQUIVALENCE:
+        config = pins.equivalence
+        return {"tokens": str(config.tokens), "floors": config.floors.describe(), "near_tie_nats": f"{config.near_tie_nats:g}"}
+    if gate == GATE_PERF:
+        return {"checks": {models: [[c.text, c.floor, c.tolerance] for c in checks] for models, checks in pins.perf}}
+    if gate == SELFTEST:
+        from ci.gates.selftest import committed_faults_sha256
+
+        return {"faults_sha256": committed_faults_sha256(profile)}
+    return {}
+
+
+def judged_criteria(pins: Pins, result: GateResult, profile: str) -> dict[str, Any]:
+    """What ``result`` was judged against: from the result itself where the gate says (the equivalence run's tokens
+    and floors, the self-test's fault set), else from the pins.yaml it ran under."""
+    props = dict(result.properties)
+    if result.gate == GATE_EQUIVALENCE:
+        return {k: props.get(k, "") for k in ("tokens", "floors", "near_tie_nats")}
+    if result.gate == SELFTEST:
+        return {"faults_sha256": props.get("faults_sha256", "")}
+    return current_criteria(pins, result.gate, profile)
+
+
+def context_of(pins: Pins, manifest: Manifest) -> ledger.BuildContext:
+    """The ledger context of a gate run on ``manifest``'s build: its identity, its digest, and each gate's criteria."""
+
+    def judged(result: GateResult) -> Mapping[str, Any]:
+        return judged_criteria(pins, result, manifest.profile)
+
+    return ledger.BuildContext(
+        manifest.key, manifest.pin_commit, manifest.series_digest, manifest.profile, manifest.device, manifest.digest, judged
+    )
+
+
+def why_not_counted(record: ledger.Record, manifest: Manifest, pins: Pins) -> str | None:
+    """None when ``record`` judged exactly this build's binaries against today's criteria; else, in a few words, why
+    it does not count."""
+    data = record.data
+    recorded = str(data.get("manifest_sha256", ""))
+    if not recorded:
+        return "it names no binaries (recorded before records did): run the gate again"
+    if recorded != manifest.digest:
+        return f"it judged other binaries (manifest {recorded[:12]}, build.json now {manifest.digest[:12]})"
+    props = data.get("properties") or {}
+    server = manifest.binaries.get("llama-server")
+    if record.gate == GATE_EQUIVALENCE and server is not None and props.get("llama_server_sha256") != server.sha256:
+        return f"it ran llama-server {str(props.get('llama_server_sha256', ''))[:12]}, not the build's {server.sha256[:12]}"
+    want = current_criteria(pins, record.gate, manifest.profile)
+    got = data.get("criteria")
+    if not isinstance(got, Mapping) or data.get("criteria_sha256") != ledger.criteria_digest(got):
+        return "its criteria are missing or do not match their digest"
+    if dict(got) != want:
+        changed = [k for k in sorted({*want, *got}) if got.get(k) != want.get(k)]
+        shown = "; ".join(f"{k} {_short(got.get(k))}, now {_short(want.get(k))}" for k in changed)
+        return f"it judged other criteria than pins.yaml's and the committed faults' ({shown})"
+    return None
+
+
+def _short(value: object) -> str:
+    text = str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+JudgedCriteria = Callable[[GateResult], Mapping[str, Any]]

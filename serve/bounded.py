@@ -1,0 +1,88 @@
+"""Reading a file the way every reader here must: a regular file (never a FIFO, a device or a directory), up to a
+size limit, in one pass. ``--from-log /dev/zero`` grew to 22.9 GB before this, and a FIFO hung the reader.
+
+Problems are :class:`OSError` carrying the file's name, so every entry point's existing one-line report of a file
+it cannot read (``onebit-ci: error: FILE: ...``, ``1bit serve: error: FILE: ...``) covers them too.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+MiB = 1 << 20
+CONFIG_LIMIT = 16 * MiB  # pins.yaml, .gitmodules, recipes, faults, build.json, a ledger head, a server answer
+LOG_LIMIT = 1024 * MiB  # a test-backend-ops console or sql log (the 100 MB benchmark is a tenth of it)
+LEDGER_LIMIT = 256 * MiB  # about 100 000 records
+
+
+class NotARegularFile(OSError):
+    """A path that is a FIFO, a device, a directory or a socket where a file was expected."""
+
+
+class TooLarge(OSError):
+    """A file over the limit its reader allows."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _limit_text(limit: int) -> str:
+    return f"{limit / MiB:g} MiB" if limit >= MiB else f"{limit} bytes"
+
+
+def read_regular(path: str | os.PathLike[str], limit: int, *, follow: bool = True) -> bytes:
+    """The bytes of ``path``, which must be a regular file of at most ``limit`` bytes (``follow=False``: and not a
+    symbolic link). Opened without blocking, so a FIFO is named, not waited on."""
+    name = os.fspath(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(name, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow:
+            raise NotARegularFile(errno.ELOOP, "a symbolic link, where a file of its own is expected", name) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotARegularFile(errno.EINVAL, f"{_kind(st.st_mode)}, where a regular file is expected", name)
+        if st.st_size > limit:
+            raise TooLarge(errno.EFBIG, f"{st.st_size} bytes, more than the {_limit_text(limit)} this reader takes", name)
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            chunk = os.read(fd, min(MiB, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:  # grew while being read
+                raise TooLarge(errno.EFBIG, f"more than the {_limit_text(limit)} this reader takes", name)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_text(path: str | os.PathLike[str], limit: int, *, follow: bool = True, errors: str = "strict") -> str:
+    """:func:`read_regular` decoded as UTF-8 (a UnicodeDecodeError under ``errors="strict"``)."""
+    return read_regular(path, limit, follow=follow).decode("utf-8", errors=errors)
+
+
+def is_regular(path: Path) -> bool:
+    """Whether ``path`` itself (not what a symbolic link points at) is a regular file."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False

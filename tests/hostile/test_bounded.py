@@ -1,0 +1,102 @@
+"""Bounded inputs (issue 24): every file read is a regular file within a size limit, log judging stays linear and
+refuses a log that repeats a case, a perf tolerance that turns the regression check off is refused, a recipe's env
+cannot load code, and a bench config cannot move the server's address after ``--``."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from ci.errors import ConfigError
+from ci.gates import backend_ops, bench
+from ci.gates.backend_ops_output import parse_console
+from ci.gates.results import Status
+from ci.pin.claims import parse_check
+from serve import bounded, recipes
+from serve.errors import ServeError
+from tests.support.project import Project
+
+DATA = Path(__file__).resolve().parents[1] / "gates" / "backend_ops" / "data"
+
+
+def test_from_log_dev_zero_is_one_line_and_reads_nothing(project: Project) -> None:
+    r = project.ci("gpu-tests", "--profile", "cpu", "--from-log", "/dev/zero")
+    assert r.code == 2
+    assert (
+        r.err
+        == "onebit-ci: error: --from-log /dev/zero: cannot be read: a character device, where a regular file is expected; give a saved test-backend-ops output\n"
+    )
+
+
+def test_from_log_fifo_is_named_not_waited_on(project: Project, tmp_path: Path) -> None:
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    done: list[int] = []
+    t = threading.Thread(target=lambda: done.append(project.ci("gpu-tests", "--profile", "cpu", "--from-log", str(fifo)).code), daemon=True)
+    t.start()
+    t.join(timeout=30)
+    assert done == [2]  # a hang would leave it empty
+
+
+def test_a_file_over_its_limit_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    big = tmp_path / "big.json"
+    with big.open("wb") as fh:
+        fh.truncate(bounded.CONFIG_LIMIT + 1)  # sparse: nothing is written, the size says it
+    with pytest.raises(bounded.TooLarge, match=r"16777217 bytes, more than the 16 MiB this reader takes"):
+        bounded.read_regular(big, bounded.CONFIG_LIMIT)
+
+
+def test_pins_yaml_that_is_a_fifo_is_one_line(project: Project) -> None:
+    pins = project.root / "pins.yaml"
+    pins.unlink()
+    os.mkfifo(pins)
+    r = project.ci("verify-pin")
+    assert r.code == 2
+    assert r.err == "onebit-ci: error: pins.yaml: cannot be read (a FIFO, where a regular file is expected)\n"
+
+
+def test_a_log_repeating_one_case_line_is_a_failure(tmp_path: Path) -> None:
+    lines = (DATA / "cpu.console.txt").read_text().splitlines(keepends=True)
+    cases = [i for i, ln in enumerate(lines) if ln.startswith("  GATED_DELTA_NET(")]
+    forged = lines[: cases[0]] + [lines[cases[0]]] * 36 + lines[cases[-1] + 1 :]  # one passing case, 36 times: "36/36"
+    path = tmp_path / "repeat.console.txt"
+    path.write_text("".join(forged))
+    result = backend_ops.judge_log(path, "CPU", {"GATED_DELTA_NET": 36}, None)
+    assert result.status is Status.FAILED
+    assert any("is printed 36 times (lines 7, 8, 9, 10, 11 and 31 more)" in p for p in result.problems), result.problems
+
+
+def test_log_judging_keeps_a_bounded_tail_of_noise() -> None:
+    report = parse_console("Testing 1 devices\n" + "".join(f"noise {i}\n" for i in range(10_000)))
+    assert report.last_words.startswith("(9960 lines before) ... | noise 9960 | ")
+    assert report.last_words.endswith("noise 9999")
+
+
+@pytest.mark.parametrize("tolerance", [float("nan"), 5.0, -0.1])
+def test_a_perf_tolerance_that_turns_the_regression_check_off_is_refused(tolerance: float) -> None:
+    with pytest.raises(ConfigError, match="must be a fraction from 0 to 1"):
+        parse_check("tokens_per_second(dflash) / tokens_per_second(base) >= 1.5", "x", tolerance, "pins.yaml: expect.perf[0]")
+
+
+@pytest.mark.parametrize(
+    "name", ["LD_PRELOAD", "LD_LIBRARY_PATH", "GGML_BACKEND_PATH", "VK_ICD_FILENAMES", "HSA_TOOLS_LIB", "PYTHONPATH", "PATH"]
+)
+def test_a_recipe_env_that_loads_code_is_refused(name: str) -> None:
+    doc = {"recipes": [{"id": "evil", "match": {}, "env": {name: "/tmp/x.so"}, "why": "w", "measured": "m", "source": "s"}]}
+    with pytest.raises(ServeError, match=f"env.{name}: not a variable a recipe may set"):
+        recipes.parse(json.dumps(doc), "recipes.json")
+
+
+def test_a_recipe_env_knob_is_still_allowed() -> None:
+    doc = {"recipes": [{"id": "ok", "match": {}, "env": {"RADV_PERFTEST": "coop_matrix"}, "why": "w", "measured": "m", "source": "s"}]}
+    assert recipes.parse(json.dumps(doc), "recipes.json").recipes[0].env == (("RADV_PERFTEST", "coop_matrix"),)
+
+
+@pytest.mark.parametrize("config", ["x=-- --host 0.0.0.0", "x=-- --port 9000", "x=-- --port=9000", "x=-- -m other.gguf"])
+def test_a_bench_config_cannot_move_the_server_after_the_double_dash(config: str) -> None:
+    with pytest.raises(ConfigError, match="after -- is not a config's to set"):
+        bench.parse_config(config)

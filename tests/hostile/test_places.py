@@ -1,0 +1,146 @@
+"""Every id and path that names a place (issue 24): hostile fault ids and files, a work directory outside its area,
+a lock path that is someone's file, a series that is a directory or a dangling link; and one build or sync at a time."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+import pytest
+
+from ci import locks
+from ci.errors import ConfigError
+from ci.gates import bench, selftest
+from ci.source.series import load_series
+from tests.support.build import build_cpu
+from tests.support.project import Project
+
+FAULT = """\
+faults:
+  - id: {id}
+    file: {file}
+    search: "a"
+    replace: "b"
+    gate: backend_ops
+    expect: failed
+    profiles: [cpu]
+    why: "hostile"
+"""
+
+
+@pytest.mark.parametrize("fault_id", ["/tmp/victim", "../../victim", "a/../../victim", "..", "-rf", "x" * 101])
+def test_a_fault_id_that_is_a_path_is_refused(tmp_path: Path, fault_id: str) -> None:
+    faults = tmp_path / "faults.yaml"
+    faults.write_text(FAULT.format(id=f'"{fault_id}"', file="tools/server/server.cpp"))
+    with pytest.raises(ConfigError) as exc:
+        selftest.load_faults(faults)
+    assert exc.value.message.startswith(f'{faults}: faults[0].id: "{fault_id}" is not a fault id (letters, digits,')
+
+
+def test_an_absolute_fault_id_removes_nothing_outside_the_checkout(build_project: Project, tmp_path: Path) -> None:
+    r = build_cpu(build_project)
+    assert r.code == 0, r.err
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("mine\n")
+    faults = tmp_path / "faults.yaml"
+    faults.write_text(FAULT.format(id=f'"{victim}"', file="tools/server/server.cpp"))
+    r = build_project.ci("gate-selftest", "--profile", "cpu", "--faults", str(faults))
+    assert r.code == 2, r.err
+    assert r.err.count("\n") == 1
+    assert "is not a fault id" in r.err
+    assert (victim / "keep").read_text() == "mine\n"
+    assert sorted(p.name for p in victim.iterdir()) == ["keep"]
+
+
+@pytest.mark.parametrize(("file", "why"), [("/etc/passwd", "an absolute path"), ("../../../outside.txt", "has '..'")])
+def test_a_fault_file_outside_the_fork_is_refused(tmp_path: Path, file: str, why: str) -> None:
+    faults = tmp_path / "faults.yaml"
+    faults.write_text(FAULT.format(id="ok", file=file))
+    with pytest.raises(ConfigError, match=f'faults\\[0\\].file: "{file}": {why}'):
+        selftest.load_faults(faults)
+
+
+def test_a_faults_file_that_is_a_symlink_or_a_fifo_is_refused(tmp_path: Path) -> None:
+    real = tmp_path / "real.yaml"
+    real.write_text(FAULT.format(id="ok", file="a.c"))
+    link = tmp_path / "link.yaml"
+    link.symlink_to(real)
+    with pytest.raises(ConfigError, match=r"--faults .*link.yaml: cannot be read: a symbolic link"):
+        selftest.load_faults(link)
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match=r"--faults .*fifo.yaml: cannot be read: a FIFO, where a regular file is expected"):
+        selftest.load_faults(fifo)  # named at once, never waited on
+
+
+def test_the_inner_selftest_refuses_a_work_directory_outside_its_area(build_project: Project, tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    r = build_project.ci("selftest-fault", "--profile", "cpu", "--fault", "server-benign", "--work", str(victim))
+    assert r.code == 2
+    assert "--work (the fault's directory, under build/selftest/cpu) " in r.err
+    assert "outside" in r.err
+    assert r.err.count("\n") == 1
+    assert list(victim.iterdir()) == []
+
+
+def test_bench_lock_never_truncates_an_existing_file(tmp_path: Path) -> None:
+    precious = tmp_path / "results.csv"
+    precious.write_text("a,b\n1,2\n")
+    with pytest.raises(ConfigError) as exc, bench.box_lock(precious, print):
+        pass
+    assert exc.value.message == f"--lock {precious}: exists and is not a lock file (8 bytes); it is left as it is: give a path of its own"
+    assert precious.read_text() == "a,b\n1,2\n"
+    link = tmp_path / "link.lock"
+    link.symlink_to(precious)
+    with pytest.raises(ConfigError, match="a symbolic link"), bench.box_lock(link, print):
+        pass
+    assert precious.read_text() == "a,b\n1,2\n"
+
+
+def test_a_second_build_of_one_build_directory_is_refused_naming_the_holder(build_project: Project) -> None:
+    lock = build_project.root / "build" / ".cpu.onebit.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with locks.held_lock(lock, "test", "the build directory", purpose="the first build"):
+        r = build_project.ci("build", "--profile", "cpu", "--remote", str(build_project.fork.path))
+    assert r.code == 4, r.err
+    assert r.err.startswith(f"onebit-ci: error: build: the build directory build/cpu is held by pid {os.getpid()} on ")
+    assert ": the first build; wait for it to finish, one at a time" in r.err
+    assert not (build_project.root / "build" / "cpu" / "build.json").exists()
+
+
+def test_a_second_sync_of_one_checkout_is_refused(build_project: Project) -> None:
+    build_project.ci("patches", "--remote", str(build_project.fork.path))
+    gitdir = build_project.root / ".git" / "modules" / "third_party" / "llama.cpp-rocmfpx"
+    if not gitdir.is_dir():
+        gitdir = next(p.parent for p in (build_project.root / ".git").rglob("HEAD") if "llama.cpp-rocmfpx" in str(p))
+    fd = os.open(gitdir / locks.LOCK_NAME, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        r = build_project.ci("patches", "--remote", str(build_project.fork.path))
+    finally:
+        os.close(fd)
+    assert r.code == 4, r.err
+    assert "patches: the checkout llama.cpp-rocmfpx is held by another process" in r.err
+
+
+def test_a_lock_held_by_a_killed_run_holds_nothing(tmp_path: Path) -> None:
+    lock = tmp_path / "x.lock"
+    lock.write_text("pid 999999 on elsewhere since 2026-01-01T00:00:00Z\n")  # the line stays; the flock went with it
+    with locks.held_lock(lock, "test", "x"):
+        assert lock.read_text().startswith(f"pid {os.getpid()} ")
+
+
+def test_a_series_that_is_a_directory_or_a_dangling_link_is_an_error(tmp_path: Path) -> None:
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    assert load_series(patches).patches == ()  # absent: no patches
+    (patches / "series").mkdir()
+    with pytest.raises(ConfigError, match=r"patches/series: a directory; the series must be a regular file"):
+        load_series(patches)
+    (patches / "series").rmdir()
+    (patches / "series").symlink_to(tmp_path / "gone")
+    with pytest.raises(ConfigError, match=r"patches/series: a symbolic link; the series must be a regular file"):
+        load_series(patches)

@@ -1,0 +1,93 @@
+"""SIGTERM and SIGHUP end what Ctrl-C ends (issue 24): a CI runner cancels a job with SIGTERM to the job's process,
+not to its group, and a closed terminal sends SIGHUP. The build's cmake and ninja, the gate's pytest, and a bump's
+half-written pin all go, as they do on Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ci import files
+from tests.support.build import build_cpu
+from tests.support.project import Project
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def spawn(project: Project, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "ci", "--root", str(project.root), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, cwd=ROOT,
+    )  # fmt: skip
+
+
+def group_gone(proc: subprocess.Popen[str]) -> bool:
+    try:
+        os.killpg(proc.pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_to_the_build_alone_ends_cmake_and_ninja(build_project: Project, sig: signal.Signals) -> None:
+    assert build_cpu(build_project).code == 0
+    proc = spawn(build_project, "build", "--profile", "cpu", "-DFIXTURE_SLOW=ON")
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("configure: done"):
+            break
+    deadline = time.monotonic() + 30
+    while not any("sleep" in " ".join(p.cmdline()) for p in psutil.Process(proc.pid).children(recursive=True)):
+        assert time.monotonic() < deadline, "".join(seen)
+        time.sleep(0.1)
+    os.kill(proc.pid, sig)  # the runner's cancel: this process alone, not its group
+    rest = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 128 + sig, "".join(seen) + rest
+    assert f"onebit-ci: interrupted by {sig.name}" in rest
+    assert "Traceback" not in rest
+    assert not (build_project.root / "build" / "cpu" / "build.json").exists()
+    assert group_gone(proc)  # cmake, ninja and the sleep went with it
+
+
+def test_sigterm_during_the_route_gate_ends_its_pytest(build_project: Project) -> None:
+    assert build_cpu(build_project).code == 0
+    proc = spawn(build_project, "gpu-tests", "--profile", "cpu", "--gate", "route")
+    deadline = time.monotonic() + 60
+    while not any("pytest" in " ".join(p.cmdline()) for p in psutil.Process(proc.pid).children(recursive=True)):
+        assert proc.poll() is None
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGTERM)
+    out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 143, out
+    assert "onebit-ci: interrupted by SIGTERM" in out
+    assert group_gone(proc)
+
+
+def test_sigterm_half_way_through_a_bump_restores_the_pin_and_the_gitlink(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = project.state()
+    gitlink = project.gitlink()
+    real = files.write_atomic
+
+    def terminated(path: Path, data: bytes | str, *, mode: int | None = None) -> None:
+        real(path, data, mode=mode)
+        if path.name == ".gitmodules":  # pins.yaml and .gitmodules written: the runner cancels the job
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr("ci.pin.bump.write_atomic", terminated)
+    r = project.ci("bump-pin", project.fork.c5[:7], "--branch", "many", "--remote", str(project.fork.path))
+    assert r.code == 143, r.err
+    assert r.err == "onebit-ci: interrupted by SIGTERM\n"
+    assert project.state() == before
+    assert project.gitlink() == gitlink
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is this command's alone

@@ -1,0 +1,131 @@
+"""Ship re-proves what it ships (issue 24): the campaign's forgeries, each of which wrote dist/ before."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from ci.compile.manifest import Artifact, stat_stamp
+from ci.files import sha256_cached
+from ci.gates import selftest
+from ci.gates.results import GateResult, Status
+from tests.release.test_ship import GATES, built, record, ship
+from tests.support.project import Project
+
+SELFTEST_PINS = """
+release:
+  require: [gate_selftest]
+"""
+
+
+def build_json(project: Project) -> Path:
+    return project.root / "build" / "cpu" / "build.json"
+
+
+def test_a_swapped_llama_server_with_its_sha256_rewritten_in_build_json_does_not_ship(build_project: Project) -> None:
+    m = built(build_project)
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
+    binary = build_project.root / "build" / "cpu" / m["binaries"]["llama-server"]["path"]
+    other = build_project.root / "build" / "cpu" / m["binaries"]["test-backend-ops"]["path"]
+    shutil.copy2(other, binary)  # a binary no gate judged
+    st = os.stat(binary)
+    data = json.loads(build_json(build_project).read_text())
+    data["binaries"]["llama-server"]["sha256"] = hashlib.sha256(binary.read_bytes()).hexdigest()
+    data["binaries"]["llama-server"]["stat"] = list(stat_stamp(st))
+    build_json(build_project).write_text(json.dumps(data, indent=2) + "\n")
+    r = ship(build_project)
+    assert r.code == 7, r.out
+    assert r.out.count("MISSING") == 3
+    assert "not counted: it judged other binaries (manifest " in r.out
+    assert not (build_project.root / "dist").exists()
+
+
+def test_a_binary_edited_in_place_with_size_inode_and_mtime_put_back_does_not_ship(build_project: Project) -> None:
+    m = built(build_project)
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
+    binary = build_project.root / "build" / "cpu" / m["binaries"]["llama-server"]["path"]
+    before = os.stat(binary)
+    data = bytearray(binary.read_bytes())
+    at = data.index(b"llama-server")
+    data[at : at + 12] = b"llama-sErver"
+    with binary.open("r+b") as fh:  # the same inode, the same size
+        fh.write(data)
+    os.utime(binary, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(binary)
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+    r = ship(build_project)
+    assert r.code == 4, r.out
+    assert "llama-server differs from its recorded sha256" in r.err
+    assert not (build_project.root / "dist").exists()
+
+
+def test_the_stat_caches_compare_ctime(tmp_path: Path, monkeypatch: object) -> None:
+    f = tmp_path / "model.gguf"
+    f.write_bytes(b"GGUF" + b"\0" * 60)
+    art = Artifact.of(tmp_path, f)
+    first = sha256_cached(f)
+    before = os.stat(f)
+    with f.open("r+b") as fh:
+        fh.seek(10)
+        fh.write(b"\1")
+    os.utime(f, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert art.check(tmp_path) == "differs from its recorded sha256"
+    assert sha256_cached(f) != first
+    assert sha256_cached(f) == hashlib.sha256(f.read_bytes()).hexdigest()
+
+
+def test_expected_counts_raised_after_gating_do_not_count(build_project: Project) -> None:
+    m = built(build_project)
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
+    assert ship(build_project, "--check").code == 0
+    pins = build_project.root / "pins.yaml"
+    pins.write_text(pins.read_text().replace("GATED_DELTA_NET: 54", "GATED_DELTA_NET: 60"))
+    r = ship(build_project, "--check")
+    assert r.code == 7
+    assert "backend_ops  MISSING" in r.out
+    assert (
+        "not counted: it judged other criteria than pins.yaml's and the committed faults' (expected {'GATED_DELTA_NET': 54}, now {'GATED_DELTA_NET': 60})"
+        in r.out
+    )
+
+
+def test_an_equivalence_run_shorter_than_pins_yaml_does_not_count(build_project: Project) -> None:
+    m = built(build_project)
+    short = dataclasses.replace(GATES.equivalence, properties=(*GATES.equivalence.properties, ("tokens", "4")))
+    record(build_project, m, GATES.route, GATES.backend_ops, short)
+    r = ship(build_project, "--check")
+    assert r.code == 7
+    assert "equivalence  MISSING" in r.out
+    assert "(tokens 4, now 256)" in r.out
+
+
+def selftest_result(faults: list[selftest.Fault]) -> GateResult:
+    return GateResult(
+        "gate_selftest",
+        Status.PASSED,
+        f"PASSED: {len(faults)}/{len(faults)} faults",
+        properties=(("faults_sha256", selftest.faults_sha256(faults)),),
+    )
+
+
+def test_a_selftest_on_a_one_fault_file_does_not_replace_the_committed_faults_failure(make_build_project: Callable[..., Project]) -> None:
+    project = make_build_project(SELFTEST_PINS)
+    m = built(project)
+    committed = [f for f in selftest.load_faults() if "cpu" in f.profiles]
+    failed = dataclasses.replace(selftest_result(committed), status=Status.FAILED, summary="FAILED: 1/2 faults caught")
+    record(project, m, GATES.route, GATES.backend_ops, GATES.equivalence, failed)
+    mine = tmpfile = project.root / "one-fault.yaml"
+    tmpfile.write_text("faults: []\n")
+    record(project, m, selftest_result(committed[:1]))  # the user's file: one fault, the one that is caught
+    r = ship(project, "--check")
+    assert mine.exists()
+    assert r.code == 7
+    assert "gate_selftest  FAILED" in r.out
+    assert "not counted: it judged other criteria than pins.yaml's and the committed faults' (faults_sha256 " in r.out
+    record(project, m, selftest_result(committed))
+    assert ship(project, "--check").code == 0
