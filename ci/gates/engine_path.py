@@ -28,7 +28,7 @@ from ci.pin.pins import Floors
 MICRO_BATCH = ("-b", "64", "-ub", "16")
 NEAR, DFLASH = "near", "dflash"
 # The DFlash leg drafts 2 tokens a step and its drafter is built, not trained (docs/equivalence.md): on the CPU it had
-# 191 of 1141 drafts accepted (16.7%), 52-69 per prompt, so the near drafter's run floor (0.1) holds with a margin but
+# 191 of 1141 drafts accepted (16.7%), 57-74 per prompt, so the near drafter's run floor (0.1) holds with a margin but
 # the per-prompt floors are halved beside the near leg's hundreds.
 DFLASH_FLOORS = Floors(accepted=defaults.FLOOR_ACCEPTED // 2, rejected=defaults.FLOOR_REJECTED, acceptance=defaults.FLOOR_ACCEPTANCE)
 
