@@ -14,9 +14,10 @@ the chunked delta-net prefill, its snapshot writes and the layer inputs' micro-b
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from ci import defaults
 from ci.gates import equivalence, tiny_qwen35
@@ -27,7 +28,7 @@ from ci.pin.pins import Floors
 MICRO_BATCH = ("-b", "64", "-ub", "16")
 NEAR, DFLASH = "near", "dflash"
 # The DFlash leg drafts 2 tokens a step and its drafter is built, not trained (docs/equivalence.md): on the CPU it had
-# 191 of 1141 drafts accepted (16.7%), 52-69 per prompt, so the near drafter's run floor (0.1) holds with a margin but
+# 191 of 1141 drafts accepted (16.7%), 57-74 per prompt, so the near drafter's run floor (0.1) holds with a margin but
 # the per-prompt floors are halved beside the near leg's hundreds.
 DFLASH_FLOORS = Floors(accepted=defaults.FLOOR_ACCEPTED // 2, rejected=defaults.FLOOR_REJECTED, acceptance=defaults.FLOOR_ACCEPTANCE)
 
@@ -166,3 +167,39 @@ def gate(
         floors=floors,
     )
     return run(legs, out / "equivalence-logs")
+
+
+def drafter_lines(record: Mapping[str, Any] | None) -> tuple[CaseResult, ...]:
+    """The perf table's line per drafter kind: tokens/step and acceptance on the qwen35 target, as the equivalence gate
+    measured them on the same build (its record, ``equivalence.json`` beside the perf gate's); pure. A kind whose leg
+    did not pass, or a record without the kinds (release models, or no equivalence run), is a skipped line that says so."""
+    metrics = (record or {}).get("metrics") or {}
+    props = (record or {}).get("properties") or {}
+    kinds = [k for k in str(props.get("drafter_kinds", "")).split(",") if k]
+    if not kinds:
+        why = (
+            "no equivalence record beside this one"
+            if record is None
+            else "the equivalence record has no drafter kinds (not the tiny engine-path models)"
+        )
+        return (CaseResult("drafters", Status.SKIPPED, f"tokens/step and acceptance per drafter kind: {why}", classname="perf.drafters"),)
+    cases = []
+    cases_of = {c.get("name", ""): c.get("status") for c in (record or {}).get("cases") or []}
+    for kind in kinds:
+        drafted, accepted = int(metrics.get(f"{kind}.draft_n", 0)), int(metrics.get(f"{kind}.draft_n_accepted", 0))
+        tps, acc = float(metrics.get(f"{kind}.tokens_per_step", 0.0)), float(metrics.get(f"{kind}.acceptance", 0.0))
+        spec = props.get(f"{kind}.spec_type", "?")
+        text = f"{kind} ({spec}) on the qwen35 target: {tps:.2f} tokens/step, acceptance {accepted}/{drafted} ({100 * acc:.1f}%), from the equivalence gate"
+        passed = any(n.startswith(f"{kind}/") for n in cases_of) and all(
+            s == "passed" for n, s in cases_of.items() if n.startswith(f"{kind}/")
+        )
+        status = Status.PASSED if passed else Status.SKIPPED
+        cases.append(
+            CaseResult(
+                f"drafter {kind}",
+                status,
+                text if passed else f"{text}; not shown as held: its equivalence leg did not pass",
+                classname="perf.drafters",
+            )
+        )
+    return tuple(cases)

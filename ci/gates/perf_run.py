@@ -9,10 +9,11 @@ from pathlib import Path
 from ci import defaults
 from ci.errors import ConfigError
 from ci.files import write_json
-from ci.gates import bench, equivalence, perf
+from ci.gates import bench, engine_path, equivalence, perf
 from ci.gates.bench import Sample
-from ci.gates.results import GateResult
+from ci.gates.results import GateResult, case_counts
 from ci.gates.target import BuildUnderTest, GateOptions, equivalence_models
+from ci.schema import load_json
 
 
 def run(target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
@@ -37,7 +38,10 @@ def run(target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
     drawn = perf.chart(judged, out / "perf.svg", title)
     result = perf.result(judged, released, manifest.pin_commit, models, time.monotonic() - t0)
     chart = str(out / "perf.svg") if drawn else bench.NO_CHART
-    return dataclasses.replace(result, properties=(*result.properties, ("chart", chart)))
+    # one line per drafter kind of the engine-path equivalence run on this build (gpu_tests runs it before perf)
+    record = load_json(out / "equivalence.json") if (out / "equivalence.json").is_file() else None
+    cases = (*result.cases, *engine_path.drafter_lines(record))
+    return dataclasses.replace(result, cases=cases, counts=case_counts(cases), properties=(*result.properties, ("chart", chart)))
 
 
 def measure(model: Path, drafter: Path, llama_server: Path, device: str, rounds: int, tiny: bool, out: Path, name: str = "perf") -> list[Sample]:

@@ -90,3 +90,25 @@ def test_both_drafter_kinds_pass_on_the_real_cpu_server(models: tiny_qwen35.Qwen
     log = (tmp_path / "logs" / "dflash" / "drafter.log").read_text()
     assert "draft-dflash" in log
     assert json.loads((tmp_path / "equivalence.json").read_text())["properties"]["dflash.spec_type"] == "draft-dflash"
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_the_perf_table_has_a_line_per_drafter_kind() -> None:
+    """From a real engine-path run on the CPU llama-server (data/engine_path_equivalence.json, its figures kept)."""
+    record = json.loads((DATA / "engine_path_equivalence.json").read_text())
+    near, dflash = engine_path.drafter_lines(record)
+    assert near.status is dflash.status is Status.PASSED
+    assert (
+        near.message == "near (draft-simple) on the qwen35 target: 2.62 tokens/step, acceptance 475/1214 (39.1%), from the equivalence gate"
+    )
+    assert (
+        dflash.message
+        == "dflash (draft-dflash) on the qwen35 target: 1.33 tokens/step, acceptance 191/1141 (16.7%), from the equivalence gate"
+    )
+    record["cases"][-1]["status"] = "failed"
+    assert engine_path.drafter_lines(record)[1].status is Status.SKIPPED
+    (none,) = engine_path.drafter_lines(None)
+    assert none.status is Status.SKIPPED
+    assert "no equivalence record" in none.message
