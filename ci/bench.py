@@ -219,7 +219,7 @@ def plan(
     )
 
 
-def check_configs(bench_plan: BenchPlan) -> dict[str, tuple[str, ...]]:
+def check_configs(bench_plan: BenchPlan, applied: dict[str, tuple[str, ...]] | None = None) -> dict[str, tuple[str, ...]]:
     """Each config's own launch line through ``1bit serve --dry-run``, in-process: a bad drafter, an unknown option
     or a refused route stops the bench before any server starts, with the launcher's own message. The llama-server
     argv of each config, by name (its draft length is read from it)."""
@@ -228,6 +228,7 @@ def check_configs(bench_plan: BenchPlan) -> dict[str, tuple[str, ...]]:
     from serve.cli import serve
     from serve.errors import ServeError
 
+    applied = applied if applied is not None else {}
     argvs: dict[str, tuple[str, ...]] = {}
     for config in bench_plan.configs:
         args = list(bench_plan.launch(Run(0, config), 8080).argv[1 + len(LAUNCHER) :])  # a dry run binds no port
@@ -237,7 +238,9 @@ def check_configs(bench_plan: BenchPlan) -> dict[str, tuple[str, ...]]:
             serve([*args[:cut], "--dry-run", *args[cut:]], os.environ, Path.cwd(), out, io.StringIO())
         except ServeError as exc:
             raise ConfigError(f"--config {config.name}: 1bit serve: {exc.line}") from None
-        argvs[config.name] = tuple(json.loads(out.getvalue())["argv"])
+        decided = json.loads(out.getvalue())
+        argvs[config.name] = tuple(decided["argv"])
+        applied[config.name] = tuple(decided.get("recipes", ()))
     return argvs
 
 
@@ -589,6 +592,13 @@ def recipe_session(
     to paste into the recipe; with ``--check``, its claim re-judged (exit 7 when it no longer holds)."""
     from ci.errors import GateFailed
 
+    applied: dict[str, tuple[str, ...]] = {}
+    check_configs(bench_plan, applied)
+    if target.id not in applied.get("with", ()):  # the two configs would be one: a measured line of noise
+        raise ConfigError(
+            f"--recipe {target.id}: does not apply to this launch (the model, drafter and device given match none of its "
+            f"match keys: serve applies {', '.join(applied.get('with', ())) or 'no recipe'}); give the launch it is for (docs/recipes.md)"
+        )
     result, figures = measure(bench_plan, logs, lock, json_out, say)
     by = {(f.config, f.metric): f for f in figures}
     parts = []
