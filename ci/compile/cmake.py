@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from ci.command import run
 from ci.compile import profiles as profiles_mod
 from ci.compile.flags import Flags
 from ci.compile.manifest import MANIFEST, Artifact, BuildKey, Manifest, build_key
 from ci.compile.profiles import Profile
 from ci.compile.toolchain import Toolchain
-from ci.command import run
 from ci.errors import CommandFailed, ConfigError, OnebitError
 from ci.files import write_atomic
 from ci.pin.pins import cmake_flag_name as flag_name

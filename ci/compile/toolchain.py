@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci.compile.profiles import Profile
 from ci.command import output_of
+from ci.compile.profiles import Profile
 from ci.errors import OnebitError, ToolchainError
 from ci.pin.pins import BuildConfig
 
