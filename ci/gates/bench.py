@@ -216,7 +216,7 @@ def plan(
     )
 
 
-def check_configs(bench_plan: BenchPlan) -> dict[str, tuple[str, ...]]:
+def check_configs(bench_plan: BenchPlan, applied: dict[str, tuple[str, ...]] | None = None) -> dict[str, tuple[str, ...]]:
     """Each config's own launch line through ``1bit serve --dry-run``, in-process: a bad drafter, an unknown option
     or a refused route stops the bench before any server starts, with the launcher's own message. The llama-server
     argv of each config, by name (its draft length is read from it)."""
@@ -225,6 +225,7 @@ def check_configs(bench_plan: BenchPlan) -> dict[str, tuple[str, ...]]:
     from serve.cli import serve
     from serve.errors import ServeError
 
+    applied = applied if applied is not None else {}
     argvs: dict[str, tuple[str, ...]] = {}
     for config in bench_plan.configs:
         args = list(bench_plan.launch(Run(0, config), 8080).argv[1 + len(LAUNCHER) :])  # a dry run binds no port
@@ -234,7 +235,9 @@ def check_configs(bench_plan: BenchPlan) -> dict[str, tuple[str, ...]]:
             serve([*args[:cut], "--dry-run", *args[cut:]], os.environ, Path.cwd(), out, io.StringIO())
         except ServeError as exc:
             raise ConfigError(f"--config {config.name}: 1bit serve: {exc.line}") from None
-        argvs[config.name] = tuple(json.loads(out.getvalue())["argv"])
+        decided = json.loads(out.getvalue())
+        argvs[config.name] = tuple(decided["argv"])
+        applied[config.name] = tuple(decided.get("recipes", ()))
     return argvs
 
 

@@ -10,6 +10,10 @@ can run, each leg judged by :mod:`ci.gates.equivalence` with evidence floors of 
 
 Both legs (baseline and drafter) run with ``-b 64 -ub 16``: every prompt is longer than one 16-token micro-batch, so
 the chunked delta-net prefill, its snapshot writes and the layer inputs' micro-batch offsets all run (docs/gates.md).
+
+- ``llama``: the llama-architecture tiny target and its near drafter, as the gate ran before the engine's path: a
+  plain KV cache, whose rollback (``common_context_seq_rm``) neither qwen35 leg reaches. Without it the self-test's
+  ``spec-rollback-off-by-one`` passed every gate on the H200 (vulkan, c14872f, 2026-12-04).
 """
 
 from __future__ import annotations
@@ -20,13 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from ci import defaults
-from ci.gates import equivalence, tiny_qwen35
+from ci.gates import equivalence, tiny_qwen35, tinymodels
 from ci.gates.equivalence import GATE, EquivalencePlan
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
 from ci.pin.pins import Floors
 
 MICRO_BATCH = ("-b", "64", "-ub", "16")
-NEAR, DFLASH = "near", "dflash"
+NEAR, DFLASH, LLAMA = "near", "dflash", "llama"
 # The DFlash leg drafts 2 tokens a step and its drafter is built, not trained (docs/equivalence.md): on the CPU it had
 # 191 of 1141 drafts accepted (16.7%), 57-74 per prompt, so the near drafter's run floor (0.1) holds with a margin but
 # the per-prompt floors are halved beside the near leg's hundreds.
@@ -59,14 +63,15 @@ def plans(
     llama_server_sha256: str | None = None,
     floors: Floors | None = None,
     dflash_floors: Floors = DFLASH_FLOORS,
+    llama: tinymodels.TinyModels | None = None,
+    llama_spec_type: str | None = "draft-simple",
 ) -> tuple[EngineLeg, ...]:
     """The two legs on the qwen35 target (pure but for the files' sha256): the near drafter with ``floors`` (pins.yaml
-    equivalence.floors), the DFlash drafter with ``dflash_floors``."""
+    equivalence.floors), the DFlash drafter with ``dflash_floors``; and, given ``llama``, the llama target's leg."""
 
-    def leg(drafter: Path, spec_type: str | None, leg_floors: Floors | None) -> EquivalencePlan:
-        return with_micro_batch(
-            equivalence.plan(
-                model=models.target,
+    def leg(drafter: Path, spec_type: str | None, leg_floors: Floors | None, target: Path = models.target) -> EquivalencePlan:
+        return equivalence.plan(
+                model=target,
                 drafter=drafter,
                 llama_server=llama_server,
                 spec_type=spec_type,
@@ -78,10 +83,12 @@ def plans(
                 models=equivalence.TINY_MODELS,
                 floors=leg_floors,
             )
-        )
 
     # spec_type None: the gate sees a dflash drafter and goes through the launcher's --dflash
-    return (EngineLeg(NEAR, leg(models.near_drafter, "draft-simple", floors)), EngineLeg(DFLASH, leg(models.dflash, None, dflash_floors)))
+    legs = [EngineLeg(NEAR, with_micro_batch(leg(models.near_drafter, "draft-simple", floors))), EngineLeg(DFLASH, with_micro_batch(leg(models.dflash, None, dflash_floors)))]
+    if llama is not None:  # last: the run's shared identity (model, its sha256) stays the qwen35 target's
+        legs.append(EngineLeg(LLAMA, leg(llama.near_drafter, llama_spec_type, floors, target=llama.target)))
+    return tuple(legs)
 
 
 def combine(results: Sequence[tuple[str, GateResult]], seconds: float = 0.0) -> GateResult:
@@ -153,9 +160,12 @@ def gate(
     build_key: str,
     llama_server_sha256: str,
     floors: Floors,
+    spec_type: str | None = "draft-simple",
 ) -> GateResult:
-    """The registry's entry for the tiny generated models: write them under the build, run both legs."""
+    """The registry's entry for the tiny generated models: write them under the build, run the qwen35 target's two legs
+    and the llama target's."""
     models = tiny_qwen35.write_qwen35_models(build_dir / "tiny-models")
+    llama = tinymodels.write_tiny_models(build_dir / "tiny-models")
     legs = plans(
         models,
         llama_server,
@@ -165,6 +175,8 @@ def gate(
         build_key=build_key,
         llama_server_sha256=llama_server_sha256,
         floors=floors,
+        llama=llama,
+        llama_spec_type=spec_type,
     )
     return run(legs, out / "equivalence-logs")
 
@@ -189,7 +201,8 @@ def drafter_lines(record: Mapping[str, Any] | None) -> tuple[CaseResult, ...]:
         drafted, accepted = int(metrics.get(f"{kind}.draft_n", 0)), int(metrics.get(f"{kind}.draft_n_accepted", 0))
         tps, acc = float(metrics.get(f"{kind}.tokens_per_step", 0.0)), float(metrics.get(f"{kind}.acceptance", 0.0))
         spec = props.get(f"{kind}.spec_type", "?")
-        text = f"{kind} ({spec}) on the qwen35 target: {tps:.2f} tokens/step, acceptance {accepted}/{drafted} ({100 * acc:.1f}%), from the equivalence gate"
+        target = "llama" if kind == LLAMA else "qwen35"
+        text = f"{kind} ({spec}) on the {target} target: {tps:.2f} tokens/step, acceptance {accepted}/{drafted} ({100 * acc:.1f}%), from the equivalence gate"
         passed = any(n.startswith(f"{kind}/") for n in cases_of) and all(
             s == "passed" for n, s in cases_of.items() if n.startswith(f"{kind}/")
         )

@@ -95,6 +95,7 @@ class EquivalenceGate(Always):
                 build_key=manifest.key,
                 llama_server_sha256=manifest.binaries["llama-server"].sha256,
                 floors=config.floors,
+                spec_type=config.spec_type,
             )
         model, drafter, models = equivalence_models(target, options)
         equivalence_plan = equivalence.plan(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pygit2
 
 from ci.errors import ConfigError, GitError
 from ci.pin import pins as pins_mod
+from serve.bounded import CONFIG_LIMIT, read_regular
 
 GITLINK_MODE = pygit2.enums.FileMode.COMMIT
 
@@ -75,10 +77,20 @@ def find_project(start: Path | None = None) -> Project:
     raise ConfigError(f"{pins_mod.PINS_FILE}: not found in {here} or above; run from the onebit-ci checkout")
 
 
+_INCLUDE_RE = re.compile(r"^\s*\[\s*include(?:if)?\b", re.IGNORECASE)
+
+
 def read_gitmodules(path: Path) -> dict[str, Submodule]:
     """Submodules by path. A missing file is an empty mapping; a malformed one a ConfigError."""
-    if not path.is_file():
+    if not os.path.lexists(path):
         return {}
+    try:
+        text = read_regular(path, CONFIG_LIMIT).decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise ConfigError(f"{path.name}: cannot be read: {exc.strerror}") from None
+    for n, line in enumerate(text.splitlines(), 1):
+        if _INCLUDE_RE.match(line):  # pygit2 reads the file it names, git ignores it in .gitmodules: they would disagree
+            raise ConfigError(f"{path.name}:{n}: an [include] section: git ignores it in .gitmodules and libgit2 does not; write the submodule here")
     try:
         config = pygit2.Config(str(path))
         entries = [(e.name, e.value) for e in config if e.value is not None]

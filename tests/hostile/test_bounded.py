@@ -100,3 +100,29 @@ def test_a_recipe_env_knob_is_still_allowed() -> None:
 def test_a_bench_config_cannot_move_the_server_after_the_double_dash(config: str) -> None:
     with pytest.raises(ConfigError, match="after -- is not a config's to set"):
         bench.parse_config(config)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
+def test_serve_names_a_model_that_is_not_a_regular_file_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str) -> None:
+    from serve.cli import main
+
+    path = {"fifo": tmp_path / "model.gguf", "device": Path("/dev/zero"), "directory": tmp_path}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    done: list[int] = []
+    t = threading.Thread(target=lambda: done.append(main(["serve", "-m", str(path), "--dry-run"])), daemon=True)
+    t.start()
+    t.join(timeout=30)
+    assert done == [2]  # a FIFO once hung the GGUF reader
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"1bit serve: error: {path}: is ")
+
+
+def test_a_witness_that_is_not_one_is_one_line(tmp_path: Path) -> None:
+    from ci.release import ledger
+
+    witness = tmp_path / "witness"
+    witness.write_text("garbage")
+    with pytest.raises(ConfigError, match=r"ONEBIT_LEDGER_WITNESS\): not a ledger witness"):
+        ledger.read(tmp_path / "ledger.jsonl", witness=witness)

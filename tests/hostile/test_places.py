@@ -4,6 +4,7 @@ a lock path that is someone's file, a series that is a directory or a dangling l
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 from pathlib import Path
 
@@ -144,3 +145,54 @@ def test_a_series_that_is_a_directory_or_a_dangling_link_is_an_error(tmp_path: P
     (patches / "series").symlink_to(tmp_path / "gone")
     with pytest.raises(ConfigError, match=r"patches/series: a symbolic link; the series must be a regular file"):
         load_series(patches)
+
+
+def test_bench_recipe_refuses_a_recipe_that_does_not_apply_to_the_launch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ci.cli import main
+    from tests.support.gguf_files import make
+
+    recipes = tmp_path / "recipes.json"
+    recipes.write_text(
+        json.dumps({"recipes": [{"id": "vk-ub", "match": {"device": ["vulkan"]}, "args": ["-ub", "64"], "why": "w", "measured": "m"}]})
+    )
+    server = tmp_path / "llama-server"
+    server.write_text("#!/bin/sh\nexit 0\n")
+    server.chmod(0o755)
+    model = tmp_path / make("plain", tmp_path)
+    code = main(
+        [
+            "bench",
+            "--recipe",
+            "vk-ub",
+            "--recipes",
+            str(recipes),
+            "-m",
+            str(model),
+            "--llama-server",
+            str(server),
+            "--device",
+            "cpu",
+            "--logs",
+            str(tmp_path / "logs"),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith(
+        "onebit-ci: error: --recipe vk-ub: does not apply to this launch (the model, drafter and device given match none of its match keys"
+    )
+    assert not (tmp_path / "logs").exists()  # nothing measured
+
+
+def test_gitmodules_include_is_refused(project: Project, tmp_path: Path) -> None:
+    other = tmp_path / "elsewhere"
+    other.write_text('[submodule "third_party/llama.cpp-rocmfpx"]\n\turl = https://evil.example/fork.git\n')
+    gm = project.root / ".gitmodules"
+    gm.write_text(gm.read_text() + f"[include]\n\tpath = {other}\n")
+    r = project.ci("verify-pin")
+    assert r.code == 2
+    assert (
+        r.err.splitlines()[0]
+        == "onebit-ci: error: .gitmodules:5: an [include] section: git ignores it in .gitmodules and libgit2 does not; write the submodule here"
+    )
+    assert "evil.example" not in r.err + r.out

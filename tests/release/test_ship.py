@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from ci.compile.manifest import Manifest
+from ci.gates import selftest
 from ci.gates.equivalence import GIVEN_MODELS, TINY_MODELS
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
 from ci.pin import pins as pins_mod
@@ -255,7 +256,9 @@ def test_pins_yaml_can_require_the_gate_selftest(make_build_project: Callable[..
     r = ship(project, "--check")
     assert r.code == 7
     assert "gate_selftest  MISSING" in r.out
-    record(project, m, gate("gate_selftest", Status.PASSED, "PASSED: 4/4 faults caught by their gates, 1/1 benign edits passed every gate"))
+    committed = selftest.faults_sha256([f for f in selftest.load_faults() if "cpu" in f.profiles])  # what the session records
+    passed = gate("gate_selftest", Status.PASSED, "PASSED: 4/4 faults caught by their gates, 1/1 benign edits passed every gate")
+    record(project, m, dataclasses.replace(passed, properties=(("faults_sha256", committed),)))
     assert ship(project, "--check").code == 0
     # a gate ship does not know is refused in pins.yaml itself
     project.pins.write_text(project.pins.read_text().replace("require: [gate_selftest]", "require: [gate_selftst]"))

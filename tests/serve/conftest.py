@@ -16,7 +16,7 @@ from tests.support.route import ERROR_PREFIX, DryRun
 def _route_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every case runs in its own directory (no pins.yaml above it) with none of serve's variables set."""
     monkeypatch.chdir(tmp_path)
-    for var in ("ONEBIT_SERVE_DEVICE", "GGML_W4A4_TENSORS", "ONEBIT_CI_ROOT"):
+    for var in ("ONEBIT_SERVE_DEVICE", "GGML_W4A4_TENSORS", "ONEBIT_CI_ROOT", "ONEBIT_SERVE_RELEASE"):
         monkeypatch.delenv(var, raising=False)
 
 
@@ -40,7 +40,7 @@ def dry_run(capsys: pytest.CaptureFixture[str]) -> Callable[..., DryRun]:
         out, err = capsys.readouterr()
         assert code == 0, err
         doc: dict[str, Any] = json.loads(out)
-        assert set(doc) == {"argv", "env", "notes", "recipes"}
+        assert set(doc) == {"argv", "env", "notes", "recipes", "gated"}
         assert out.count("\n") == 1, "one JSON object on one line"
         return DryRun(argv=doc["argv"], env=doc["env"], notes=doc["notes"], recipes=doc["recipes"], stderr=err)
 
