@@ -112,3 +112,18 @@ def test_the_perf_table_has_a_line_per_drafter_kind() -> None:
     (none,) = engine_path.drafter_lines(None)
     assert none.status is Status.SKIPPED
     assert "no equivalence record" in none.message
+
+
+@pytest.mark.slow
+def test_a_dflash_leg_whose_target_says_something_else_fails(models: tiny_qwen35.Qwen35Models, tmp_path: Path) -> None:
+    """The DFlash leg judges the drafter server's output, not only its drafting: served with another qwen35 target (the
+    same shape, other weights) behind ``--dflash``, every prompt diverges with a margin above the near-tie threshold."""
+    from dataclasses import replace
+
+    other = tiny_qwen35.write_qwen35(tmp_path / "other.gguf", replace(tiny_qwen35.TARGET, name="tiny-qwen35-other", seed=21))
+    _, dflash = engine_path.plans(models, llama_binary("llama-server"), tokens=32)
+    leg = replace(dflash, plan=replace(dflash.plan, drafter=replace(dflash.plan.drafter, model=other)))
+    verdict = engine_path.run([leg], tmp_path / "logs")
+    assert verdict.status is Status.FAILED
+    assert [c.status for c in verdict.cases] == [Status.FAILED] * 3
+    assert all("diverged at token" in c.message for c in verdict.cases), [c.message for c in verdict.cases]
