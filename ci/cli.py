@@ -138,6 +138,15 @@ def cmd_selftest_fault(args: argparse.Namespace) -> int:
     return selftest.inside(_ctx(args), args.profile, fault, Path(args.work), say)
 
 
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from ci import bisect
+    from ci.gates.registry import GateOptions
+
+    options = GateOptions(timeout=args.timeout, rounds=args.rounds)
+    request = bisect.BisectRequest(args.profile, args.good, args.bad, args.gate, args.remote, args.max_steps, args.check_good, _abs(args.bump_report), _abs(args.out), options)
+    return bisect.session(_ctx(args), request, say)
+
+
 def cmd_matrix(args: argparse.Namespace) -> int:
     import json
 
@@ -286,6 +295,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "main-job": cmd_main_job,
     "gate-selftest": cmd_gate_selftest,
     "selftest-fault": cmd_selftest_fault,
+    "bisect": cmd_bisect,
     "matrix": cmd_matrix,
     "backend-ops": cmd_backend_ops,
     "tiny-models": cmd_tiny_models,
