@@ -179,12 +179,20 @@ def bump_ends(text: str) -> tuple[str | None, str | None]:
 def markdown(answer: BisectAnswer) -> str:
     """The report to paste into the bump PR."""
     lines = [f"### Bisect: {answer.gate} on {answer.profile}, {answer.good[:7]}..{answer.bad[:7]}", ""]
-    lines += [f"{answer.commits} commits in range, about {answer.expected} steps expected; {len([s for s in answer.steps if s.number])} run in {answer.seconds:.1f} s.", ""]
+    lines += [
+        f"{answer.commits} commits in range, about {answer.expected} steps expected; {len([s for s in answer.steps if s.number])} run in {answer.seconds:.1f} s.",
+        "",
+    ]
     if answer.first_bad is not None:
         fb = answer.first_bad
         lines += [f"**First bad commit: `{fb.sha}`** {fb.subject}", ""]
         if fb.files:
-            lines += ["Files touched: " + ", ".join(f"`{f}`" for f in fb.files[:20]) + (f" and {len(fb.files) - 20} more" if len(fb.files) > 20 else ""), ""]
+            lines += [
+                "Files touched: "
+                + ", ".join(f"`{f}`" for f in fb.files[:20])
+                + (f" and {len(fb.files) - 20} more" if len(fb.files) > 20 else ""),
+                "",
+            ]
         step = answer.step_at(fb.sha)
         if step is not None:
             lines += [f"The gate there: {step.reason}"]
@@ -195,15 +203,24 @@ def markdown(answer: BisectAnswer) -> str:
         lines += [f"- `{c.sha}` {c.subject}" for c in answer.candidates]
         lines.append("")
     else:
-        lines += [f"Stopped by --max-steps with {count(len(answer.left), 'commit')} left: " + ", ".join(f"`{s[:7]}`" for s in answer.left[:20]), ""]
+        lines += [
+            f"Stopped by --max-steps with {count(len(answer.left), 'commit')} left: " + ", ".join(f"`{s[:7]}`" for s in answer.left[:20]),
+            "",
+        ]
     good = answer.last_good
     if good is not None:
-        lines += [f"Last good: `{good.commit.sha}` {good.commit.subject}: {good.reason}" + (f" (ledger line {good.ledger_line})" if good.ledger_line else ""), ""]
+        lines += [
+            f"Last good: `{good.commit.sha}` {good.commit.subject}: {good.reason}"
+            + (f" (ledger line {good.ledger_line})" if good.ledger_line else ""),
+            "",
+        ]
     lines += ["| step | commit | verdict | build s | gate s | total s | why |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for s in answer.steps:
         n = "check-good" if s.number == 0 else str(s.number)
         why = s.reason.replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| {n} | `{s.commit.short}` {s.commit.subject.replace('|', '/')} | {s.outcome.value} | {s.build_seconds:.1f} | {s.gate_seconds:.1f} | {s.seconds:.1f} | {why} |")
+        lines.append(
+            f"| {n} | `{s.commit.short}` {s.commit.subject.replace('|', '/')} | {s.outcome.value} | {s.build_seconds:.1f} | {s.gate_seconds:.1f} | {s.seconds:.1f} | {why} |"
+        )
     if answer.log:
         lines += ["", "<details><summary>git bisect log</summary>", "", "```", answer.log.rstrip(), "```", "", "</details>"]
     return "\n".join(lines) + "\n"
@@ -242,10 +259,14 @@ def resolve(ctx: Context, request: BisectRequest, say: Callable[[str], None]) ->
         raise ConfigError(f"--bad {bad[:12]}: not in the fork store; pass --remote with a mirror that has it")
     relation = store.move(good, bad).relation
     if relation is not Relation.AHEAD:
-        raise ConfigError(f"--good {good[:7]} is not an ancestor of --bad {bad[:7]} ({relation.value}); give a good commit older than the bad one")
+        raise ConfigError(
+            f"--good {good[:7]} is not an ancestor of --bad {bad[:7]} ({relation.value}); give a good commit older than the bad one"
+        )
     gate = registry.select([request.gate or default_gate(ctx, request.profile, bad)], ctx.pins)[0]
     if (source.gitdir / "BISECT_START").exists():
-        raise Refused(f"a git bisect is already under way in {source.name}'s store; end it with git -C {source.name} bisect reset, then retry")
+        raise Refused(
+            f"a git bisect is already under way in {source.name}'s store; end it with git -C {source.name} bisect reset, then retry"
+        )
     prepare(source, store)  # refuses, untouched, a checkout holding changes this tool did not make
     results = ledger.default_results_dir(ctx.root)
     return _Job(ctx, request, source, store, good, bad, gate, results)
@@ -254,11 +275,15 @@ def resolve(ctx: Context, request: BisectRequest, say: Callable[[str], None]) ->
 def default_gate(ctx: Context, profile: str, bad: str) -> str:
     """The gate whose newest record for ``profile`` did not pass, at the bad end when one is there."""
     book = ledger.read(ledger.ledger_path(ledger.default_results_dir(ctx.root)), ledger.signing_key())
-    failed = [r for r in book.records if r.verdict != "passed" and r.data.get("profile") == profile and not r.build_key.startswith(KEY_PREFIX)]
+    failed = [
+        r for r in book.records if r.verdict != "passed" and r.data.get("profile") == profile and not r.build_key.startswith(KEY_PREFIX)
+    ]
     at_bad = [r for r in failed if r.data.get("pin") == bad]
-    chosen = (at_bad or failed or [None])[-1]
+    chosen = (at_bad or failed)[-1] if failed else None
     if chosen is None or chosen.gate not in (*registry.NAMES, *(g.name for g in registry.OPTIONAL)):
-        raise ConfigError(f"no --gate given and the ledger has no failed gate record for profile {profile}; give --gate backend_ops|equivalence|perf|route")
+        raise ConfigError(
+            f"no --gate given and the ledger has no failed gate record for profile {profile}; give --gate backend_ops|equivalence|perf|route"
+        )
     return chosen.gate
 
 
@@ -267,8 +292,7 @@ def _commit(store: ForkStore, sha: str, files: bool = False) -> Commit:
     subject = c.message.splitlines()[0] if c.message else ""
     if not files:
         return Commit(sha, subject)
-    parent_tree = c.parents[0].tree if c.parents else None
-    diff = store.repo.diff(parent_tree, c.tree) if parent_tree is not None else c.tree.diff_to_tree()
+    diff = c.parents[0].tree.diff_to_tree(c.tree) if c.parents else c.tree.diff_to_tree(swap=True)
     return Commit(sha, subject, tuple(sorted({d.new_file.path for d in diff.deltas} | {d.old_file.path for d in diff.deltas})))
 
 
@@ -294,9 +318,23 @@ def run_step(job: _Job, number: int, sha: str, say: Callable[[str], None]) -> St
     try:
         outcome = run_build(ctx, BuildRequest(job.request.profile), quiet.append)
     except CommandFailed as exc:
-        return Step(number, commit, Outcome.SKIP, f"the build failed: {exc.message}", build_seconds=time.monotonic() - t0, seconds=time.monotonic() - t0)
+        return Step(
+            number,
+            commit,
+            Outcome.SKIP,
+            f"the build failed: {exc.message}",
+            build_seconds=time.monotonic() - t0,
+            seconds=time.monotonic() - t0,
+        )
     except OnebitError as exc:
-        return Step(number, commit, Outcome.SKIP, f"could not build: {exc.message}", build_seconds=time.monotonic() - t0, seconds=time.monotonic() - t0)
+        return Step(
+            number,
+            commit,
+            Outcome.SKIP,
+            f"could not build: {exc.message}",
+            build_seconds=time.monotonic() - t0,
+            seconds=time.monotonic() - t0,
+        )
     t1 = time.monotonic()
     key = outcome.manifest.key
     out = job.results / f"{KEY_PREFIX[:-1]}-{key[:12]}"
@@ -306,7 +344,16 @@ def run_step(job: _Job, number: int, sha: str, say: Callable[[str], None]) -> St
         result = job.gate.run(BuildUnderTest(ctx, build), job.request.options, out)
     except OnebitError as exc:
         t2 = time.monotonic()
-        return Step(number, commit, Outcome.SKIP, f"the gate could not run: {exc.message}", build_seconds=t1 - t0, gate_seconds=t2 - t1, seconds=t2 - t0, build_key=key)
+        return Step(
+            number,
+            commit,
+            Outcome.SKIP,
+            f"the gate could not run: {exc.message}",
+            build_seconds=t1 - t0,
+            gate_seconds=t2 - t1,
+            seconds=t2 - t0,
+            build_key=key,
+        )
     t2 = time.monotonic()
     from ci.release.evidence import record
 
@@ -318,12 +365,15 @@ def run_step(job: _Job, number: int, sha: str, say: Callable[[str], None]) -> St
     return Step(number, commit, verdict, reason, result.problems, t1 - t0, t2 - t1, t2 - t0, key, line.line if line else None)
 
 
+def _goods(git: Git) -> list[str]:
+    return git.text("for-each-ref", "--format=%(objectname)", "refs/bisect/good-*").split()
+
+
 def next_commit(git: Git, skipped: set[str]) -> str | None:
     """The untested commit nearest the middle of the range left. git bisect's own choice after a skip jumps far
     from the middle (on purpose, against runs of untestable commits); the neighbour of a skipped commit halves the
     range as well, which keeps a single untestable commit to one extra step."""
-    goods = [ln.split()[1] for ln in git.text("for-each-ref", "--format=%(refname) %(objectname)", "refs/bisect/").splitlines() if "/good-" in ln]
-    for line in git.text("rev-list", "--bisect-all", "refs/bisect/bad", "--not", *goods).splitlines():
+    for line in git.text("rev-list", "--bisect-all", "refs/bisect/bad", "--not", *_goods(git)).splitlines():
         sha = line.split()[0]
         if sha not in skipped:
             return sha
@@ -370,7 +420,9 @@ def bisect(job: _Job, say: Callable[[str], None]) -> BisectAnswer:
     git = Git(job.source.gitdir, job.source.workdir)
     n = int(git.text("rev-list", "--count", f"{job.good}..{job.bad}"))
     expected = expected_steps(n)
-    say(f"bisect: {job.gate.name} on {job.request.profile}, {job.good[:7]} (good) .. {job.bad[:7]} (bad): {count(n, 'commit')}, about {count(expected, 'step')}")
+    say(
+        f"bisect: {job.gate.name} on {job.request.profile}, {job.good[:7]} (good) .. {job.bad[:7]} (bad): {count(n, 'commit')}, about {count(expected, 'step')}"
+    )
     steps: list[Step] = []
 
     def show(step: Step, total: str) -> None:
@@ -387,7 +439,9 @@ def bisect(job: _Job, say: Callable[[str], None]) -> BisectAnswer:
                 first = run_step(job, 0, job.good, say)
                 show(first, "check-good")
                 if first.outcome is not Outcome.GOOD:
-                    raise Refused(f"--check-good: the good end {job.good[:7]} is {first.outcome.value} for {job.gate.name} ({first.reason}); give an older --good")
+                    raise Refused(
+                        f"--check-good: the good end {job.good[:7]} is {first.outcome.value} for {job.gate.name} ({first.reason}); give an older --good"
+                    )
             said = git.run("bisect", "start", "--no-checkout", job.bad, job.good).output
             started = True
             number = 0
@@ -409,8 +463,7 @@ def bisect(job: _Job, say: Callable[[str], None]) -> BisectAnswer:
             log = git.run("bisect", "log", check=False).output
             left: tuple[str, ...] = ()
             if not (result.first_bad or result.only_skipped):
-                goods = [ln.split()[1] for ln in git.text("for-each-ref", "--format=%(refname) %(objectname)", "refs/bisect/").splitlines() if "/good-" in ln]
-                left = tuple(git.text("rev-list", "refs/bisect/bad", "--not", *goods).split())
+                left = tuple(git.text("rev-list", "refs/bisect/bad", "--not", *_goods(git)).split())
             answer = BisectAnswer(
                 job.gate.name, job.request.profile, job.good, job.bad, n, expected, tuple(steps),
                 first_bad=_commit(job.store, result.first_bad, files=True) if result.first_bad else None,
@@ -439,5 +492,7 @@ def session(ctx: Context, request: BisectRequest, say: Callable[[str], None]) ->
                 say(f"  {job.gate.name}: {p.splitlines()[0] if p else p}")
     if answer.last_good is not None:
         say(f"  last good: {answer.last_good.commit.short} {answer.last_good.commit.subject}")
-    say(f"bisect: report for the bump PR: {shown(out, ctx.root)}; the {request.profile} build dir now holds the last step's build (nox -s build brings it back to the pin)")
+    say(
+        f"bisect: report for the bump PR: {shown(out, ctx.root)}; the {request.profile} build dir now holds the last step's build (nox -s build brings it back to the pin)"
+    )
     return 0 if answer.found else 1

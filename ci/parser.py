@@ -117,7 +117,7 @@ def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpa
     p.add_argument("--bump-report", metavar="FILE", help="the bump report the defaults come from (default: build/bump-report.md)")
     p.add_argument("--rounds", type=int, default=5, help="with --gate perf: rounds per step (an inconclusive step measures as many again)")
     _timeout(p)
-    _out(p, "the markdown report (a file; default: build/bisect/report.md)")
+    p.add_argument("--out", metavar="FILE", help="where the markdown report for the bump PR goes (default: build/bisect/report.md)")
 
     p = command("matrix", "the GitHub Actions matrix of the GPU job, as JSON: a runner and device per profile")
     p.add_argument("--profiles", default="gfx1151", help="comma-separated profiles (default gfx1151)")

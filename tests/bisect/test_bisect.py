@@ -53,7 +53,9 @@ def run_git_bisect(tmp_path: Path) -> tuple[str, str, list[str]]:
         (repo / "f").write_text(f"{i}\n")
         subprocess.run(["git", "-C", str(repo), "add", "f"], check=True)
         subprocess.run(["git", "-C", str(repo), "commit", "-qm", f"c{i}"], check=True)
-        shas.append(subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip())
+        shas.append(
+            subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        )
 
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True).stdout
@@ -80,7 +82,13 @@ def test_what_git_bisect_said_is_read_from_its_own_output(tmp_path: Path) -> Non
 
 
 def test_the_bump_reports_ends_are_read_from_its_from_and_to_lines() -> None:
-    text = "## Bump the ROCmFPX pin: aaaaaaa -> bbbbbbb\n\n- Fork: https://x, branch `main`\n- From: `" + "a" * 40 + "` (ROCmFPX#2)\n- To: `" + "b" * 40 + "` (ROCmFPX#3)\n"
+    text = (
+        "## Bump the ROCmFPX pin: aaaaaaa -> bbbbbbb\n\n- Fork: https://x, branch `main`\n- From: `"
+        + "a" * 40
+        + "` (ROCmFPX#2)\n- To: `"
+        + "b" * 40
+        + "` (ROCmFPX#3)\n"
+    )
     assert bisect.bump_ends(text) == ("a" * 40, "b" * 40)
     assert bisect.bump_ends("no report\n") == (None, None)
 
@@ -92,7 +100,18 @@ def answer(**kw: object) -> bisect.BisectAnswer:
         bisect.Step(1, good, bisect.Outcome.GOOD, "PASSED", build_seconds=4.0, gate_seconds=1.0, seconds=5.0, ledger_line=3),
         bisect.Step(2, bad, bisect.Outcome.BAD, "FAILED: 35/36", ("GATED_DELTA_NET: 36 expected, 35 passed",), 3.0, 1.0, 4.0),
     )
-    base: dict[str, object] = {"gate": "backend_ops", "profile": "cpu", "good": "0" * 40, "bad": "f" * 40, "commits": 4, "expected": 2, "steps": steps, "first_bad": bad, "log": "git bisect start\n", "seconds": 9.5}
+    base: dict[str, object] = {
+        "gate": "backend_ops",
+        "profile": "cpu",
+        "good": "0" * 40,
+        "bad": "f" * 40,
+        "commits": 4,
+        "expected": 2,
+        "steps": steps,
+        "first_bad": bad,
+        "log": "git bisect start\n",
+        "seconds": 9.5,
+    }
     base |= kw
     return bisect.BisectAnswer(**base)  # type: ignore[arg-type]
 
@@ -111,7 +130,9 @@ def test_the_report_names_the_first_bad_commit_its_files_its_problem_the_last_go
 def test_the_report_without_an_answer_says_what_is_left() -> None:
     skipped = answer(first_bad=None, candidates=(bisect.Commit("c" * 40, "one"), bisect.Commit("d" * 40, "two")))
     assert "the first bad commit is one of:\n\n- `" + "c" * 40 + "` one\n- `" + "d" * 40 + "` two" in bisect.markdown(skipped)
-    assert skipped.headline().startswith("bisect: only skipped commits left; the first bad commit for backend_ops is one of ccccccc, ddddddd")
+    assert skipped.headline().startswith(
+        "bisect: only skipped commits left; the first bad commit for backend_ops is one of ccccccc, ddddddd"
+    )
     stopped = answer(first_bad=None, left=("e" * 40, "f" * 40))
     assert "Stopped by --max-steps with 2 commits left: `eeeeeee`, `fffffff`" in bisect.markdown(stopped)
 
@@ -160,7 +181,7 @@ def test_the_gate_defaults_to_the_newest_failed_record_at_the_bad_end(project: P
     [
         ({}, 2, "no --bad given and no bump report at build/bump-report.md names a target (- To: `SHA`); give --bad SHA"),
         ({"bad": "c1", "good": "c6"}, 2, "is not an ancestor of --bad"),
-        ({"bad": "c6", "gate": "backend_opz"}, 2, "--gate backend_opz: unknown gate (did you mean \"backend_ops\"?)"),
+        ({"bad": "c6", "gate": "backend_opz"}, 2, '--gate backend_opz: unknown gate (did you mean "backend_ops"?)'),
         ({"bad": "c6", "gate": None}, 2, "no --gate given and the ledger has no failed gate record for profile cpu"),
         ({"bad": "c6", "max_steps": 0}, 2, "--max-steps 0: must be 1 or more"),
     ],
@@ -172,7 +193,8 @@ def test_bad_input_is_one_line_and_touches_nothing(project: Project, fork: Fork,
             args += [f"--{name.replace('_', '-')}", getattr(fork, value) if name in ("good", "bad") else str(value)]
     r = project.ci(*args)
     assert r.code == code, r.out + r.err
-    assert r.err.count("\n") == 1 and r.err.startswith("onebit-ci: error: ")
+    assert r.err.count("\n") == 1
+    assert r.err.startswith("onebit-ci: error: ")
     assert message in r.err
     assert not project.submodule.exists() or not any(project.submodule.iterdir())
 
@@ -183,7 +205,10 @@ def test_a_bisection_already_under_way_is_refused(project: Project, fork: Fork) 
     (gitdir / "BISECT_START").write_text("main\n")
     r = project.ci("bisect", "--profile", "cpu", "--gate", "backend_ops", "--bad", fork.c6)
     assert r.code == 4
-    assert "a git bisect is already under way in third_party/llama.cpp-rocmfpx's store; end it with git -C third_party/llama.cpp-rocmfpx bisect reset" in r.err
+    assert (
+        "a git bisect is already under way in third_party/llama.cpp-rocmfpx's store; end it with git -C third_party/llama.cpp-rocmfpx bisect reset"
+        in r.err
+    )
 
 
 def test_a_checkout_holding_someone_elses_changes_is_refused_untouched(project: Project, fork: Fork) -> None:

@@ -55,4 +55,8 @@ def make_bisect_fork(path: Path) -> BisectFork:
 
 def add_server_patch(project: Project, fork: BisectFork) -> None:
     """The series: one patch on the server's banner (not ggml/, so ggml's build commit stays clean)."""
-    add_to_series(project.root, "banner.patch", make_patch_text(fork.fork.builder, fork.fork.f0, {SERVER: SERVER_TEXT.replace(PATCH_OLD, PATCH_NEW)}, subject="server: say hello"))
+    add_to_series(
+        project.root,
+        "banner.patch",
+        make_patch_text(fork.fork.builder, fork.fork.f0, {SERVER: SERVER_TEXT.replace(PATCH_OLD, PATCH_NEW)}, subject="server: say hello"),
+    )
