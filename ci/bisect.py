@@ -64,6 +64,7 @@ class BisectRequest:
     check_good: bool = False
     bump_report: Path | None = None
     out: Path | None = None  # the markdown report (default build/bisect/report.md)
+    expect: tuple[tuple[str, int], ...] = ()  # --expect OP=N: the backend_ops counts of the range, over the pin's
     options: GateOptions = field(default_factory=GateOptions)
 
 
@@ -296,11 +297,12 @@ def _commit(store: ForkStore, sha: str, files: bool = False) -> Commit:
     return Commit(sha, subject, tuple(sorted({d.new_file.path for d in diff.deltas} | {d.old_file.path for d in diff.deltas})))
 
 
-def step_context(ctx: Context, commit: str) -> Context:
-    """The command's context with the pin moved to ``commit``: the step's source, build key and gate expectations."""
+def step_context(ctx: Context, commit: str, expect: tuple[tuple[str, int], ...] = ()) -> Context:
+    """The command's context with the pin moved to ``commit``: the step's source, build key and gate expectations
+    (``expect``, when given, in place of pins.yaml's expect.backend_ops: the pin's counts need not hold in the range)."""
     pins = ctx.pins
     stepped = Context(ctx.project, ctx.env)
-    stepped.pins = replace(pins, fork=replace(pins.fork, commit=commit))
+    stepped.pins = replace(pins, fork=replace(pins.fork, commit=commit), backend_ops=expect or pins.backend_ops)
     stepped.series = ctx.series
     return stepped
 
@@ -309,7 +311,7 @@ def run_step(job: _Job, number: int, sha: str, say: Callable[[str], None]) -> St
     """One commit: checkout + series, incremental build, the one gate, its record in the ledger."""
     t0 = time.monotonic()
     commit = _commit(job.store, sha)
-    ctx = step_context(job.ctx, sha)
+    ctx = step_context(job.ctx, sha, job.request.expect)
     plan = classify(job.source.gitdir, sha, ctx.series)
     if not plan.clean:
         bad = "; ".join(f"patches/{v.line()}" for v in plan.verdicts if v.fate is not Fate.APPLIES)

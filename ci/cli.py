@@ -141,9 +141,14 @@ def cmd_selftest_fault(args: argparse.Namespace) -> int:
 def cmd_bisect(args: argparse.Namespace) -> int:
     from ci import bisect
     from ci.gates.registry import GateOptions
+    from ci.release.evidence import expectations
 
     options = GateOptions(timeout=args.timeout, rounds=args.rounds)
-    request = bisect.BisectRequest(args.profile, args.good, args.bad, args.gate, args.remote, args.max_steps, args.check_good, _abs(args.bump_report), _abs(args.out), options)
+    expect = tuple(expectations(args.expect).items())
+    request = bisect.BisectRequest(
+        args.profile, args.good, args.bad, args.gate, args.remote, args.max_steps, args.check_good,
+        bump_report=_abs(args.bump_report), out=_abs(args.out), expect=expect, options=options,
+    )  # fmt: skip
     return bisect.session(_ctx(args), request, say)
 
 

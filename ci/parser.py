@@ -115,6 +115,7 @@ def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpa
     p.add_argument("--max-steps", type=int, metavar="N", help="stop after N steps and say the range left")
     p.add_argument("--check-good", action="store_true", help="build and judge the good end first; stop when it does not pass")
     p.add_argument("--bump-report", metavar="FILE", help="the bump report the defaults come from (default: build/bump-report.md)")
+    p.add_argument("--expect", action="append", default=[], metavar="OP=N", help="with --gate backend_ops: cases of OP each step must run and pass, in place of pins.yaml's (the pin's counts)")
     p.add_argument("--rounds", type=int, default=5, help="with --gate perf: rounds per step (an inconclusive step measures as many again)")
     _timeout(p)
     p.add_argument("--out", metavar="FILE", help="where the markdown report for the bump PR goes (default: build/bisect/report.md)")

@@ -135,3 +135,22 @@ def test_a_signal_mid_step_leaves_the_checkout_at_pin_and_series(
     assert live_processes_naming(str(bisect_project.root)) == []
     pids = {ln.split(":")[0] for ln in sleeping}
     assert not [ln for ln in live_processes_naming("-E sleep 60") if ln.split(":")[0] in pids]  # the build's tree ended
+
+
+def test_check_good_refuses_a_good_end_that_fails_and_expect_replaces_the_pins_counts(
+    bisect_project: Project, bisect_fork: BisectFork
+) -> None:
+    """The pin's test-backend-ops counts need not hold in the range: --check-good says so before bisecting, and
+    --expect gives the range's own."""
+    bisect_project.pins.write_text(bisect_project.pins.read_text().replace("GATED_DELTA_NET: 36", "GATED_DELTA_NET: 54"))
+    code, out, err = bisect(bisect_project, bisect_fork, "--check-good")
+    assert code == 4, out + err
+    assert (
+        f"onebit-ci: error: --check-good: the good end {bisect_fork.fork.f0[:7]} is bad for backend_ops (FAILED on CPU: GATED_DELTA_NET 36/54 passed"
+        in err
+    )
+    assert_at_pin_and_series(bisect_project, bisect_fork)
+    code, out, err = bisect(bisect_project, bisect_fork, "--check-good", "--expect", "GATED_DELTA_NET=36", "--max-steps", "1")
+    assert code == 1, out + err
+    assert "bisect: step check-good: " in out
+    assert " good: PASSED on CPU: GATED_DELTA_NET 36/36 passed" in out
