@@ -404,17 +404,25 @@ def _terminated_as_interrupt() -> Iterator[None]:
 
 def put_back(job: _Job, git: Git, started: bool, say: Callable[[str], None]) -> None:
     """End the bisection and bring the checkout to the pin + series; Ctrl-C waits until this is done."""
-    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    old_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:
+    with _signals_held():
         if started:
             git.run("bisect", "reset", check=False)
-        plan = prepare(job.source, job.store)
-        execute(plan)
+        execute(prepare(job.source, job.store))
         say(f"bisect: the checkout is back at the pin {job.source.short} + the series")
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM ignored meanwhile (the main thread only can set handlers; elsewhere nothing changes)."""
+    try:
+        old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:
+        old = {}
+    try:
+        yield
     finally:
-        signal.signal(signal.SIGINT, old_int)
-        signal.signal(signal.SIGTERM, old_term)
+        for s, handler in old.items():
+            signal.signal(s, handler)
 
 
 def bisect(job: _Job, say: Callable[[str], None]) -> BisectAnswer:

@@ -100,6 +100,21 @@ def test_max_steps_stops_with_the_range_left(bisect_project: Project, bisect_for
     assert "Stopped by --max-steps with" in (bisect_project.root / "build" / "bisect" / "report.md").read_text()
 
 
+def in_session(sid: int, text: str) -> list[str]:
+    """The live processes of session ``sid`` (the bisect started its own) whose command line holds ``text``: other
+    engineers' builds may sleep the same way."""
+    found = []
+    for line in live_processes_naming(text):
+        pid = line.split(":")[0]
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if int(stat[stat.rfind(")") + 2 :].split()[3]) == sid:
+            found.append(line)
+    return found
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_mid_step_leaves_the_checkout_at_pin_and_series(
     bisect_project: Project, bisect_fork: BisectFork, sig: signal.Signals, tmp_path: Path
@@ -113,7 +128,7 @@ def test_a_signal_mid_step_leaves_the_checkout_at_pin_and_series(
         proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
-        while not (sleeping := live_processes_naming("-E sleep 60")) and time.monotonic() < deadline:
+        while not (sleeping := in_session(proc.pid, "-E sleep 60")) and time.monotonic() < deadline:
             assert proc.poll() is None, log.read_text()
             time.sleep(0.2)
         assert sleeping, log.read_text()
@@ -133,8 +148,7 @@ def test_a_signal_mid_step_leaves_the_checkout_at_pin_and_series(
     assert f"bisect: the checkout is back at the pin {bisect_fork.fork.f0[:7]} + the series" in text
     assert_at_pin_and_series(bisect_project, bisect_fork)
     assert live_processes_naming(str(bisect_project.root)) == []
-    pids = {ln.split(":")[0] for ln in sleeping}
-    assert not [ln for ln in live_processes_naming("-E sleep 60") if ln.split(":")[0] in pids]  # the build's tree ended
+    assert in_session(proc.pid, "") == []  # the build's whole tree ended with it
 
 
 def test_check_good_refuses_a_good_end_that_fails_and_expect_replaces_the_pins_counts(
