@@ -101,6 +101,13 @@ def gate_selftest(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def bisect(session: nox.Session) -> None:
+    """Name the fork commit that broke a gate: -- [--good A] [--bad B] [--gate G] [--profile P] [--max-steps N] [--check-good]."""
+    _install(session, "plot")  # the perf gate's chart, for --gate perf
+    _ci(session, "bisect")
+
+
+@nox.session(default=False)
 def ship(session: nox.Session) -> None:
     """Build the serve launcher's wheel and sdist when every gate passed for exactly this build: -- --profile P."""
     _install(session, "ship")  # python -m build and setuptools, for the wheel and the sdist

@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "main-job": ("main_job", "main"),
     "gate-selftest": ("gate_selftest", "main"),
     "selftest-fault": ("gate_selftest", "selftest_fault"),
+    "bisect": ("bisect", "main"),
     "matrix": ("build", "matrix"),
     "backend-ops": ("backend_ops", "main"),
     "tiny-models": ("equivalence", "tiny_models"),

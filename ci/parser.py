@@ -107,6 +107,20 @@ def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpa
     _profile(p, "the profile (or $ONEBIT_PROFILE)", os.environ.get("ONEBIT_PROFILE", "gfx1151"))
     _remote(p)
 
+    p = command("bisect", "name the fork commit that broke a gate: git bisect, each step built incrementally and judged by the one gate")
+    _profile(p, "whose build dir each step builds in", os.environ.get("ONEBIT_PROFILE", "gfx1151"))
+    p.add_argument("--good", metavar="SHA", help="a commit where the gate passes (default: the pin; the bump's start when the pin is its target)")
+    p.add_argument("--bad", metavar="SHA", help="a commit where it fails (default: the target of the bump report)")
+    p.add_argument("--gate", help="the gate that judges each step (default: the newest failed one of the profile in the ledger)")
+    _remote(p)
+    p.add_argument("--max-steps", type=int, metavar="N", help="stop after N steps and say the range left")
+    p.add_argument("--check-good", action="store_true", help="build and judge the good end first; stop when it does not pass")
+    p.add_argument("--bump-report", metavar="FILE", help="the bump report the defaults come from (default: build/bump-report.md)")
+    p.add_argument("--expect", action="append", default=[], metavar="OP=N", help="with --gate backend_ops: cases of OP each step must run and pass, in place of pins.yaml's (the pin's counts)")
+    p.add_argument("--rounds", type=int, default=5, help="with --gate perf: rounds per step (an inconclusive step measures as many again)")
+    _timeout(p)
+    p.add_argument("--out", metavar="FILE", help="where the markdown report for the bump PR goes (default: build/bisect/report.md)")
+
     p = command("matrix", "the GitHub Actions matrix of the GPU job, as JSON: a runner and device per profile")
     p.add_argument("--profiles", default="gfx1151", help="comma-separated profiles (default gfx1151)")
 

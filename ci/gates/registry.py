@@ -157,6 +157,11 @@ def names() -> tuple[str, ...]:
     return tuple(g.name for g in GATES)
 
 
+def runnable() -> tuple[str, ...]:
+    """The gates gpu_tests can run on a build (not those with a session of their own)."""
+    return tuple(g.name for g in GATES if not getattr(g, "own_session", False))
+
+
 def always() -> tuple[str, ...]:
     """The gates ship requires for every build: what a benign planted edit must pass."""
     return tuple(g.name for g in GATES if isinstance(g, Always))

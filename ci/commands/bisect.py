@@ -1,0 +1,523 @@
+"""``nox -s bisect``: when a bump fails a gate, name the fork commit that broke it.
+
+``git bisect`` (``--no-checkout``: it only moves ``BISECT_HEAD``) chooses each commit in the fork store; each step
+brings the checkout to that commit + the series through the one :func:`ci.source.sync.sync` path, builds it
+incrementally in the profile's build dir (:func:`ci.compile.stage.run_build`, under the commit's own build key)
+and runs the one gate. A pass is ``good``, a failure ``bad``; a series that does not apply, a build that fails or
+any other error is ``skip`` with its reason, as ``git bisect run`` treats exit code 125.
+
+Each step's gate record goes to the ledger under ``bisect:<its build key>``, a key no build ever has, so
+``nox -s ship`` never counts it for the pin. At the end, on a failure and on Ctrl-C or SIGTERM, the bisection is
+reset and the checkout put back at the pin + series.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from pathlib import Path
+from types import FrameType
+
+from ci.commands import absolute, job_of, say
+from ci.commands.backend_ops import expectations
+from ci.commands.gpu_tests import under_test
+from ci.commands.job import Job
+from ci.compile.cmake import BuildRequest
+from ci.compile.stage import current_build, run_build
+from ci.errors import CommandFailed, ConfigError, OnebitError, Refused
+from ci.files import shown, write_atomic
+from ci.gates import perf, registry
+from ci.gates.results import GateResult, Status
+from ci.gates.target import GateOptions
+from ci.git import Git
+from ci.pin.verify import verify
+from ci.release import ledger, records
+from ci.source.classify import Fate, classify
+from ci.source.store import ForkStore, Relation
+from ci.source.sync import Source, ensure_commit, execute, prepare
+from ci.words import count
+
+KEY_PREFIX = "bisect:"  # the ledger's build key of a step: never a build's key, so ship never counts it
+BUMP_REPORT = Path("build") / "bump-report.md"
+_TO_RE = re.compile(r"^- To: `([0-9a-f]{40})`", re.MULTILINE)
+_FROM_RE = re.compile(r"^- From: `([0-9a-f]{40})`", re.MULTILINE)
+_FIRST_BAD_RE = re.compile(r"^([0-9a-f]{40}) is the first bad commit$", re.MULTILINE)
+_ONLY_SKIPPED = "There are only 'skip'ped commits left to test."
+
+
+class Outcome(Enum):
+    GOOD = "good"
+    BAD = "bad"
+    SKIP = "skip"
+
+
+@dataclass(frozen=True)
+class BisectRequest:
+    profile: str
+    good: str | None = None  # default: the pin (or, when the pin is already the bump's target, the bump's start)
+    bad: str | None = None  # default: the bump report's target
+    gate: str | None = None  # default: the newest failed ledger record of the profile at the bad end
+    remote: str | None = None
+    max_steps: int | None = None
+    check_good: bool = False
+    bump_report: Path | None = None
+    out: Path | None = None  # the markdown report (default build/bisect/report.md)
+    expect: tuple[tuple[str, int], ...] = ()  # --expect OP=N: the backend_ops counts of the range, over the pin's
+    options: GateOptions = field(default_factory=GateOptions)
+
+
+@dataclass(frozen=True)
+class Commit:
+    sha: str
+    subject: str
+    files: tuple[str, ...] = ()
+
+    @property
+    def short(self) -> str:
+        return self.sha[:7]
+
+
+@dataclass(frozen=True)
+class Step:
+    number: int  # 0: the --check-good step
+    commit: Commit
+    outcome: Outcome
+    reason: str  # the gate's summary, or why it was skipped
+    problems: tuple[str, ...] = ()
+    build_seconds: float = 0.0
+    gate_seconds: float = 0.0
+    seconds: float = 0.0
+    build_key: str = ""
+    ledger_line: int | None = None
+
+    def line(self) -> str:
+        times = f"{self.seconds:.1f} s (build {self.build_seconds:.1f} s, gate {self.gate_seconds:.1f} s)"
+        return f"{self.commit.short} {self.outcome.value}: {self.reason} [{times}]"
+
+
+@dataclass(frozen=True)
+class BisectAnswer:
+    gate: str
+    profile: str
+    good: str
+    bad: str
+    commits: int
+    expected: int
+    steps: tuple[Step, ...]
+    first_bad: Commit | None = None
+    candidates: tuple[Commit, ...] = ()  # only skipped commits left: the first bad is one of these
+    left: tuple[str, ...] = ()  # --max-steps reached: the commits still in range
+    log: str = ""
+    seconds: float = 0.0
+
+    @property
+    def found(self) -> bool:
+        return self.first_bad is not None
+
+    def step_at(self, sha: str) -> Step | None:
+        return next((s for s in reversed(self.steps) if s.commit.sha == sha), None)
+
+    @property
+    def last_good(self) -> Step | None:
+        """The good step nearest the first bad commit (its parent, when it was tested)."""
+        good = [s for s in self.steps if s.outcome is Outcome.GOOD]
+        return good[-1] if good else None
+
+    def headline(self) -> str:
+        steps = count(len([s for s in self.steps if s.number > 0]), "step")
+        if self.first_bad is not None:
+            return f"bisect: {self.first_bad.short} is the first bad commit for {self.gate} ({self.first_bad.subject}), {steps}, {self.seconds:.1f} s"
+        if self.candidates:
+            return f"bisect: only skipped commits left; the first bad commit for {self.gate} is one of {', '.join(c.short for c in self.candidates)} ({steps}, {self.seconds:.1f} s)"
+        return f"bisect: stopped after {steps} (--max-steps) with {count(len(self.left), 'commit')} left: {', '.join(s[:7] for s in self.left[:10])}"
+
+
+# -- pure parts: how many steps, what a gate's result means, what git bisect said ------------------------------------
+
+
+def expected_steps(commits: int) -> int:
+    """About log2 of the commits in range (git bisect's own "roughly N steps")."""
+    return math.ceil(math.log2(commits)) if commits > 1 else 0
+
+
+def outcome_of(result: GateResult) -> tuple[Outcome, str]:
+    """A pass is good; a failure bad; a gate that could not judge (ERROR, SKIPPED) skips. A perf check still
+    inconclusive after the gate's own re-measurement with more rounds skips too, unless another check fails outright."""
+    if result.status is Status.PASSED:
+        return Outcome.GOOD, result.summary
+    if result.status is not Status.FAILED:
+        return Outcome.SKIP, f"{result.gate} could not judge: {result.summary}"
+    if result.gate == perf.GATE:
+        decisive = [c for c in result.cases if c.status is Status.FAILED and not c.message.endswith(perf.INCONCLUSIVE)]
+        if not decisive and any(c.message.endswith(perf.INCONCLUSIVE) for c in result.cases):
+            return Outcome.SKIP, f"perf inconclusive after re-measuring with more rounds: {result.summary}"
+    return Outcome.BAD, result.summary
+
+
+@dataclass(frozen=True)
+class GitSaid:
+    first_bad: str | None = None
+    only_skipped: tuple[str, ...] = ()  # the commits the first bad could be
+
+
+def parse_bisect(output: str) -> GitSaid:
+    m = _FIRST_BAD_RE.search(output)
+    if m:
+        return GitSaid(first_bad=m.group(1))
+    if _ONLY_SKIPPED in output:
+        return GitSaid(only_skipped=tuple(re.findall(r"^([0-9a-f]{40})$", output, re.MULTILINE)))
+    return GitSaid()
+
+
+def bump_ends(text: str) -> tuple[str | None, str | None]:
+    """(From, To) of a bump report (build/bump-report.md)."""
+    start, to = _FROM_RE.search(text), _TO_RE.search(text)
+    return (start.group(1) if start else None, to.group(1) if to else None)
+
+
+def markdown(answer: BisectAnswer) -> str:
+    """The report to paste into the bump PR."""
+    lines = [f"### Bisect: {answer.gate} on {answer.profile}, {answer.good[:7]}..{answer.bad[:7]}", ""]
+    lines += [
+        f"{answer.commits} commits in range, about {answer.expected} steps expected; {len([s for s in answer.steps if s.number])} run in {answer.seconds:.1f} s.",
+        "",
+    ]
+    if answer.first_bad is not None:
+        fb = answer.first_bad
+        lines += [f"**First bad commit: `{fb.sha}`** {fb.subject}", ""]
+        if fb.files:
+            lines += [
+                "Files touched: "
+                + ", ".join(f"`{f}`" for f in fb.files[:20])
+                + (f" and {len(fb.files) - 20} more" if len(fb.files) > 20 else ""),
+                "",
+            ]
+        step = answer.step_at(fb.sha)
+        if step is not None:
+            lines += [f"The gate there: {step.reason}"]
+            lines += [f"- {p.splitlines()[0] if p else p}" for p in step.problems[:5]]
+            lines.append("")
+    elif answer.candidates:
+        lines += ["Only skipped commits are left; the first bad commit is one of:", ""]
+        lines += [f"- `{c.sha}` {c.subject}" for c in answer.candidates]
+        lines.append("")
+    else:
+        lines += [
+            f"Stopped by --max-steps with {count(len(answer.left), 'commit')} left: " + ", ".join(f"`{s[:7]}`" for s in answer.left[:20]),
+            "",
+        ]
+    good = answer.last_good
+    if good is not None:
+        lines += [
+            f"Last good: `{good.commit.sha}` {good.commit.subject}: {good.reason}"
+            + (f" (ledger line {good.ledger_line})" if good.ledger_line else ""),
+            "",
+        ]
+    lines += ["| step | commit | verdict | build s | gate s | total s | why |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for s in answer.steps:
+        n = "check-good" if s.number == 0 else str(s.number)
+        why = s.reason.replace("|", "\\|").replace("\n", " ")
+        lines.append(
+            f"| {n} | `{s.commit.short}` {s.commit.subject.replace('|', '/')} | {s.outcome.value} | {s.build_seconds:.1f} | {s.gate_seconds:.1f} | {s.seconds:.1f} | {why} |"
+        )
+    if answer.log:
+        lines += ["", "<details><summary>git bisect log</summary>", "", "```", answer.log.rstrip(), "```", "", "</details>"]
+    return "\n".join(lines) + "\n"
+
+
+# -- the run ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What the session resolved once: the ends, the gate, the fork store and the pin's source."""
+
+    base: Job
+    request: BisectRequest
+    source: Source
+    store: ForkStore
+    good: str
+    bad: str
+    gate: registry.Gate
+    results: Path
+
+
+def resolve(base: Job, request: BisectRequest, say: Callable[[str], None]) -> _Job:
+    """Everything checked before the checkout is touched: the pin, the ends, their order, the gate, the checkout's state."""
+    base.profile(request.profile)
+    check = verify(base.project, base.pins, checkout_head=False)
+    if not check.ok:
+        raise Refused("the pin does not verify: " + "; ".join(check.problems) + "; run nox -s verify_pin")
+    source = base.source()
+    store = ensure_commit(source, request.remote, say)
+    report = request.bump_report or base.root / BUMP_REPORT
+    start, target = bump_ends(report.read_text(encoding="utf-8")) if report.is_file() else (None, None)
+    if request.bad is None and target is None:
+        raise ConfigError(f"no --bad given and no bump report at {shown(report, base.root)} names a target (- To: `SHA`); give --bad SHA")
+    bad = str(store.resolve(request.bad).id) if request.bad else str(target)
+    good_spec = request.good or (start if source.commit == bad and start else source.commit)
+    good = str(store.resolve(good_spec).id) if good_spec else source.commit
+    if not store.has_commit(bad):
+        raise ConfigError(f"--bad {bad[:12]}: not in the fork store; pass --remote with a mirror that has it")
+    relation = store.move(good, bad).relation
+    if relation is not Relation.AHEAD:
+        raise ConfigError(
+            f"--good {good[:7]} is not an ancestor of --bad {bad[:7]} ({relation.value}); give a good commit older than the bad one"
+        )
+    gate = registry.select([request.gate or default_gate(base.root, request.profile, bad)], base.pins)[0]
+    if (source.gitdir / "BISECT_START").exists():
+        raise Refused(
+            f"a git bisect is already under way in {source.name}'s store; end it with git -C {source.name} bisect reset, then retry"
+        )
+    prepare(source, store)  # refuses, untouched, a checkout holding changes this tool did not make
+    results = ledger.default_results_dir(base.root)
+    return _Job(base, request, source, store, good, bad, gate, results)
+
+
+def default_gate(root: Path, profile: str, bad: str) -> str:
+    """The gate whose newest record for ``profile`` did not pass, at the bad end when one is there."""
+    book = ledger.read(ledger.ledger_path(ledger.default_results_dir(root)), ledger.signing_key())
+    failed = [
+        r for r in book.records if r.verdict != "passed" and r.data.get("profile") == profile and not r.build_key.startswith(KEY_PREFIX)
+    ]
+    at_bad = [r for r in failed if r.data.get("pin") == bad]
+    chosen = (at_bad or failed)[-1] if failed else None
+    if chosen is None or chosen.gate not in registry.runnable():
+        raise ConfigError(
+            f"no --gate given and the ledger has no failed gate record for profile {profile}; give --gate backend_ops|equivalence|perf|route"
+        )
+    return chosen.gate
+
+
+def _commit(store: ForkStore, sha: str, files: bool = False) -> Commit:
+    c = store.commit(sha)
+    subject = c.message.splitlines()[0] if c.message else ""
+    if not files:
+        return Commit(sha, subject)
+    diff = c.parents[0].tree.diff_to_tree(c.tree) if c.parents else c.tree.diff_to_tree(swap=True)
+    return Commit(sha, subject, tuple(sorted({d.new_file.path for d in diff.deltas} | {d.old_file.path for d in diff.deltas})))
+
+
+def step_job(base: Job, commit: str, expect: tuple[tuple[str, int], ...] = ()) -> Job:
+    """The command's job with the pin moved to ``commit``: the step's source, build key and gate expectations
+    (``expect``, when given, in place of pins.yaml's expect.backend_ops: the pin's counts need not hold in the range).
+    The toolchain found once is kept."""
+    pins = base.pins
+    return replace(base, pins=replace(pins, fork=replace(pins.fork, commit=commit), backend_ops=expect or pins.backend_ops))
+
+
+def run_step(job: _Job, number: int, sha: str, say: Callable[[str], None]) -> Step:
+    """One commit: checkout + series, incremental build, the one gate, its record in the ledger."""
+    t0 = time.monotonic()
+    commit = _commit(job.store, sha)
+    stepped = step_job(job.base, sha, job.request.expect)
+    plan = classify(job.source.gitdir, sha, stepped.series)
+    if not plan.clean:
+        bad = "; ".join(f"patches/{v.line()}" for v in plan.verdicts if v.fate is not Fate.APPLIES)
+        return Step(number, commit, Outcome.SKIP, f"the series does not apply: {bad}", seconds=time.monotonic() - t0)
+    quiet: list[str] = []
+    try:
+        build_plan = stepped.build_plan(BuildRequest(job.request.profile))  # the step's key, derived once
+        outcome = run_build(build_plan, stepped.source(), stepped.root, None, quiet.append)
+    except CommandFailed as exc:
+        return Step(
+            number,
+            commit,
+            Outcome.SKIP,
+            f"the build failed: {exc.message}",
+            build_seconds=time.monotonic() - t0,
+            seconds=time.monotonic() - t0,
+        )
+    except OnebitError as exc:
+        return Step(
+            number,
+            commit,
+            Outcome.SKIP,
+            f"could not build: {exc.message}",
+            build_seconds=time.monotonic() - t0,
+            seconds=time.monotonic() - t0,
+        )
+    t1 = time.monotonic()
+    key = outcome.manifest.key
+    out = job.results / f"{KEY_PREFIX[:-1]}-{key[:12]}"
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        build = current_build(build_plan, stepped.root)
+        result = job.gate.run(under_test(stepped, build), job.request.options, out)
+    except OnebitError as exc:
+        t2 = time.monotonic()
+        return Step(
+            number,
+            commit,
+            Outcome.SKIP,
+            f"the gate could not run: {exc.message}",
+            build_seconds=t1 - t0,
+            gate_seconds=t2 - t1,
+            seconds=t2 - t0,
+            build_key=key,
+        )
+    t2 = time.monotonic()
+    m = outcome.manifest
+    context = ledger.BuildContext(KEY_PREFIX + key, sha, m.series_digest, m.profile, m.device)
+    props = {"build_key": KEY_PREFIX + key, "profile": m.profile, "bisect": f"{job.good}..{job.bad}", "commit": sha}
+    line = records.record(result, out, props, ledger_path=ledger.ledger_path(job.results), build=context, root=stepped.root)
+    verdict, reason = outcome_of(result)
+    return Step(number, commit, verdict, reason, result.problems, t1 - t0, t2 - t1, t2 - t0, key, line.line if line else None)
+
+
+def _goods(git: Git) -> list[str]:
+    return git.text("for-each-ref", "--format=%(objectname)", "refs/bisect/good-*").split()
+
+
+def next_commit(git: Git, skipped: set[str]) -> str | None:
+    """The untested commit nearest the middle of the range left. git bisect's own choice after a skip jumps far
+    from the middle (on purpose, against runs of untestable commits); the neighbour of a skipped commit halves the
+    range as well, which keeps a single untestable commit to one extra step."""
+    for line in git.text("rev-list", "--bisect-all", "refs/bisect/bad", "--not", *_goods(git)).splitlines():
+        sha = line.split()[0]
+        if sha not in skipped:
+            return sha
+    return None
+
+
+class _Stop(KeyboardInterrupt):
+    """SIGTERM, raised where Python is, so the checkout is put back on the way out as on Ctrl-C."""
+
+
+@contextmanager
+def _terminated_as_interrupt() -> Iterator[None]:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise _Stop
+
+    try:
+        old = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave SIGTERM alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def put_back(job: _Job, git: Git, started: bool, say: Callable[[str], None]) -> None:
+    """End the bisection and bring the checkout to the pin + series; Ctrl-C waits until this is done."""
+    with _signals_held():
+        if started:
+            git.run("bisect", "reset", check=False)
+        execute(prepare(job.source, job.store))
+        say(f"bisect: the checkout is back at the pin {job.source.short} + the series")
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM ignored meanwhile (the main thread only can set handlers; elsewhere nothing changes)."""
+    try:
+        old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:
+        old = {}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+def bisect(job: _Job, say: Callable[[str], None]) -> BisectAnswer:
+    t0 = time.monotonic()
+    git = Git(job.source.gitdir, job.source.workdir)
+    n = int(git.text("rev-list", "--count", f"{job.good}..{job.bad}"))
+    expected = expected_steps(n)
+    say(
+        f"bisect: {job.gate.name} on {job.request.profile}, {job.good[:7]} (good) .. {job.bad[:7]} (bad): {count(n, 'commit')}, about {count(expected, 'step')}"
+    )
+    steps: list[Step] = []
+
+    def show(step: Step, total: str) -> None:
+        steps.append(step)
+        say(f"bisect: step {total}: {step.line()}")
+
+    started = False
+    answer: BisectAnswer | None = None
+    with _terminated_as_interrupt():
+        try:
+            execute(prepare(job.source, job.store))  # HEAD at the pin, where git bisect starts from and ends at
+            if job.request.check_good:
+                say(f"bisect: re-proving the good end {job.good[:7]} first")
+                first = run_step(job, 0, job.good, say)
+                show(first, "check-good")
+                if first.outcome is not Outcome.GOOD:
+                    raise Refused(
+                        f"--check-good: the good end {job.good[:7]} is {first.outcome.value} for {job.gate.name} ({first.reason}); give an older --good"
+                    )
+            said = git.run("bisect", "start", "--no-checkout", job.bad, job.good).output
+            started = True
+            number = 0
+            skipped: set[str] = set()
+            while True:
+                result = parse_bisect(said)
+                if result.first_bad or result.only_skipped:
+                    break
+                if job.request.max_steps is not None and number >= job.request.max_steps:
+                    break
+                number += 1
+                sha = next_commit(git, skipped) or git.text("rev-parse", "BISECT_HEAD")
+                say(f"bisect: step {number} (of about {expected}): {sha[:7]} {_commit(job.store, sha).subject}")
+                step = run_step(job, number, sha, say)
+                show(step, f"{number}/{expected}")
+                if step.outcome is Outcome.SKIP:
+                    skipped.add(sha)
+                said = git.run("bisect", step.outcome.value, sha, check=False).output
+            log = git.run("bisect", "log", check=False).output
+            left: tuple[str, ...] = ()
+            if not (result.first_bad or result.only_skipped):
+                left = tuple(git.text("rev-list", "refs/bisect/bad", "--not", *_goods(git)).split())
+            answer = BisectAnswer(
+                job.gate.name, job.request.profile, job.good, job.bad, n, expected, tuple(steps),
+                first_bad=_commit(job.store, result.first_bad, files=True) if result.first_bad else None,
+                candidates=tuple(_commit(job.store, s) for s in result.only_skipped), left=left, log=log, seconds=time.monotonic() - t0,
+            )  # fmt: skip
+        finally:
+            put_back(job, git, started, say)
+    assert answer is not None  # every path that leaves the try without one raised
+    return answer
+
+
+def session(base: Job, request: BisectRequest, say: Callable[[str], None]) -> int:
+    """``nox -s bisect``: 0 when the first bad commit is named, 1 otherwise (only skipped commits, --max-steps)."""
+    if request.max_steps is not None and request.max_steps < 1:
+        raise ConfigError(f"--max-steps {request.max_steps}: must be 1 or more")
+    job = resolve(base, request, say)
+    answer = bisect(job, say)
+    out = request.out or base.root / "build" / "bisect" / "report.md"
+    write_atomic(out, markdown(answer))
+    say(answer.headline())
+    if answer.first_bad is not None:
+        say(f"  files: {', '.join(answer.first_bad.files[:10])}" + (" ..." if len(answer.first_bad.files) > 10 else ""))
+        step = answer.step_at(answer.first_bad.sha)
+        if step is not None:
+            for p in step.problems[:3]:
+                say(f"  {job.gate.name}: {p.splitlines()[0] if p else p}")
+    if answer.last_good is not None:
+        say(f"  last good: {answer.last_good.commit.short} {answer.last_good.commit.subject}")
+    say(
+        f"bisect: report for the bump PR: {shown(out, base.root)}; the {request.profile} build dir now holds the last step's build (nox -s build brings it back to the pin)"
+    )
+    return 0 if answer.found else 1
+
+
+def main(args: argparse.Namespace) -> int:
+    options = GateOptions(timeout=args.timeout, rounds=args.rounds)
+    expect = tuple(expectations(args.expect).items())
+    request = BisectRequest(
+        args.profile, args.good, args.bad, args.gate, args.remote, args.max_steps, args.check_good,
+        bump_report=absolute(args.bump_report), out=absolute(args.out), expect=expect, options=options,
+    )  # fmt: skip
+    return session(job_of(args), request, say)

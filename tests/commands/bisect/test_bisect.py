@@ -1,0 +1,222 @@
+"""bisect's pure parts (steps expected, a gate's result as good/bad/skip, what git bisect said, the report) and the
+checks made before the checkout is touched, on the small fixture fork (c0..c6)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ci.commands import bisect
+from ci.commands.job import Job
+from ci.gates.perf import INCONCLUSIVE
+from ci.gates.results import CaseResult, GateResult, Status
+from ci.release import ledger
+from tests.support.project import Fork, Project
+
+
+@pytest.mark.parametrize(("commits", "steps"), [(1, 0), (2, 1), (32, 5), (33, 6), (60, 6), (141, 8)])
+def test_expected_steps_is_log2_of_the_commits_in_range(commits: int, steps: int) -> None:
+    assert bisect.expected_steps(commits) == steps
+
+
+def result(gate: str, status: Status, *cases: CaseResult) -> GateResult:
+    return GateResult(gate, status, f"{status.value.upper()}: summary", cases)
+
+
+def test_a_pass_is_good_a_failure_bad_and_a_gate_that_could_not_judge_skips() -> None:
+    assert bisect.outcome_of(result("backend_ops", Status.PASSED)) == (bisect.Outcome.GOOD, "PASSED: summary")
+    assert bisect.outcome_of(result("backend_ops", Status.FAILED)) == (bisect.Outcome.BAD, "FAILED: summary")
+    assert bisect.outcome_of(result("equivalence", Status.ERROR))[0] is bisect.Outcome.SKIP
+    assert bisect.outcome_of(result("route", Status.SKIPPED))[0] is bisect.Outcome.SKIP
+
+
+def test_perf_is_bad_when_a_check_fails_and_skips_when_still_inconclusive_after_more_rounds() -> None:
+    fails = CaseResult("decode", Status.FAILED, "decode = 0.8 (95% interval 0.7-0.9, 10 rounds) against the floor 1: fails")
+    straddles = CaseResult("prefill", Status.FAILED, f"prefill = 1.0 (95% interval 0.9-1.1, 10 rounds) against the floor 1: {INCONCLUSIVE}")
+    holds = CaseResult("code", Status.PASSED, "code = 1.5: passes")
+    outcome, why = bisect.outcome_of(result("perf", Status.FAILED, straddles, holds))
+    assert outcome is bisect.Outcome.SKIP
+    assert why.startswith("perf inconclusive after re-measuring with more rounds")
+    assert bisect.outcome_of(result("perf", Status.FAILED, fails, straddles))[0] is bisect.Outcome.BAD
+    assert bisect.outcome_of(result("perf", Status.FAILED, fails))[0] is bisect.Outcome.BAD
+
+
+def run_git_bisect(tmp_path: Path) -> tuple[str, str, list[str]]:
+    """Real git bisect output: one run to a first bad commit, one ending on skipped commits only."""
+    repo = tmp_path / "r"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    shas = []
+    for i in range(8):
+        (repo / "f").write_text(f"{i}\n")
+        subprocess.run(["git", "-C", str(repo), "add", "f"], check=True)
+        subprocess.run(["git", "-C", str(repo), "commit", "-qm", f"c{i}"], check=True)
+        shas.append(
+            subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        )
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True).stdout
+
+    git("bisect", "start", "--no-checkout", shas[7], shas[0])
+    for sha in shas[1:4]:
+        said = git("bisect", "good", sha)
+    said = git("bisect", "bad", shas[4])
+    found = said
+    git("bisect", "reset")
+    git("bisect", "start", "--no-checkout", shas[7], shas[0])
+    for sha in shas[1:7]:
+        said = git("bisect", "skip", sha)
+    return found, said, shas
+
+
+def test_what_git_bisect_said_is_read_from_its_own_output(tmp_path: Path) -> None:
+    found, skipped, shas = run_git_bisect(tmp_path)
+    assert bisect.parse_bisect(found) == bisect.GitSaid(first_bad=shas[4])
+    said = bisect.parse_bisect(skipped)
+    assert said.first_bad is None
+    assert set(said.only_skipped) == set(shas[1:8])
+    assert bisect.parse_bisect("Bisecting: 3 revisions left to test after this (roughly 2 steps)\n") == bisect.GitSaid()
+
+
+def test_the_bump_reports_ends_are_read_from_its_from_and_to_lines() -> None:
+    text = (
+        "## Bump the ROCmFPX pin: aaaaaaa -> bbbbbbb\n\n- Fork: https://x, branch `main`\n- From: `"
+        + "a" * 40
+        + "` (ROCmFPX#2)\n- To: `"
+        + "b" * 40
+        + "` (ROCmFPX#3)\n"
+    )
+    assert bisect.bump_ends(text) == ("a" * 40, "b" * 40)
+    assert bisect.bump_ends("no report\n") == (None, None)
+
+
+def answer(**kw: object) -> bisect.BisectAnswer:
+    bad = bisect.Commit("b" * 40, "ggml: the change", ("ggml/x.c",))
+    good = bisect.Commit("a" * 40, "notes | a pipe")
+    steps = (
+        bisect.Step(1, good, bisect.Outcome.GOOD, "PASSED", build_seconds=4.0, gate_seconds=1.0, seconds=5.0, ledger_line=3),
+        bisect.Step(2, bad, bisect.Outcome.BAD, "FAILED: 35/36", ("GATED_DELTA_NET: 36 expected, 35 passed",), 3.0, 1.0, 4.0),
+    )
+    base: dict[str, object] = {
+        "gate": "backend_ops",
+        "profile": "cpu",
+        "good": "0" * 40,
+        "bad": "f" * 40,
+        "commits": 4,
+        "expected": 2,
+        "steps": steps,
+        "first_bad": bad,
+        "log": "git bisect start\n",
+        "seconds": 9.5,
+    }
+    base |= kw
+    return bisect.BisectAnswer(**base)  # type: ignore[arg-type]
+
+
+def test_the_report_names_the_first_bad_commit_its_files_its_problem_the_last_good_and_every_step() -> None:
+    text = bisect.markdown(answer())
+    assert "**First bad commit: `" + "b" * 40 + "`** ggml: the change" in text
+    assert "Files touched: `ggml/x.c`" in text
+    assert "- GATED_DELTA_NET: 36 expected, 35 passed" in text
+    assert "Last good: `" + "a" * 40 + "` notes | a pipe: PASSED (ledger line 3)" in text
+    assert "| 1 | `aaaaaaa` notes / a pipe | good | 4.0 | 1.0 | 5.0 | PASSED |" in text
+    assert "| 2 | `bbbbbbb` ggml: the change | bad | 3.0 | 1.0 | 4.0 | FAILED: 35/36 |" in text
+    assert "```\ngit bisect start\n```" in text
+
+
+def test_the_report_without_an_answer_says_what_is_left() -> None:
+    skipped = answer(first_bad=None, candidates=(bisect.Commit("c" * 40, "one"), bisect.Commit("d" * 40, "two")))
+    assert "the first bad commit is one of:\n\n- `" + "c" * 40 + "` one\n- `" + "d" * 40 + "` two" in bisect.markdown(skipped)
+    assert skipped.headline().startswith(
+        "bisect: only skipped commits left; the first bad commit for backend_ops is one of ccccccc, ddddddd"
+    )
+    stopped = answer(first_bad=None, left=("e" * 40, "f" * 40))
+    assert "Stopped by --max-steps with 2 commits left: `eeeeeee`, `fffffff`" in bisect.markdown(stopped)
+
+
+# -- before anything is touched -------------------------------------------------------------------------------------
+
+
+def request(fork: Fork, **kw: object) -> bisect.BisectRequest:
+    base: dict[str, object] = {"profile": "cpu", "remote": str(fork.path), "gate": "backend_ops"}
+    return bisect.BisectRequest(**(base | kw))  # type: ignore[arg-type]
+
+
+def ctx_of(project: Project) -> Job:
+    return Job.resolve(project.root)
+
+
+def test_the_ends_default_to_the_pin_and_the_bump_reports_target(project: Project, fork: Fork) -> None:
+    report = project.root / "build" / "bump-report.md"
+    report.parent.mkdir(parents=True)
+    report.write_text(f"## Bump\n\n- From: `{fork.c1}` (ROCmFPX#2)\n- To: `{fork.c6}` (ROCmFPX#3)\n")
+    job = bisect.resolve(ctx_of(project), request(fork), lambda line: None)
+    assert (job.good, job.bad, job.gate.name) == (fork.c1, fork.c6, "backend_ops")
+    assert not project.submodule.exists() or not any(project.submodule.iterdir())  # nothing checked out yet
+
+
+def test_when_the_pin_is_already_the_bumps_target_the_good_end_is_the_bumps_start(project: Project, fork: Fork) -> None:
+    project.pins.write_text(project.pins.read_text().replace(fork.c1, fork.c6))
+    cacheinfo = f"160000,{fork.c6},third_party/llama.cpp-rocmfpx"  # the gitlink moved too, as bump_pin leaves it
+    subprocess.run(["git", "update-index", "--cacheinfo", cacheinfo], cwd=project.root, check=True, capture_output=True)
+    report = project.root / "build" / "bump-report.md"
+    report.parent.mkdir(parents=True)
+    report.write_text(f"- From: `{fork.c1}`\n- To: `{fork.c6}`\n")
+    job = bisect.resolve(ctx_of(project), request(fork), lambda line: None)
+    assert (job.good, job.bad) == (fork.c1, fork.c6)
+
+
+def test_the_gate_defaults_to_the_newest_failed_record_at_the_bad_end(project: Project, fork: Fork) -> None:
+    path = ledger.ledger_path(project.root / "build" / "results")
+    ledger.append(path, GateResult("equivalence", Status.FAILED, "elsewhere"), ledger.BuildContext("k1", fork.c4, "", "cpu"))
+    ledger.append(path, GateResult("backend_ops", Status.FAILED, "at the bad end"), ledger.BuildContext("k2", fork.c6, "", "cpu"))
+    ledger.append(path, GateResult("route", Status.FAILED, "a step"), ledger.BuildContext("bisect:k3", fork.c6, "", "cpu"))
+    job = bisect.resolve(ctx_of(project), request(fork, gate=None, bad=fork.c6), lambda line: None)
+    assert job.gate.name == "backend_ops"
+
+
+@pytest.mark.parametrize(
+    ("kw", "code", "message"),
+    [
+        ({}, 2, "no --bad given and no bump report at build/bump-report.md names a target (- To: `SHA`); give --bad SHA"),
+        ({"bad": "c1", "good": "c6"}, 2, "is not an ancestor of --bad"),
+        ({"bad": "c6", "gate": "backend_opz"}, 2, '--gate backend_opz: unknown gate (did you mean "backend_ops"?)'),
+        ({"bad": "c6", "gate": None}, 2, "no --gate given and the ledger has no failed gate record for profile cpu"),
+        ({"bad": "c6", "max_steps": 0}, 2, "--max-steps 0: must be 1 or more"),
+    ],
+)
+def test_bad_input_is_one_line_and_touches_nothing(project: Project, fork: Fork, kw: dict[str, str], code: int, message: str) -> None:
+    args = ["bisect", "--profile", "cpu", "--remote", str(fork.path)]
+    for name, value in ({"gate": "backend_ops"} | kw).items():
+        if value is not None:
+            args += [f"--{name.replace('_', '-')}", getattr(fork, value) if name in ("good", "bad") else str(value)]
+    r = project.ci(*args)
+    assert r.code == code, r.out + r.err
+    assert r.err.count("\n") == 1
+    assert r.err.startswith("onebit-ci: error: ")
+    assert message in r.err
+    assert not project.submodule.exists() or not any(project.submodule.iterdir())
+
+
+def test_a_bisection_already_under_way_is_refused(project: Project, fork: Fork) -> None:
+    assert project.ci("patches", "--remote", str(fork.path)).code == 0
+    gitdir = project.root / ".git" / "modules" / "third_party" / "llama.cpp-rocmfpx"
+    (gitdir / "BISECT_START").write_text("main\n")
+    r = project.ci("bisect", "--profile", "cpu", "--gate", "backend_ops", "--bad", fork.c6)
+    assert r.code == 4
+    assert (
+        "a git bisect is already under way in third_party/llama.cpp-rocmfpx's store; end it with git -C third_party/llama.cpp-rocmfpx bisect reset"
+        in r.err
+    )
+
+
+def test_a_checkout_holding_someone_elses_changes_is_refused_untouched(project: Project, fork: Fork) -> None:
+    assert project.ci("patches", "--remote", str(fork.path)).code == 0
+    edited = project.submodule / "README.md"
+    edited.write_text("my work\n")
+    r = project.ci("bisect", "--profile", "cpu", "--gate", "backend_ops", "--bad", fork.c6)
+    assert r.code == 4
+    assert "holds changes this tool did not make (README.md)" in r.err
+    assert edited.read_text() == "my work\n"
