@@ -84,7 +84,7 @@ def test_sigterm_half_way_through_a_bump_restores_the_pin_and_the_gitlink(projec
         if path.name == ".gitmodules":  # pins.yaml and .gitmodules written: the runner cancels the job
             os.kill(os.getpid(), signal.SIGTERM)
 
-    monkeypatch.setattr("ci.pin.bump.write_atomic", terminated)
+    monkeypatch.setattr("ci.commands.bump_pin.write_atomic", terminated)
     r = project.ci("bump-pin", project.fork.c5[:7], "--branch", "many", "--remote", str(project.fork.path))
     assert r.code == 143, r.err
     assert r.err == "onebit-ci: interrupted by SIGTERM\n"
