@@ -20,9 +20,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ci.gates import names
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
 
-GATE = "archs"
+GATE = names.ARCHS
 THRESHOLD = 1e-4  # the fork's own bound on the logits' normalized MSE against the CPU
 META = "Meta"  # the tensor-split row over every non-CPU device: not a device of its own
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

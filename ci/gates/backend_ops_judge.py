@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ci.errors import ConfigError, describe_returncode
+from ci.gates import names
 from ci.gates.backend_ops_output import OP_RE, CaseMark, ConsoleReport, SqlReport
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
 
-GATE = "backend_ops"
+GATE = names.BACKEND_OPS
 SHA_PREFIX_RE = re.compile(r"^[0-9a-f]{7,40}$")
 MIN_SHORT_SHA = 7  # git rev-parse --short never prints fewer
 FAILURES_LISTED = 10  # in the problems; every failed case is in the cases (JUnit) regardless

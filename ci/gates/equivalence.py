@@ -27,7 +27,7 @@ from typing import Any
 from ci import defaults
 from ci.errors import ConfigError, ServerFailed
 from ci.files import sha256_cached
-from ci.gates import devices
+from ci.gates import devices, names
 from ci.gates.equivalence_judge import (
     Completion,
     Prompt,
@@ -45,7 +45,7 @@ from ci.pin.pins import Floors
 
 log = logging.getLogger("onebit-ci")
 
-GATE = "equivalence"
+GATE = names.EQUIVALENCE
 DEFAULT_NEAR_TIE = defaults.NEAR_TIE
 DEFAULT_TOKENS = defaults.TOKENS
 DEFAULT_SEED = 42

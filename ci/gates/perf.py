@@ -23,12 +23,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci.gates import drafting
+from ci.gates import drafting, names
 from ci.gates.bench import Sample, Spread, pyplot, spread
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
 from ci.pin.claims import Check, Term
 
-GATE = "perf"
+GATE = names.PERF
 INCONCLUSIVE = "inconclusive: raise --rounds"
 
 

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ci.errors import ConfigError, Refused
-from ci.gates import archs, backend_ops, engine_path, equivalence, perf, perf_run, route
-from ci.gates.results import GateResult
-from ci.gates.target import BuildUnderTest, GateOptions, equivalence_models
-from ci.pin.pins import Pins
+from ci.gates import names
 from ci.schema import did_you_mean
+
+if TYPE_CHECKING:  # each gate's module is imported when it runs: a job resolves with the names alone
+    from ci.gates.results import GateResult
+    from ci.gates.target import BuildUnderTest, GateOptions
+    from ci.pin.pins import Pins
 
 
 class Gate(Protocol):
@@ -48,17 +50,21 @@ class WhenRequired:
 
 
 class RouteGate(Always):
-    name = route.GATE
+    name = names.ROUTE
     plantable = False  # the launcher's own tests: no planted fault of the fork can reach them
 
     def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
+        from ci.gates import route
+
         return route.route_gate(out)
 
 
 class BackendOpsGate(Always):
-    name = backend_ops.GATE
+    name = names.BACKEND_OPS
 
     def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
+        from ci.gates import backend_ops
+
         manifest = target.build.manifest
         # ggml's build commit says -dirty exactly when the checkout's ggml/ differs from the pin: the series touches it
         dirty = backend_ops.DirtyRule.DIRTY if target.ggml_touched else backend_ops.DirtyRule.CLEAN
@@ -78,9 +84,12 @@ class BackendOpsGate(Always):
 
 
 class EquivalenceGate(Always):
-    name = equivalence.GATE
+    name = names.EQUIVALENCE
 
     def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
+        from ci.gates import engine_path, equivalence
+        from ci.gates.target import equivalence_models
+
         manifest = target.build.manifest
         config = target.pins.equivalence
         if (options.model is None or options.drafter is None) and (config.model is None or config.drafter is None):
@@ -117,9 +126,11 @@ class EquivalenceGate(Always):
 class ArchsGate(WhenRequired):
     """The fork's whole-model check, test-llama-archs, per architecture of pins.yaml expect.archs (ci/gates/archs.py)."""
 
-    name = archs.GATE
+    name = names.ARCHS
 
     def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
+        from ci.gates import archs
+
         m, build_dir = target.build.manifest, target.build.build_dir
         return archs.gate(m.binary(build_dir, "test-llama-archs"), m.binary(build_dir, "llama-server"), m.device, target.pins.archs, min(options.timeout, archs.TIMEOUT), out, m.key)
 
@@ -127,7 +138,7 @@ class ArchsGate(WhenRequired):
 class PerfGate:
     """The seeds' performance claims (pins.yaml expect.perf), measured by the bench on the build's llama-server."""
 
-    name = perf.GATE
+    name = names.PERF
     shows_cases = True  # gpu_tests prints each check's figures
     plantable = False  # it measures speed, not what a planted fault breaks
 
@@ -135,6 +146,8 @@ class PerfGate:
         return bool(pins.perf) or self.name in pins.release_require
 
     def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
+        from ci.gates import perf_run
+
         return perf_run.run(target, options, out)
 
 
@@ -142,7 +155,7 @@ class SelftestGate(WhenRequired):
     """``nox -s gate_selftest``: planted faults, each gate catching its own. A session of its own (it plants faults and
     rebuilds), so gpu_tests never runs it; ship requires its record when pins.yaml's release.require names it."""
 
-    name = "gate_selftest"
+    name = names.SELFTEST
     own_session = True
 
     def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
@@ -151,10 +164,6 @@ class SelftestGate(WhenRequired):
 
 GATES: tuple[Gate, ...] = (RouteGate(), BackendOpsGate(), EquivalenceGate(), ArchsGate(), PerfGate(), SelftestGate())
 SELFTEST = SelftestGate.name
-
-
-def names() -> tuple[str, ...]:
-    return tuple(g.name for g in GATES)
 
 
 def runnable() -> tuple[str, ...]:

@@ -8,9 +8,10 @@ from pathlib import Path
 
 from ci.command import run
 from ci.errors import ConfigError
+from ci.gates import names
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
 
-GATE = "route"
+GATE = names.ROUTE
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the onebit-ci checkout: the launcher and its route tests
 
 

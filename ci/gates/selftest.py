@@ -28,7 +28,7 @@ from pathlib import Path
 from ci import places
 from ci.command import end_tree, resolve, run
 from ci.errors import ConfigError, ToolchainError
-from ci.gates import registry
+from ci.gates import names, registry
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
 from ci.git import Git
 from ci.places import id_problem, relative_problem
@@ -36,7 +36,7 @@ from ci.schema import Section, load_json, parse_yaml
 from ci.source.sync import Source
 from serve.bounded import CONFIG_LIMIT, is_regular, read_text
 
-GATE = "gate_selftest"
+GATE = names.SELFTEST
 FAULTS = "faults.yaml"
 ALL = "all"
 

@@ -7,17 +7,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ci.compile.stage import CurrentBuild
+from ci import defaults
 from ci.errors import ConfigError, Refused
 from ci.files import sha256_cached
-from ci.gates import backend_ops, equivalence, perf, tinymodels
-from ci.pin.pins import Pins
+
+if TYPE_CHECKING:  # the types alone: resolving a job must not import the gates' servers and numpy
+    from ci.compile.stage import CurrentBuild
+    from ci.gates import perf
+    from ci.pin.pins import Pins
 
 
 @dataclass(frozen=True)
 class GateOptions:
-    timeout: float = backend_ops.DEFAULT_TIMEOUT  # seconds per test-backend-ops run
+    timeout: float = defaults.TIMEOUT  # seconds per test-backend-ops run
     rounds: int = 5  # the perf gate's rounds (docs/bench.md: how many give a stable verdict)
     model: Path | None = None  # the equivalence gate's target; default pins.yaml, else tiny models
     drafter: Path | None = None
@@ -46,6 +50,8 @@ class BuildUnderTest:
 def equivalence_models(target: BuildUnderTest, options: GateOptions) -> tuple[Path, Path, str]:
     """The target and drafter the equivalence gate runs, and what they are: ``--model``/``--drafter``, else the
     release models pins.yaml names (each checked against its sha256), else the tiny generated ones (the near drafter)."""
+    from ci.gates import equivalence, tinymodels
+
     config = target.pins.equivalence
     if options.model is not None and options.drafter is not None:
         return options.model, options.drafter, equivalence.GIVEN_MODELS
