@@ -84,3 +84,18 @@ def test_the_checks_see_a_planted_late_import_and_the_circle_it_makes(tmp_path: 
     assert later_imports(graph) == ["ci.pin.verify (pin) imports ci.commands.build (commands)"]
     assert "ci.pin.verify" not in cycles(imports())
     assert "ci.pin.verify" in cycles(graph)  # commands.build imports pin.verify: the planted import closes a circle
+
+
+def test_the_readme_layout_table_lists_every_module() -> None:
+    """Each module of ci/ and serve/ is named in the README's row of its package (the edges: ci/*.py)."""
+    readme = (CI.parent / "README.md").read_text(encoding="utf-8")
+    rows = {ln.split("|")[1].strip(): ln for ln in readme.splitlines() if ln.startswith("| ")}
+    missing = []
+    for path in sorted([*CI.rglob("*.py"), *(CI.parent / "serve").rglob("*.py")]):
+        if path.name == "__init__.py":
+            continue
+        package = path.parent.relative_to(CI.parent).as_posix()
+        row = rows.get("edges" if package == "ci" else f"`{package}/`", "")
+        if f"`{path.name}`" not in row:
+            missing.append(path.relative_to(CI.parent).as_posix())
+    assert missing == []
