@@ -9,7 +9,6 @@ wheel in dist/, or a test's).
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from pathlib import Path
 from serve import strict
 from serve.bounded import CONFIG_LIMIT, read_regular
 from serve.errors import FileProblem
+from serve.server import sha256_of
 
 RELEASE_VAR = "ONEBIT_SERVE_RELEASE"
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
@@ -69,14 +69,6 @@ def gated_sha256(doc: Mapping[str, object], where: str) -> str:
     if not isinstance(sha, str) or not _SHA256.match(sha):
         raise FileProblem("build.binaries.llama-server is not a sha256: not a release manifest ship wrote", where)
     return sha
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def judge(program: Path, environ: Mapping[str, str], known_sha256: str | None = None) -> Gated:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ci.files import sha256_file
+from ci.gates import tinymodels
 from ci.gates.tinymodels import BOS_ID, CONTROLS, EOS_ID, UNK_ID, vocab
 
 QWEN35 = "qwen35"
@@ -113,14 +114,7 @@ def zeros(*shape: int) -> np.ndarray:
 def qwen35_weights(spec: Qwen35Spec, n_vocab: int) -> list[tuple[str, np.ndarray]]:
     """The tensors of ``spec`` in gguf order; numpy shapes are (out, in), gguf stores them reversed (ggml's ne)."""
     if spec.perturb_of is not None:
-        noise = np.random.default_rng(spec.seed)
-        out = []
-        for name, array in qwen35_weights(spec.perturb_of, n_vocab):
-            std = float(array.std())
-            if std > 0:
-                array = (array + noise.normal(0.0, spec.perturb * std, size=array.shape)).astype(np.float32)
-            out.append((name, array))
-        return out
+        return tinymodels.perturbed(qwen35_weights(spec.perturb_of, n_vocab), spec.seed, spec.perturb)
     rng = np.random.default_rng(spec.seed)
 
     def normal(shape: Sequence[int], std: float) -> np.ndarray:

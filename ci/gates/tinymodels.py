@@ -105,16 +105,21 @@ def vocab() -> Vocab:
     return Vocab(tuple(tokens), tuple(types), tuple(scores))
 
 
+def perturbed(weights: Sequence[tuple[str, np.ndarray]], seed: int, perturb: float) -> list[tuple[str, np.ndarray]]:
+    """Each tensor plus Gaussian noise of ``perturb`` times its own std (seeded): a near drafter of a target."""
+    noise = np.random.default_rng(seed)
+    out = []
+    for name, array in weights:
+        std = float(array.std())
+        if std > 0:
+            array = (array + noise.normal(0.0, perturb * std, size=array.shape)).astype(np.float32)
+        out.append((name, array))
+    return out
+
+
 def _weights(spec: TinyModelSpec, n_vocab: int) -> list[tuple[str, np.ndarray]]:
     if spec.perturb_of is not None:
-        noise = np.random.default_rng(spec.seed)
-        out = []
-        for name, array in _weights(spec.perturb_of, n_vocab):
-            std = float(array.std())
-            if std > 0:
-                array = (array + noise.normal(0.0, spec.perturb * std, size=array.shape)).astype(np.float32)
-            out.append((name, array))
-        return out
+        return perturbed(_weights(spec.perturb_of, n_vocab), spec.seed, spec.perturb)
     rng = np.random.default_rng(spec.seed)
 
     def normal(shape: Sequence[int], std: float) -> np.ndarray:
