@@ -7,6 +7,8 @@ import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
+from serve.bounded import CONFIG_LIMIT, read_regular, read_text
+
 SERIES = Path("patches") / "series"
 
 
@@ -29,7 +31,7 @@ def staleness(root: Path, pin: object, digest: object) -> str | None:
     import yaml  # here, not at the top: only a launch from a build reads pins.yaml, and the import costs 30 ms
 
     try:
-        doc = yaml.safe_load((root / "pins.yaml").read_text(encoding="utf-8"))
+        doc = yaml.safe_load(read_text(root / "pins.yaml", CONFIG_LIMIT))
         pinned = doc["fork"]["commit"]
     except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError, RecursionError):
         return "pins.yaml, which cannot be read here"
@@ -37,8 +39,8 @@ def staleness(root: Path, pin: object, digest: object) -> str | None:
         return f"pins.yaml (the pin is {str(pinned)[:7]}, the build's {str(pin)[:7]})"
     try:
         series = root / SERIES
-        names = [name for _, name in series_entries(series.read_text(encoding="utf-8"))] if series.is_file() else []
-        current = series_digest((n, (root / "patches" / n).read_bytes()) for n in names)
+        names = [name for _, name in series_entries(read_text(series, CONFIG_LIMIT))] if series.is_file() else []
+        current = series_digest((n, read_regular(root / "patches" / n, CONFIG_LIMIT)) for n in names)
     except (OSError, UnicodeDecodeError):
         return "patches/, which cannot be read here"
     if current != digest:

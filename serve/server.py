@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from serve import strict
+from serve.bounded import CONFIG_LIMIT, read_text
 from serve.errors import FileProblem, NoBuild, NoServer, Refused
 from serve.identity import staleness
 
@@ -94,7 +95,7 @@ def from_manifest(profile: str, cwd: Path, environ: Mapping[str, str], allow_sta
     manifest = manifest_path(root, profile)
     shown = display(manifest, cwd)
     try:
-        text = manifest.read_text(encoding="utf-8")
+        text = read_text(manifest, CONFIG_LIMIT)  # a regular file of bounded size: a FIFO or /dev/zero is named
     except FileNotFoundError:
         raise no_build(profile, f"no {shown}") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -21,6 +21,7 @@ from ci.compile.profiles import PROFILES, Profile
 from ci.errors import ConfigError
 from ci.pin.pins import Pins, cmake_flag_name
 from ci.schema import did_you_mean
+from serve.bounded import CONFIG_LIMIT, read_text
 
 COMMON_FLAGS = ("-DLLAMA_BUILD_TESTS=ON", "-DLLAMA_BUILD_SERVER=ON")
 LOCAL_VAR = "ONEBIT_CMAKE_ARGS"
@@ -74,9 +75,9 @@ def local_flags(root: Path, env: Mapping[str, str] | None = None) -> tuple[str, 
     env = os.environ if env is None else env
     out: list[str] = []
     path = root / LOCAL_FILE
-    if path.is_file():
+    if os.path.lexists(path):  # a FIFO, a directory or a dangling link is named, not skipped
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_text(path, CONFIG_LIMIT)
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{LOCAL_FILE}: cannot be read ({exc})") from None
         for n, line in enumerate(text.splitlines(), 1):

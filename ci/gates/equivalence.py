@@ -42,6 +42,7 @@ from ci.gates.equivalence_judge import (
 from ci.gates.llama import LlamaServer, ServerFactory, ServerLaunch, default_server, free_ports, launcher_argv
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
 from ci.pin.pins import Floors
+from serve.bounded import CONFIG_LIMIT, read_text
 
 log = logging.getLogger("onebit-ci")
 
@@ -69,7 +70,7 @@ def load_prompts(directory: Path | None = None) -> tuple[Prompt, ...]:
     else:
         if not directory.is_dir():
             raise ConfigError(f"--prompts {directory}: not a directory")
-        files = [(f.name, f.read_text(encoding="utf-8")) for f in directory.iterdir() if f.suffix == ".txt"]
+        files = [(f.name, read_text(f, CONFIG_LIMIT)) for f in directory.iterdir() if f.suffix == ".txt"]  # each a regular file of bounded size
     prompts = tuple(Prompt(name.removesuffix(".txt"), text) for name, text in sorted(files))
     where = directory or "ci/prompts"
     if not prompts:

@@ -126,3 +126,32 @@ def test_a_witness_that_is_not_one_is_one_line(tmp_path: Path) -> None:
     witness.write_text("garbage")
     with pytest.raises(ConfigError, match=r"ONEBIT_LEDGER_WITNESS\): not a ledger witness"):
         ledger.read(tmp_path / "ledger.jsonl", witness=witness)
+
+
+@pytest.mark.parametrize("what", ["cmake-args.local", "a prompt of --prompts"])
+def test_the_machines_flags_and_a_prompt_that_are_fifos_are_named_not_waited_on(project: Project, tmp_path: Path, what: str) -> None:
+    """The reads left over from the first pass (issue 24): the machine's flags file and the equivalence prompts."""
+    if what == "cmake-args.local":
+        os.mkfifo(project.root / "cmake-args.local")
+        argv = ["build", "--profile", "cpu"]
+    else:
+        prompts = tmp_path / "prompts"
+        prompts.mkdir()
+        os.mkfifo(prompts / "code.txt")
+        model = tmp_path / "m.gguf"
+        model.write_bytes(b"GGUF")
+        argv = ["equivalence", "--model", str(model), "--drafter", str(model), "--prompts", str(prompts), "--llama-server", "/bin/true"]
+    done: list[tuple[int, str]] = []
+
+    def run() -> None:
+        r = project.ci(*argv)
+        done.append((r.code, r.err))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout=30)
+    assert len(done) == 1  # a hang would leave it empty
+    code, err = done[0]
+    assert code != 0
+    assert "a FIFO, where a regular file is expected" in err
+    assert err.count("\n") == 1
