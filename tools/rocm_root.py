@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ci.command import run  # the project's one way to run a program, from a checkout
+from ci.command import Terminated, run, signals_as_interrupt  # the project's one way to run a program, from a checkout
 from ci.errors import OnebitError
 
 SUITE = "sid"
@@ -188,10 +188,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rocm_root: error: {root} has no {PROJECT_IN_ROOT}: run tools/rocm_root.py make {args.root} first", file=sys.stderr)
         return 2
     try:
-        execute(root, steps)
+        with signals_as_interrupt():  # SIGTERM and SIGHUP unbind /proc and /dev as Ctrl-C does
+            execute(root, steps)
     except OnebitError as exc:
         print(f"rocm_root: error: {exc.message}", file=sys.stderr)
         return exc.exit_code
+    except Terminated as exc:
+        print(f"rocm_root: interrupted by {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("rocm_root: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -3,9 +3,11 @@ root it made, and the builds in it, are in docs/build.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -118,3 +120,33 @@ def test_dry_run_prints_the_plan_and_session_arguments_after_the_double_dash() -
         "nox -s gpu_tests: chroot /srv/sid /usr/bin/env -C /src/onebit-ci DEBIAN_FRONTEND=noninteractive HOME=/root "
         "/opt/onebit-nox/bin/nox -s gpu_tests -- --profile gfx1151\n"
     )
+
+
+def test_sigterm_during_a_run_ends_it_as_ctrl_c_does_and_unbinds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A cancelled job's SIGTERM left /proc and /dev bound in the root (seen here): it now unwinds through ``bound``."""
+    import os
+    import signal
+
+    (tmp_path / "src" / "onebit-ci").mkdir(parents=True)
+    events: list[str] = []
+
+    @contextlib.contextmanager
+    def bound(root: Path) -> Iterator[None]:  # the mounts, recorded instead of made (they need root and a real root)
+        events.append("bind")
+        try:
+            yield
+        finally:
+            events.append("unbind")
+
+    def execute(root: Path, steps: object) -> None:
+        with rocm_root.bound(root):
+            os.kill(os.getpid(), signal.SIGTERM)  # the CI runner cancels the job
+            events.append("not reached")
+
+    monkeypatch.setattr(rocm_root, "bound", bound)
+    monkeypatch.setattr(rocm_root, "execute", execute)
+    monkeypatch.setattr(rocm_root.os, "geteuid", lambda: 0)
+    assert rocm_root.main(["run", str(tmp_path), "build"]) == 128 + signal.SIGTERM
+    assert events == ["bind", "unbind"]
+    assert capsys.readouterr().err == "rocm_root: interrupted by SIGTERM\n"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
