@@ -51,8 +51,11 @@ def test_the_near_drafter_passes_and_every_sample_is_kept(perf_project: Project)
     tokens/step check (greedy, so the same acceptance every run) must pass; the two speed ratios must get exactly
     the verdict their recorded samples give (a pass, or inconclusive on a loaded machine, never a flake)."""
     code, printed, result = perf_gate(perf_project)
-    cases = result["cases"]
-    assert isinstance(cases, list)
+    assert isinstance(result["cases"], list)
+    # the checks' cases; the drafter lines (perf.drafters) come from an equivalence record, which this run has none of
+    cases = [c for c in result["cases"] if not str(c["name"]).startswith("drafter")]
+    (drafters,) = [c for c in result["cases"] if str(c["name"]).startswith("drafter")]
+    assert (drafters["status"], drafters["message"]) == ("skipped", "tokens/step and acceptance per drafter kind: no equivalence record beside this one")
     out = perf_project.root / "build" / "results" / manifest(perf_project)["key"][:12]
     draws = [json.loads((out / f"{name}-samples.json").read_text()) for name in ("perf", "perf-more") if (out / f"{name}-samples.json").is_file()]
     recorded: list[bench.Sample] = []
