@@ -27,8 +27,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ci.command import Terminated, run, signals_as_interrupt  # the project's one way to run a program, from a checkout
-from ci.errors import OnebitError
+try:
+    from ci.command import Terminated, run, signals_as_interrupt  # the project's one way to run a program, from a checkout
+    from ci.errors import ConfigError, OnebitError
+except ImportError as exc:  # a Python without the project's dependencies: one line, not a traceback
+    sys.exit(
+        f"rocm_root: error: this Python lacks {exc.name}: run it with one that has the project's dependencies (e.g. .nox/tests/bin/python)"
+    )
 
 SUITE = "sid"
 MIRROR = "http://deb.debian.org/debian"
@@ -128,6 +133,14 @@ def bound(root: Path) -> Iterator[None]:
             run(["umount", "--lazy", str(target)], check=False, quiet=True)
 
 
+def changes_in_the_way(dest: Path) -> list[str]:
+    """Files changed inside the root's copy (a bump_pin run there) that the incoming HEAD changes too: git would refuse
+    the checkout, and a forced one would lose them."""
+    local = run(["git", "-C", str(dest), "diff", "--name-only", "HEAD"], quiet=True).output.splitlines()
+    incoming = run(["git", "-C", str(dest), "diff", "--name-only", "HEAD", "FETCH_HEAD"], quiet=True).output.splitlines()
+    return sorted(set(local) & set(incoming))
+
+
 def _show(line: str) -> None:
     print(line.rstrip("\n"), flush=True)
 
@@ -138,6 +151,11 @@ def execute(root: Path, steps: Sequence[Step]) -> None:
             print(f"rocm_root: {step.name}: skipped ({step.skip_when} exists)", flush=True)
             continue
         t = time.monotonic()
+        if step.name == "project checkout" and (in_the_way := changes_in_the_way(Path(step.argv[2]))):
+            raise ConfigError(
+                f"{step.argv[2]}: changed inside the root and by the new HEAD: {', '.join(in_the_way)}; keep the change with "
+                f"git -C {step.argv[2]} stash, or drop it with git -C {step.argv[2]} checkout -- {' '.join(in_the_way)}, then make again"
+            )
         if step.name == "apt update":  # the root resolves names and trusts certificates as this machine does
             shutil.copyfile("/etc/resolv.conf", root / "etc" / "resolv.conf")
             if CA_BUNDLE.is_file():

@@ -122,7 +122,9 @@ def test_dry_run_prints_the_plan_and_session_arguments_after_the_double_dash() -
     )
 
 
-def test_sigterm_during_a_run_ends_it_as_ctrl_c_does_and_unbinds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_sigterm_during_a_run_ends_it_as_ctrl_c_does_and_unbinds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A cancelled job's SIGTERM left /proc and /dev bound in the root (seen here): it now unwinds through ``bound``."""
     import os
     import signal
@@ -150,3 +152,45 @@ def test_sigterm_during_a_run_ends_it_as_ctrl_c_does_and_unbinds(tmp_path: Path,
     assert events == ["bind", "unbind"]
     assert capsys.readouterr().err == "rocm_root: interrupted by SIGTERM\n"
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True, check=True).stdout
+
+
+def test_refreshing_the_copy_keeps_a_change_made_inside_and_names_one_the_new_head_also_changes(tmp_path: Path) -> None:
+    """A bump_pin run inside the root changes pins.yaml; a later ``make`` whose HEAD changes pins.yaml too was git's
+    "would be overwritten" and a run on the old copy. Now: one line naming the file and both ways out, the change kept."""
+    project, root = tmp_path / "project", tmp_path / "root"
+    project.mkdir()
+    _git(project, "init", "-q", "-b", "main")
+    _git(project, "config", "user.email", "t@example.invalid")
+    _git(project, "config", "user.name", "t")
+    (project / "pins.yaml").write_text("commit: a\n")
+    (project / "README.md").write_text("one\n")
+    _git(project, "add", ".")
+    _git(project, "commit", "-qm", "one")
+    refresh = [s for s in rocm_root.make_plan(root, project) if s.name.startswith("project ")]
+    rocm_root.execute(root, refresh)
+    copy = root / "src" / "onebit-ci"
+    (copy / "pins.yaml").write_text("commit: bumped inside\n")
+    (project / "README.md").write_text("two\n")  # a new HEAD that leaves pins.yaml alone: the change inside stays
+    _git(project, "commit", "-qam", "two")
+    rocm_root.execute(root, refresh)
+    assert ((copy / "README.md").read_text(), (copy / "pins.yaml").read_text()) == ("two\n", "commit: bumped inside\n")
+    (project / "pins.yaml").write_text("commit: b\n")
+    _git(project, "commit", "-qam", "three")
+    with pytest.raises(rocm_root.ConfigError) as caught:
+        rocm_root.execute(root, refresh)
+    assert caught.value.message == (
+        f"{copy}: changed inside the root and by the new HEAD: pins.yaml; keep the change with git -C {copy} stash, "
+        f"or drop it with git -C {copy} checkout -- pins.yaml, then make again"
+    )
+    assert ((copy / "README.md").read_text(), (copy / "pins.yaml").read_text()) == ("two\n", "commit: bumped inside\n")
+
+
+def test_a_python_without_the_projects_dependencies_gets_one_line(tmp_path: Path) -> None:
+    """tools/rocm_root.py run by a bare python3 (no psutil): one line naming what is missing and which Python to use."""
+    r = subprocess.run([sys.executable, "-I", "-S", str(SCRIPT), "--help"], capture_output=True, text=True, check=False)
+    assert (r.returncode, r.stderr.count("\n")) == (1, 1)
+    assert r.stderr.startswith("rocm_root: error: this Python lacks ")
