@@ -135,9 +135,12 @@ def bound(root: Path) -> Iterator[None]:
 
 def changes_in_the_way(dest: Path) -> list[str]:
     """Files changed inside the root's copy (a bump_pin run there) that the incoming HEAD changes too: git would refuse
-    the checkout, and a forced one would lose them."""
-    local = run(["git", "-C", str(dest), "diff", "--name-only", "HEAD"], quiet=True).output.splitlines()
-    incoming = run(["git", "-C", str(dest), "diff", "--name-only", "HEAD", "FETCH_HEAD"], quiet=True).output.splitlines()
+    the checkout, and a forced one would lose them. The fork's checkout is left out: its alternates name /src/fork.git,
+    a path only inside the root."""
+    local = run(["git", "-C", str(dest), "diff", "--ignore-submodules", "--name-only", "HEAD"], quiet=True).output.splitlines()
+    incoming = run(
+        ["git", "-C", str(dest), "diff", "--ignore-submodules", "--name-only", "HEAD", "FETCH_HEAD"], quiet=True
+    ).output.splitlines()
     return sorted(set(local) & set(incoming))
 
 
