@@ -157,7 +157,7 @@ def execute(root: Path, steps: Sequence[Step]) -> None:
         if step.name == "project checkout" and (in_the_way := changes_in_the_way(Path(step.argv[2]))):
             raise ConfigError(
                 f"{step.argv[2]}: changed inside the root and by the new HEAD: {', '.join(in_the_way)}; keep the change with "
-                f"git -C {step.argv[2]} stash, or drop it with git -C {step.argv[2]} checkout -- {' '.join(in_the_way)}, then make again"
+                f"git -C {step.argv[2]} stash, or drop it with git -C {step.argv[2]} checkout HEAD -- {' '.join(in_the_way)}, then make again"
             )
         if step.name == "apt update":  # the root resolves names and trusts certificates as this machine does
             shutil.copyfile("/etc/resolv.conf", root / "etc" / "resolv.conf")

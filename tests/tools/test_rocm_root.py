@@ -174,6 +174,7 @@ def test_refreshing_the_copy_keeps_a_change_made_inside_and_names_one_the_new_he
     rocm_root.execute(root, refresh)
     copy = root / "src" / "onebit-ci"
     (copy / "pins.yaml").write_text("commit: bumped inside\n")
+    _git(copy, "add", "pins.yaml")  # bump_pin stages what it changes
     (project / "README.md").write_text("two\n")  # a new HEAD that leaves pins.yaml alone: the change inside stays
     _git(project, "commit", "-qam", "two")
     rocm_root.execute(root, refresh)
@@ -184,9 +185,12 @@ def test_refreshing_the_copy_keeps_a_change_made_inside_and_names_one_the_new_he
         rocm_root.execute(root, refresh)
     assert caught.value.message == (
         f"{copy}: changed inside the root and by the new HEAD: pins.yaml; keep the change with git -C {copy} stash, "
-        f"or drop it with git -C {copy} checkout -- pins.yaml, then make again"
+        f"or drop it with git -C {copy} checkout HEAD -- pins.yaml, then make again"
     )
     assert ((copy / "README.md").read_text(), (copy / "pins.yaml").read_text()) == ("two\n", "commit: bumped inside\n")
+    _git(copy, "checkout", "HEAD", "--", "pins.yaml")  # the way out it names works
+    rocm_root.execute(root, refresh)
+    assert (copy / "pins.yaml").read_text() == "commit: b\n"
 
 
 def test_a_python_without_the_projects_dependencies_gets_one_line(tmp_path: Path) -> None:
