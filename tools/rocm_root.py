@@ -205,6 +205,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("rocm_root: error: chroot and mount need root; run it as root (sudo)", file=sys.stderr)
         return 2
+    if args.command == "make" and args.fork_git and not ((args.fork_git / "HEAD").is_file() or (args.fork_git / ".git").exists()):
+        print(
+            f"rocm_root: error: --fork-git {args.fork_git}: not a git repository; name a clone of the fork (a bare mirror or a checkout)",
+            file=sys.stderr,
+        )
+        return 2
     if args.command == "run" and not (root / PROJECT_IN_ROOT.lstrip("/")).is_dir():
         print(f"rocm_root: error: {root} has no {PROJECT_IN_ROOT}: run tools/rocm_root.py make {args.root} first", file=sys.stderr)
         return 2

@@ -198,3 +198,14 @@ def test_a_python_without_the_projects_dependencies_gets_one_line(tmp_path: Path
     r = subprocess.run([sys.executable, "-I", "-S", str(SCRIPT), "--help"], capture_output=True, text=True, check=False)
     assert (r.returncode, r.stderr.count("\n")) == (1, 1)
     assert r.stderr.startswith("rocm_root: error: this Python lacks ")
+
+
+def test_a_fork_git_that_is_no_repository_is_named_before_anything_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A mirror's parent folder given for --fork-git was git's four lines after apt had run; now one line, first."""
+    if rocm_root.os.geteuid() != 0:
+        pytest.skip("make checks its arguments after the root check; this machine's tests run as root")
+    assert rocm_root.main(["make", str(tmp_path / "root"), "--fork-git", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        f"rocm_root: error: --fork-git {tmp_path}: not a git repository; name a clone of the fork (a bare mirror or a checkout)\n"
+    )
+    assert not (tmp_path / "root").exists()
