@@ -5,6 +5,9 @@ from __future__ import annotations
 
 TIMEOUT = 600.0  # seconds per test-backend-ops run
 REQUEST_TIMEOUT = 600.0  # seconds for one llama-server request (a long decode on a slow box)
+# gate_selftest: one fault's rebuild and gates. The longest judged run was 52.1 s on the H200, three faults 89.6 s
+# on 2 CPU cores (docs/gates.md); spec-accept-draft-token on the qwen35 legs was still going after 6 minutes on Vulkan.
+FAULT_TIMEOUT = 1200.0
 
 # Largest baseline top-2 margin at which a correct build was measured to diverge with a drafter: 0.091 nats
 # (H200, upstream build 11434; the others 0.051 and 0.0058; docs/equivalence.md). 0.1 is the round number above it.

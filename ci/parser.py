@@ -94,6 +94,7 @@ def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpa
     p.add_argument("--fault", action="append", default=[], metavar="ID", help="only this fault; repeatable")
     p.add_argument("--jobs", type=int, default=0, metavar="N", help="faults rebuilt and judged at once (default 0: one per 4 cores)")
     p.add_argument("--keep", action="store_true", help="keep each fault's copies of the checkout and the build (build/selftest/)")
+    p.add_argument("--fault-timeout", type=float, default=d.FAULT_TIMEOUT, metavar="S", help="end a fault's rebuild and gates after S seconds (default %(default)g)")
 
     p = sub.add_parser("selftest-fault")  # gate-selftest runs it in each fault's own mount namespace
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)

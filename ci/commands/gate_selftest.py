@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ci import places
+from ci import defaults, places
 from ci.command import run
 from ci.commands import absolute, job_of, say
 from ci.commands.gpu_tests import under_test
@@ -25,10 +25,17 @@ from ci.release import binding, ledger, records
 
 
 def session(
-    job: Job, build: CurrentBuild, faults: Path | None, only: Sequence[str], say: Callable[[str], None], jobs: int = 0, keep: bool = False
+    job: Job,
+    build: CurrentBuild,
+    faults: Path | None,
+    only: Sequence[str],
+    say: Callable[[str], None],
+    jobs: int = 0,
+    keep: bool = False,
+    timeout: float = defaults.FAULT_TIMEOUT,
 ) -> int:
     profile = build.manifest.profile
-    result, shown = selftest.selftest(build.key, job.source(), job.root, build.build_dir, profile, faults, only, say, jobs, keep)
+    result, shown = selftest.selftest(build.key, job.source(), job.root, build.build_dir, profile, faults, only, say, jobs, keep, timeout)
     m = build.manifest
     results_dir = ledger.default_results_dir(job.root)
     line = records.record(
@@ -48,7 +55,7 @@ def session(
 def main(args: argparse.Namespace) -> int:
     job = job_of(args)
     build = current(job, args.profile)  # refused unless the build is exactly the current one
-    return session(job, build, absolute(args.faults), tuple(args.fault), say, args.jobs, args.keep)
+    return session(job, build, absolute(args.faults), tuple(args.fault), say, args.jobs, args.keep, args.fault_timeout)
 
 
 def selftest_fault(args: argparse.Namespace) -> int:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from ci import places
+from ci import defaults, places
 from ci.command import end_tree, resolve, run
 from ci.errors import ConfigError, ToolchainError
 from ci.gates import names, registry
@@ -236,7 +236,7 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        if self.stale or not self.got:
+        if self.stale or set(self.got) != set(self.fault.gates):  # a run that stopped early judged only part of it
             return False
         return all(s is self.fault.wanted(g) for g, s in self.got.items())
 
@@ -251,11 +251,22 @@ class Outcome:
 
 
 def selftest(
-    key: str, source: Source, project_root: Path, build_dir: Path, profile: str, faults_file: Path | None, only: Sequence[str], say: Callable[[str], None], jobs: int = 0, keep: bool = False
+    key: str,
+    source: Source,
+    project_root: Path,
+    build_dir: Path,
+    profile: str,
+    faults_file: Path | None,
+    only: Sequence[str],
+    say: Callable[[str], None],
+    jobs: int = 0,
+    keep: bool = False,
+    timeout: float = defaults.FAULT_TIMEOUT,
 ) -> tuple[GateResult, str]:
     """Every fault of ``profile`` planted and judged: the gate's result, and the table (fault, gate, expected, got,
     seconds, first problem). Faults are independent builds, so ``jobs`` of them (0: a fault per 4 cores) rebuild and
-    run at once; each copy is removed once judged, unless ``keep``."""
+    run at once; a fault's run still going after ``timeout`` seconds is ended, its whole tree with it, and is not as
+    expected; each copy is removed once judged, unless ``keep``."""
     started = time.monotonic()
     faults = [f for f in load_faults(faults_file) if profile in f.profiles and (not only or f.id in only)]
     if only and len(faults) != len(set(only)):
@@ -265,6 +276,8 @@ def selftest(
         raise ConfigError(f"{faults_file or 'ci/gates/' + FAULTS}: no fault for profile {profile}")
     if jobs < 0:
         raise ConfigError(f"--jobs {jobs}: must be 0 (a fault per 4 cores) or more")
+    if not timeout > 0:
+        raise ConfigError(f"--fault-timeout {timeout:g}: must be more than 0 seconds")
     texts = files_at(source.gitdir, Git(source.gitdir, source.workdir).write_tree(), [f.file for f in faults])
     root = project_root / "build" / "selftest" / profile
     outcomes: dict[str, Outcome] = {}
@@ -280,8 +293,8 @@ def selftest(
     width = jobs or max(1, min(len(trials), (os.cpu_count() or 1) // CORES_PER_FAULT))
     if len(trials) > 1:
         say(f"gate_selftest: {len(trials)} faults, {width} at a time")
-    for trial, code, output, seconds in _run_all(project_root, profile, trials, faults_file, width):
-        o = _outcome(trial.fault, trial, code, output, seconds)
+    for trial, code, output, seconds, timed_out in _run_all(project_root, profile, trials, faults_file, width, timeout):
+        o = _outcome(trial.fault, trial, code, output, seconds, timeout if timed_out else None)
         outcomes[trial.fault.id] = o
         say(f"gate_selftest: {o.fault.id}: {o.got_text} ({'as expected' if o.ok else 'NOT as expected'}) in {o.seconds:.1f} s (rebuild {o.rebuild:.1f} s)")
         if not keep:
@@ -297,10 +310,11 @@ CORES_PER_FAULT = 4  # a fault's rebuild is one to a few units, and its gates wa
 
 
 def _run_all(
-    project_root: Path, profile: str, trials: Sequence[Trial], faults_file: Path | None, width: int
-) -> Iterator[tuple[Trial, int, str, float]]:
-    """Each trial's namespace run, ``width`` at a time, as each ends: (trial, exit status, output, seconds). On any
-    exception (Ctrl-C included) every run still going is ended, its whole process tree with it."""
+    project_root: Path, profile: str, trials: Sequence[Trial], faults_file: Path | None, width: int, timeout: float = defaults.FAULT_TIMEOUT
+) -> Iterator[tuple[Trial, int, str, float, bool]]:
+    """Each trial's namespace run, ``width`` at a time, as each ends: (trial, exit status, output, seconds, whether
+    it was ended at ``timeout``). On any exception (Ctrl-C included) every run still going is ended, its whole process
+    tree with it."""
     pending = list(trials)
     running: dict[subprocess.Popen[bytes], tuple[Trial, float]] = {}
     try:
@@ -312,11 +326,14 @@ def _run_all(
                 with (trial.work / "run.log").open("wb") as log:
                     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
                 running[proc] = (trial, time.monotonic())
+            late = [proc for proc, (_, t0) in running.items() if proc.poll() is None and time.monotonic() - t0 > timeout]
+            for proc in late:
+                end_tree(proc, grace=10.0)
             done = [proc for proc in running if proc.poll() is not None]
             for proc in done:
                 trial, t0 = running.pop(proc)
                 output = (trial.work / "run.log").read_text(encoding="utf-8", errors="replace")
-                yield trial, int(proc.returncode), output, time.monotonic() - t0
+                yield trial, int(proc.returncode), output, time.monotonic() - t0, proc in late
             if not done:
                 time.sleep(0.1)
     finally:
@@ -324,7 +341,7 @@ def _run_all(
             end_tree(proc, grace=10.0)
 
 
-def _outcome(fault: Fault, trial: Trial, code: int, output: str, seconds: float) -> Outcome:
+def _outcome(fault: Fault, trial: Trial, code: int, output: str, seconds: float, timed_out: float | None = None) -> Outcome:
     got: dict[str, Status] = {}
     problem = ""
     for gate in fault.gates:
@@ -337,7 +354,11 @@ def _outcome(fault: Fault, trial: Trial, code: int, output: str, seconds: float)
             problem = f"{gate}: {str(data['problems'][0]).splitlines()[0]}"
     if len(got) < len(fault.gates):
         tail = [ln for ln in output.strip().splitlines() if ln.strip()][-1:] or [f"exit status {code}"]
-        problem = problem or f"the fault's run stopped before its gates finished: {tail[0]}"
+        if timed_out is not None:
+            missing = ", ".join(g for g in fault.gates if g not in got)
+            problem = f"ended after {timed_out:g} s (--fault-timeout) before {missing} finished; its run's last line: {tail[0]}"
+        else:
+            problem = problem or f"the fault's run stopped before its gates finished: {tail[0]}"
     rebuild = float(load_json(trial.work / "rebuild.json")["seconds"]) if (trial.work / "rebuild.json").is_file() else 0.0
     return Outcome(fault, got, problem, seconds, rebuild)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -176,3 +177,37 @@ def test_missed_by_runs_the_older_checks_too_and_wants_them_passed(tmp_path: Pat
     bad.write_text(FAULTS.replace("    gate: backend_ops\n", "    gate: backend_ops\n    missed_by: [backend_ops]\n", 1))
     with pytest.raises(ConfigError, match=r'faults\[0\]\.missed_by\[0\]: "backend_ops" is not another gate: equivalence, archs'):
         selftest.load_faults(bad)
+    # a run that stopped after the old checks passed judged only part of the fault: never as expected
+    assert not selftest.Outcome(fault, {"backend_ops": passed, "archs": passed}, "", 1.0).ok
+
+
+def test_a_fault_run_that_never_ends_is_ended_at_the_timeout_with_its_tree_stand_in_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stand-in: a fault's namespace run replaced by a shell that never ends and leaves a child (spec-accept-draft-token
+    on the qwen35 legs was still going after 6 minutes on Vulkan, and the self-test waited with it). It is ended at the
+    timeout, its child with it, and the outcome names the gates that did not finish."""
+    (fault,) = [f for f in selftest.load_faults() if f.id == "cpu-gdn-snapshot-slot"]
+    trial = selftest.Trial(fault, tmp_path / fault.id)
+    (trial.out).mkdir(parents=True)
+    (trial.out / "backend_ops.json").write_text(json.dumps({"status": "passed", "problems": []}))  # one gate finished
+    pids = tmp_path / "pids"
+    script = f"sleep 600 & echo $! > {pids}; echo 'equivalence: near: code: started'; wait"
+    monkeypatch.setattr(selftest, "namespace_argv", lambda *args: ["sh", "-c", script])
+    ((t, code, output, seconds, timed_out),) = list(selftest._run_all(tmp_path, "cpu", [trial], None, 1, timeout=1.0))
+    assert (t, timed_out, code != 0) == (trial, True, True)
+    assert 1.0 <= seconds < 30.0
+    child = int(pids.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)  # reaped by its parent's end or gone: either way no sleep 600 is left
+    o = selftest._outcome(fault, trial, code, output, seconds, 1.0)
+    assert not o.ok
+    assert (
+        o.problem
+        == "ended after 1 s (--fault-timeout) before equivalence, archs finished; its run's last line: equivalence: near: code: started"
+    )
+
+
+def test_a_fault_timeout_that_is_not_positive_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^--fault-timeout 0: must be more than 0 seconds$"):
+        selftest.selftest("k", None, tmp_path, tmp_path, "cpu", None, ["cpu-gdn-snapshot-slot"], print, timeout=0)  # type: ignore[arg-type]
