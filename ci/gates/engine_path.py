@@ -204,7 +204,7 @@ def drafter_lines(record: Mapping[str, Any] | None) -> tuple[CaseResult, ...]:
         target = "llama" if kind == LLAMA else "qwen35"
         text = f"{kind} ({spec}) on the {target} target: {tps:.2f} tokens/step, acceptance {accepted}/{drafted} ({100 * acc:.1f}%), from the equivalence gate"
         passed = any(n.startswith(f"{kind}/") for n in cases_of) and all(
-            s == "passed" for n, s in cases_of.items() if n.startswith(f"{kind}/")
+            s == Status.PASSED.value for n, s in cases_of.items() if n.startswith(f"{kind}/")
         )
         status = Status.PASSED if passed else Status.SKIPPED
         cases.append(
