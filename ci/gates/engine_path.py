@@ -70,19 +70,20 @@ def plans(
     equivalence.floors), the DFlash drafter with ``dflash_floors``; and, given ``llama``, the llama target's leg."""
 
     def leg(drafter: Path, spec_type: str | None, leg_floors: Floors | None, target: Path = models.target) -> EquivalencePlan:
-        return equivalence.plan(
-                model=target,
-                drafter=drafter,
-                llama_server=llama_server,
-                spec_type=spec_type,
-                tokens=tokens,
-                near_tie=near_tie,
-                device=device,
-                build_key=build_key,
-                llama_server_sha256=llama_server_sha256,
-                models=equivalence.TINY_MODELS,
-                floors=leg_floors,
-            )
+        p = equivalence.plan(
+            model=target,
+            drafter=drafter,
+            llama_server=llama_server,
+            spec_type=spec_type,
+            tokens=tokens,
+            near_tie=near_tie,
+            device=device,
+            build_key=build_key,
+            llama_server_sha256=llama_server_sha256,
+            models=equivalence.TINY_MODELS,
+            floors=leg_floors,
+        )
+        return replace(p, request_timeout=defaults.TINY_REQUEST_TIMEOUT)  # a server that never answers: 2 minutes, not 10
 
     # spec_type None: the gate sees a dflash drafter and goes through the launcher's --dflash
     legs = [EngineLeg(NEAR, with_micro_batch(leg(models.near_drafter, "draft-simple", floors))), EngineLeg(DFLASH, with_micro_batch(leg(models.dflash, None, dflash_floors)))]

@@ -37,6 +37,9 @@ def test_both_legs_run_the_qwen35_target_on_micro_batches(models: tiny_qwen35.Qw
     assert dflash.plan.floors == engine_path.DFLASH_FLOORS
     argv = dflash.plan.launch(dflash.plan.drafter, 8080).argv
     assert argv[-5:] == ("--", "-b", "64", "-ub", "16")
+    # a request of the tiny models takes under a second; a server that never answers (a planted fault kept one busy
+    # for the full 600 s) is given up on after two minutes
+    assert (near.plan.request_timeout, dflash.plan.request_timeout) == (120.0, 120.0)
 
 
 def result(status: Status, acceptance: float, model_sha: str = "a" * 64) -> GateResult:
