@@ -400,6 +400,8 @@ def gate_result(
             (f"{v.prompt}.compared", v.compared),
             (f"{v.prompt}.near_ties", len(v.near_ties)),
             (f"{v.prompt}.acceptance", round(v.drafted.acceptance, 4)),
+            (f"{v.prompt}.draft_n", v.drafted.draft_n),
+            (f"{v.prompt}.draft_n_accepted", v.drafted.draft_n_accepted),
             (f"{v.prompt}.tokens_per_step", round(v.drafted.tokens_per_step, 3)),
             (f"{v.prompt}.baseline_decode_tps", round(v.baseline.decode_tps, 1)),
             (f"{v.prompt}.drafter_decode_tps", round(v.drafted.decode_tps, 1)),

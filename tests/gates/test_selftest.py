@@ -159,9 +159,13 @@ def test_a_stale_fault_is_named_with_its_anchor() -> None:
 
 
 def test_missed_by_runs_the_older_checks_too_and_wants_them_passed(tmp_path: Path) -> None:
-    (fault,) = [f for f in selftest.load_faults() if f.id == "cpu-gdn-snapshot-slot"]
+    faults = tmp_path / "missed.yaml"
+    faults.write_text(
+        "faults:\n  - id: snapshot-slot\n    file: ggml/src/ggml-cpu/ops.cpp\n    search: a\n    replace: b\n"
+        "    gate: equivalence\n    expect: failed\n    missed_by: [backend_ops, archs]\n    profiles: [cpu]\n    why: w\n"
+    )
+    (fault,) = selftest.load_faults(faults)
     assert fault.gates == ("equivalence", "backend_ops", "archs")
-    assert fault.profiles == ("cpu",)
     failed, passed = Status.FAILED, Status.PASSED
     caught = selftest.Outcome(fault, {"equivalence": failed, "backend_ops": passed, "archs": passed}, "", 1.0)
     assert caught.ok
@@ -187,7 +191,12 @@ def test_a_fault_run_that_never_ends_is_ended_at_the_timeout_with_its_tree_stand
     """Stand-in: a fault's namespace run replaced by a shell that never ends and leaves a child (spec-accept-draft-token
     on the qwen35 legs was still going after 6 minutes on Vulkan, and the self-test waited with it). It is ended at the
     timeout, its child with it, and the outcome names the gates that did not finish."""
-    (fault,) = [f for f in selftest.load_faults() if f.id == "cpu-gdn-snapshot-slot"]
+    faults = tmp_path / "missed.yaml"
+    faults.write_text(
+        "faults:\n  - id: snapshot-slot\n    file: ggml/src/ggml-cpu/ops.cpp\n    search: a\n    replace: b\n"
+        "    gate: equivalence\n    expect: failed\n    missed_by: [backend_ops, archs]\n    profiles: [cpu]\n    why: w\n"
+    )
+    (fault,) = selftest.load_faults(faults)
     trial = selftest.Trial(fault, tmp_path / fault.id)
     (trial.out).mkdir(parents=True)
     (trial.out / "backend_ops.json").write_text(json.dumps({"status": "passed", "problems": []}))  # one gate finished

@@ -21,8 +21,11 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tiny_qwen35.Qwen35Models
 def test_both_legs_run_the_qwen35_target_on_micro_batches(models: tiny_qwen35.Qwen35Models, tmp_path: Path) -> None:
     server = tmp_path / "llama-server"
     server.write_text("")
-    near, dflash = engine_path.plans(models, server, llama_server_sha256="0" * 64)
-    assert (near.kind, dflash.kind) == ("near", "dflash")
+    near, dflash, whole = engine_path.plans(models, server, llama_server_sha256="0" * 64)
+    assert (near.kind, dflash.kind, whole.kind) == ("near", "dflash", "dflash-whole")
+    # the same DFlash leg with each prompt in one micro-batch: the drafts the two give are compared
+    assert whole.plan.drafter.serve_options == dflash.plan.drafter.serve_options
+    assert whole.plan.baseline.extra == whole.plan.drafter.extra[-4:] == ("-b", "2048", "-ub", "2048")
     for leg in (near, dflash):
         assert leg.plan.baseline.model == models.target
         assert leg.plan.baseline.extra == ("-b", "64", "-ub", "16")
@@ -84,7 +87,16 @@ def test_both_drafter_kinds_pass_on_the_real_cpu_server(models: tiny_qwen35.Qwen
     write_json(tmp_path / "equivalence.json", verdict)
     assert verdict.status is Status.PASSED, verdict.problems
     m = dict(verdict.metrics)
-    for kind in ("near", "dflash"):
+    # upstream writes each micro-batch's layer inputs at its offset: the DFlash drafter, which reads them, drafts
+    # exactly the same with 16-token micro-batches and with one
+    context = [c for c in verdict.cases if c.name.startswith("dflash-context/")]
+    assert [(c.name, c.status) for c in context] == [(f"dflash-context/{p}", Status.PASSED) for p in ("code", "prose", "short")]
+    for prompt in ("code", "prose", "short"):
+        assert (m[f"dflash.{prompt}.draft_n"], m[f"dflash.{prompt}.draft_n_accepted"]) == (
+            m[f"dflash-whole.{prompt}.draft_n"],
+            m[f"dflash-whole.{prompt}.draft_n_accepted"],
+        )
+    for kind in ("near", "dflash", "dflash-whole"):
         assert m[f"{kind}.draft_n_accepted"] > 0
         assert m[f"{kind}.draft_n"] > m[f"{kind}.draft_n_accepted"]  # accepted and rejected: both paths ran
         for prompt in ("code", "prose", "short"):
@@ -124,9 +136,46 @@ def test_a_dflash_leg_whose_target_says_something_else_fails(models: tiny_qwen35
     from dataclasses import replace
 
     other = tiny_qwen35.write_qwen35(tmp_path / "other.gguf", replace(tiny_qwen35.TARGET, name="tiny-qwen35-other", seed=21))
-    _, dflash = engine_path.plans(models, llama_binary("llama-server"), tokens=32)
+    _, dflash, _ = engine_path.plans(models, llama_binary("llama-server"), tokens=32)
     leg = replace(dflash, plan=replace(dflash.plan, drafter=replace(dflash.plan.drafter, model=other)))
     verdict = engine_path.run([leg], tmp_path / "logs")
     assert verdict.status is Status.FAILED
     assert [c.status for c in verdict.cases] == [Status.FAILED] * 3
     assert all("diverged at token" in c.message for c in verdict.cases), [c.message for c in verdict.cases]
+
+
+def _leg(status: Status, counts: dict[str, tuple[int, int]]) -> GateResult:
+    metrics = tuple((f"{p}.{k}", float(v)) for p, (n, a) in counts.items() for k, v in (("draft_n", n), ("draft_n_accepted", a)))
+    cases = tuple(CaseResult(p, status, "m") for p in counts)
+    return GateResult(gate="equivalence", status=status, summary=f"{status.value.upper()}: x", cases=cases, metrics=metrics)
+
+
+def test_the_dflash_context_cases_compare_the_drafts_of_both_micro_batchings() -> None:
+    """The fork at c14872f, CPU (docs/equivalence.md): code 131/246 with 16-token micro-batches against 145/219 with
+    one, prose 134/242 against 146/218, short 141/227 both: two prompts fail, naming what differs."""
+    whole = _leg(Status.PASSED, {"code": (219, 145), "prose": (218, 146), "short": (227, 141)})
+    split = _leg(Status.PASSED, {"code": (246, 131), "prose": (242, 134), "short": (227, 141)})
+    cases = engine_path.context_cases(split, whole, "cpu")
+    assert [(c.name, c.status) for c in cases] == [
+        ("dflash-context/code", Status.FAILED),
+        ("dflash-context/prose", Status.FAILED),
+        ("dflash-context/short", Status.PASSED),
+    ]
+    assert cases[0].message.startswith("drafted 246, 131 accepted with 16-token micro-batches; 219, 145 with the prompt in one: ")
+    assert cases[2].message == "drafted 227, 141 accepted with 16-token micro-batches; 227, 141 with the prompt in one"
+    # the gate: passed legs, two prompts drafted differently -> failed, and the problems say which
+    combined = engine_path.with_cases(engine_path.combine([("dflash", split), ("dflash-whole", whole)]), cases)
+    assert combined.status is Status.FAILED
+    assert combined.summary.endswith("; dflash-context: 2 prompt(s) drafted differently")
+    assert [p.split(":")[0] for p in combined.problems] == ["dflash-context/code", "dflash-context/prose"]
+    # off the CPU a gap within the slack passes (kernels round differently per batch shape); the fork's does not
+    near = _leg(Status.PASSED, {"code": (219, 146)})
+    assert engine_path.context_cases(near, _leg(Status.PASSED, {"code": (219, 145)}), "Vulkan0")[0].status is Status.PASSED
+    assert engine_path.context_cases(near, _leg(Status.PASSED, {"code": (219, 145)}), "cpu")[0].status is Status.FAILED
+    assert engine_path.context_cases(split, whole, "Vulkan0")[0].status is Status.FAILED
+    # a leg that did not pass is not compared, and says which
+    (skipped,) = engine_path.context_cases(split, _leg(Status.FAILED, {"code": (1, 1)}), "cpu")
+    assert (skipped.status, skipped.message) == (Status.SKIPPED, "not compared: the dflash-whole leg did not pass")
+    # an error stays an error
+    error = engine_path.with_cases(_leg(Status.ERROR, {"code": (1, 1)}), cases)
+    assert error.status is Status.ERROR
