@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -52,6 +52,7 @@ class Fault:
     profiles: tuple[str, ...]
     why: str
     missed_by: tuple[str, ...] = ()  # the older checks it gets past: each must pass with the fault planted
+    fixes: bool = False  # the edit is a fix the pin lacks: its gate fails the unplanted build and must pass the planted one
 
     @property
     def gates(self) -> tuple[str, ...]:
@@ -104,6 +105,7 @@ def load_faults(path: Path | None = None) -> tuple[Fault, ...]:
             profiles=s.strings("profiles"),
             why=s.string("why"),
             missed_by=s.strings("missed_by", required=False),
+            fixes=_flag(s, "fixes"),
         )
         for j, other in enumerate(fault.missed_by):
             if other not in known or other in (ALL, gate):
@@ -118,6 +120,23 @@ def load_faults(path: Path | None = None) -> tuple[Fault, ...]:
         faults.append(fault)
     top.done()
     return tuple(faults)
+
+
+def unjudged(fault: Fault, failing: Mapping[str, str]) -> str | None:
+    """Why ``fault`` is not planted: a gate it is judged by fails the unplanted build already (``failing``: gate ->
+    which record), so a caught fault would prove nothing and a benign edit would raise the pin's own alarm. A fault
+    that ``fixes`` what the pin lacks is judged all the same: that failure is its premise."""
+    blocked = [g for g in fault.gates if g in failing and not fault.fixes]
+    if not blocked:
+        return None
+    return "not judged: " + "; ".join(f"{g} fails the unplanted build ({failing[g]})" for g in blocked) + "; make it pass first"
+
+
+def _flag(s: Section, name: str) -> bool:
+    value = s._get(name, False)
+    if value is not True and value is not False and s.has(name):
+        raise s.error("is not true or false", name)
+    return value is True
 
 
 def faults_sha256(faults: Sequence[Fault]) -> str:
@@ -262,11 +281,13 @@ def selftest(
     jobs: int = 0,
     keep: bool = False,
     timeout: float = defaults.FAULT_TIMEOUT,
+    failing: Mapping[str, str] | None = None,
 ) -> tuple[GateResult, str]:
     """Every fault of ``profile`` planted and judged: the gate's result, and the table (fault, gate, expected, got,
     seconds, first problem). Faults are independent builds, so ``jobs`` of them (0: a fault per 4 cores) rebuild and
     run at once; a fault's run still going after ``timeout`` seconds is ended, its whole tree with it, and is not as
-    expected; each copy is removed once judged, unless ``keep``."""
+    expected; each copy is removed once judged, unless ``keep``. ``failing`` names the gates that already fail the
+    unplanted build (gate -> why): a fault judged by one of them proves nothing and is not planted."""
     started = time.monotonic()
     faults = [f for f in load_faults(faults_file) if profile in f.profiles and (not only or f.id in only)]
     if only and len(faults) != len(set(only)):
@@ -278,11 +299,16 @@ def selftest(
         raise ConfigError(f"--jobs {jobs}: must be 0 (a fault per 4 cores) or more")
     if not timeout > 0:
         raise ConfigError(f"--fault-timeout {timeout:g}: must be more than 0 seconds")
-    texts = files_at(source.gitdir, Git(source.gitdir, source.workdir).write_tree(), [f.file for f in faults])
     root = project_root / "build" / "selftest" / profile
     outcomes: dict[str, Outcome] = {}
-    trials: list[Trial] = []
     for fault in faults:
+        if (why := unjudged(fault, failing or {})) is not None:
+            say(f"gate_selftest: {fault.id}: {why}")
+            outcomes[fault.id] = Outcome(fault, {}, why, 0.0)
+    to_plant = [f for f in faults if f.id not in outcomes]
+    texts = files_at(source.gitdir, Git(source.gitdir, source.workdir).write_tree(), [f.file for f in to_plant]) if to_plant else {}
+    trials: list[Trial] = []
+    for fault in to_plant:
         why = stale(fault, texts[fault.file])
         if why is not None:
             say(f"gate_selftest: {fault.id}: {why}")
@@ -302,8 +328,8 @@ def selftest(
                 shutil.rmtree(copy, ignore_errors=True)
     ordered = [outcomes[f.id] for f in faults]
     result = _result(key, ordered, time.monotonic() - started, width)
-    judged = (("faults_sha256", faults_sha256(faults)), ("faults_file", str(faults_file) if faults_file else f"ci/gates/{FAULTS}"))
-    return dataclasses.replace(result, properties=(*result.properties, *judged)), table(ordered)
+    which = (("faults_sha256", faults_sha256(faults)), ("faults_file", str(faults_file) if faults_file else f"ci/gates/{FAULTS}"))
+    return dataclasses.replace(result, properties=(*result.properties, *which)), table(ordered)
 
 
 CORES_PER_FAULT = 4  # a fault's rebuild is one to a few units, and its gates want a core or two of their own

@@ -221,3 +221,67 @@ def test_a_fault_run_that_never_ends_is_ended_at_the_timeout_with_its_tree_stand
 def test_a_fault_timeout_that_is_not_positive_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^--fault-timeout 0: must be more than 0 seconds$"):
         selftest.selftest("k", None, tmp_path, tmp_path, "cpu", None, ["cpu-gdn-snapshot-slot"], print, timeout=0)  # type: ignore[arg-type]
+
+
+PIN_FAILS = """\
+faults:
+  - id: snapshot-slot
+    file: ggml/src/ggml-cpu/ops.cpp
+    search: a
+    replace: b
+    gate: equivalence
+    expect: failed
+    missed_by: [backend_ops]
+    profiles: [cpu]
+    why: w
+  - id: offset-restored
+    file: src/llama-context.cpp
+    search: c
+    replace: d
+    gate: equivalence
+    expect: passed
+    fixes: true
+    profiles: [cpu]
+    why: the fix the pin lacks
+"""
+
+
+def test_a_fault_whose_gate_fails_the_unplanted_build_is_not_judged_unless_it_is_the_fix(tmp_path: Path) -> None:
+    """c14872f fails equivalence itself (dflash-context): a fault judged by equivalence would be caught by the pin, and
+    a benign edit alarm, for the pin's own reason. Those are named and not planted; the fix the pin lacks is planted."""
+    path = tmp_path / "faults.yaml"
+    path.write_text(PIN_FAILS)
+    fault, fix = selftest.load_faults(path)
+    assert (fault.fixes, fix.fixes) == (False, True)
+    failing = {"equivalence": "failed: build/results/ledger.jsonl line 4"}
+    assert selftest.unjudged(fault, failing) == (
+        "not judged: equivalence fails the unplanted build (failed: build/results/ledger.jsonl line 4); make it pass first"
+    )
+    assert selftest.unjudged(fix, failing) is None
+    assert selftest.unjudged(fault, {"backend_ops": "error: x"}) == "not judged: backend_ops fails the unplanted build (error: x); make it pass first"
+    assert selftest.unjudged(fault, {}) is None
+    said: list[str] = []  # every fault blocked: nothing is read from a source, nothing planted
+    result, shown = selftest.selftest("k" * 64, None, tmp_path, tmp_path, "cpu", path, ["snapshot-slot"], said.append, failing=failing)  # type: ignore[arg-type]
+    assert (result.status, said) == (Status.FAILED, [f"gate_selftest: snapshot-slot: {selftest.unjudged(fault, failing)}"])
+    assert "not run" in shown
+    assert not (tmp_path / "build").exists()
+    path.write_text(PIN_FAILS.replace("    fixes: true\n", "    fixes: yes please\n"))
+    with pytest.raises(ConfigError, match=r"faults\[1\]\.fixes: is not true or false"):
+        selftest.load_faults(path)
+
+
+def test_the_unplanted_builds_failing_gates_come_from_its_newest_records(tmp_path: Path) -> None:
+    from ci.commands.gate_selftest import unplanted_failures
+    from ci.gates.results import GateResult
+
+    book = tmp_path / "build" / "results" / "ledger.jsonl"
+    book.parent.mkdir(parents=True)
+    assert unplanted_failures(book, "k" * 64, tmp_path) == {}  # no ledger yet: nothing known to fail
+    ctx = ledger.BuildContext("k" * 64, "p" * 40, "s" * 64, "cpu", "CPU")
+    other = ledger.BuildContext("o" * 64, "p" * 40, "s" * 64, "cpu", "CPU")
+    ledger.append(book, GateResult("equivalence", Status.PASSED, "p"), ctx)
+    ledger.append(book, GateResult("equivalence", Status.FAILED, "dflash-context"), ctx)  # the newest decides
+    ledger.append(book, GateResult("backend_ops", Status.FAILED, "f"), ctx)
+    ledger.append(book, GateResult("backend_ops", Status.PASSED, "p"), ctx)
+    ledger.append(book, GateResult("archs", Status.ERROR, "e"), other)  # another build's
+    assert unplanted_failures(book, "k" * 64, tmp_path) == {"equivalence": "failed: build/results/ledger.jsonl line 2"}
