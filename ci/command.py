@@ -200,6 +200,13 @@ class Process:
     def alive(self) -> bool:
         return self._live() is not None
 
+    def exists(self) -> bool:
+        """Alive, or a zombie not yet reaped by whoever adopted it."""
+        try:
+            return psutil.Process(self.pid).create_time() == self.start
+        except psutil.Error:
+            return False
+
     def terminate(self) -> None:
         p = self._live()
         if p is not None:
@@ -227,10 +234,12 @@ def descendants(pid: int) -> tuple[Process, ...]:
     return tuple(sorted(found, key=lambda x: x.pid))
 
 
-def wait_gone(processes: Iterable[Process], seconds: float) -> None:
-    """Until none of ``processes`` is alive, or ``seconds`` have passed."""
+def wait_gone(processes: Iterable[Process], seconds: float, reaped: bool = False) -> None:
+    """Until none of ``processes`` is alive (with ``reaped``: none exists, zombies included), or ``seconds`` have
+    passed."""
     deadline = time.monotonic() + seconds
-    while any(p.alive() for p in processes) and time.monotonic() < deadline:
+    there = Process.exists if reaped else Process.alive
+    while any(there(p) for p in processes) and time.monotonic() < deadline:
         time.sleep(0.02)
 
 
@@ -253,7 +262,7 @@ def end_tree(proc: subprocess.Popen[str] | subprocess.Popen[bytes], grace: float
         proc.wait()
     for p in tree:
         p.kill()
-    wait_gone(tree, 5.0)
+    wait_gone(tree, 5.0, reaped=True)  # an orphan's zombie goes when its adopter reaps it: gone when this returns
 
 
 def _close_output(proc: subprocess.Popen[str], reader: threading.Thread) -> None:

@@ -85,7 +85,7 @@ def test_dflash_drafter_has_what_the_fork_loader_reads(models: tq.Qwen35Models) 
     kv, shapes = fields(models.dflash)
     assert kv["general.architecture"] == "dflash"
     assert kv["dflash.block_size"] == 3
-    assert kv["dflash.target_layers"] == [1, 3]
+    assert kv["dflash.target_layers"] == [0, 3]  # layer 0's input is the token embedding: the canary heads read BOS's there
     assert kv["dflash.target_hidden_size"] == 128
     assert kv["dflash.mask_token_id"] == UNK_ID
     assert shapes["fc.weight"] == (2 * 128, 128)  # n_target_layers * target n_embd -> n_embd
@@ -108,8 +108,9 @@ def rms(x: np.ndarray, w: np.ndarray | float = 1.0) -> np.ndarray:
 
 
 def test_a_mask_position_attends_to_the_anchor_and_copies_it() -> None:
-    """The anchor-copy construction in numpy: at a mask position, each head puts more than 99.9% of its attention on
-    the anchor over 300 positions of fused context, and the layer's output is the anchor's normalised embedding."""
+    """The anchor-copy construction in numpy: at a mask position, each copy head (the first half; the others are the
+    canary's, :func:`tq.dflash_canary_weights`) puts more than 99.9% of its attention on the anchor over 300 positions
+    of fused context, and their output is the anchor's normalised embedding; the canary heads leave the anchor be."""
     n = len(vocab())
     target = dict(tq.qwen35_weights(tq.TARGET, n))
     drafter = dict(tq.dflash_weights(tq.DFLASH_DRAFTER))
@@ -125,8 +126,11 @@ def test_a_mask_position_attends_to_the_anchor_and_copies_it() -> None:
     scores = np.einsum("hd,thd->ht", q, k) / np.sqrt(hd)
     weights = np.exp(scores - scores.max(axis=1, keepdims=True))
     weights /= weights.sum(axis=1, keepdims=True)
-    assert (weights[:, -1] > 0.999).all()
-    out = drafter["blk.0.attn_output.weight"] @ (drafter["blk.0.attn_v.weight"] @ rms(anchor))
+    copy = h // 2
+    assert (weights[:copy, -1] > 0.999).all()
+    assert (weights[copy:, -1] < 1e-6).all()
+    d = tq.DFLASH_DRAFTER.dim
+    out = drafter["blk.0.attn_output.weight"][:, :d] @ (drafter["blk.0.attn_v.weight"][:d] @ rms(anchor))
     np.testing.assert_allclose(out, rms(anchor), rtol=1e-5)
 
 
