@@ -94,7 +94,7 @@ def plans(
             models=equivalence.TINY_MODELS,
             floors=leg_floors,
         )
-        return replace(p, request_timeout=defaults.TINY_REQUEST_TIMEOUT)  # a server that never answers: 2 minutes, not 10
+        return replace(p, hang_after=defaults.TINY_HANG_AFTER)  # a drafter server that never answers: 2 minutes, not 10
 
     # spec_type None: the gate sees a dflash drafter and goes through the launcher's --dflash
     dflash = leg(models.dflash, None, dflash_floors)

