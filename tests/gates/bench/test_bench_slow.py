@@ -120,7 +120,8 @@ RECIPES = """{"about": "a recipe for the CPU, to re-measure", "recipes": [
 ]}"""
 
 
-@pytest.mark.parametrize(("check", "code"), [("prompt(with) / prompt(without) >= 0.05", 0), ("prompt(with) / prompt(without) >= 100", 7)])
+# the passing claim leaves room for a busy machine: at load 6 one round's ratio was 0.0117 (114.7 against 9831.9 t/s)
+@pytest.mark.parametrize(("check", "code"), [("prompt(with) / prompt(without) >= 0.001", 0), ("prompt(with) / prompt(without) >= 100", 7)])
 def test_a_recipe_is_re_measured_with_and_without_and_its_claim_checked(
     tiny_models: TinyModels, tmp_path: Path, capsys: pytest.CaptureFixture[str], check: str, code: int
 ) -> None:
