@@ -38,10 +38,11 @@ def session(
     profile = build.manifest.profile
     m = build.manifest
     results_dir = ledger.default_results_dir(job.root)
-    failing = unplanted_failures(ledger.ledger_path(results_dir), m.key, job.root)
+    book = ledger.ledger_path(results_dir)
+    failing = unplanted_failures(book, m.key, job.root)
     result, shown = selftest.selftest(build.key, job.source(), job.root, build.build_dir, profile, faults, only, say, jobs, keep, timeout, failing)
     line = records.record(
-        result, results_dir / m.key[:12], {"build_key": m.key, "profile": m.profile}, ledger_path=ledger.ledger_path(results_dir),
+        result, results_dir / m.key[:12], {"build_key": m.key, "profile": m.profile}, ledger_path=book,
         build=binding.context_of(job.pins, m), root=job.root,
     )  # fmt: skip
     say(shown)

@@ -108,9 +108,10 @@ def plans(
     return tuple(legs)
 
 
-def combine(results: Sequence[tuple[str, GateResult]], seconds: float = 0.0) -> GateResult:
+def combine(results: Sequence[tuple[str, GateResult]], seconds: float = 0.0, extra: Sequence[CaseResult] = ()) -> GateResult:
     """One equivalence verdict over the legs (pure): cases, metrics and properties prefixed with the leg's kind, the
-    worst status, and the run's identity (tiny generated models) once."""
+    worst status, and the run's identity (tiny generated models) once; ``extra`` cases judged across the legs
+    (:func:`context_cases`) join them, a failed one failing the gate and naming itself among the problems."""
     cases: list[CaseResult] = []
     problems: list[str] = []
     metrics: list[tuple[str, float]] = []
@@ -139,7 +140,10 @@ def combine(results: Sequence[tuple[str, GateResult]], seconds: float = 0.0) -> 
                     properties.append((k, v))
             else:
                 properties.append((f"{kind}.{k}", v))
-    statuses = [r.status for _, r in results]
+    failed = [c for c in extra if c.status is Status.FAILED]
+    cases += extra
+    problems += [f"{c.name}: {c.message}" for c in failed]
+    statuses = [r.status for _, r in results] + [c.status for c in failed]
     if not results or Status.ERROR in statuses:
         status = Status.ERROR
     elif all(s is Status.PASSED for s in statuses):
@@ -148,6 +152,8 @@ def combine(results: Sequence[tuple[str, GateResult]], seconds: float = 0.0) -> 
         status = Status.FAILED
     properties.append(("drafter_kinds", ",".join(k for k, _ in results)))
     summary = f"{status.value.upper()}: " + "; ".join(f"{kind}: {r.summary.split(': ', 1)[-1]}" for kind, r in results)
+    if failed:
+        summary += f"; {CONTEXT}: {len(failed)} prompt(s) drafted differently"
     return GateResult(
         gate=GATE,
         status=status,
@@ -195,18 +201,7 @@ def run(legs: Sequence[EngineLeg], logs: Path) -> GateResult:
     by_kind = dict(results)
     device = legs[0].plan.device if legs else "cpu"
     extra = context_cases(by_kind[DFLASH], by_kind[DFLASH_WHOLE], device) if DFLASH in by_kind and DFLASH_WHOLE in by_kind else ()
-    return with_cases(combine(results), extra)
-
-
-def with_cases(result: GateResult, extra: Sequence[CaseResult]) -> GateResult:
-    """``result`` with ``extra`` cases: a failed one fails it (an error stays an error) and is among its problems."""
-    if not extra:
-        return result
-    failed = [c for c in extra if c.status is Status.FAILED]
-    status = Status.FAILED if failed and result.status is Status.PASSED else result.status
-    summary = result.summary if not failed else f"{status.value.upper()}: " + result.summary.split(": ", 1)[-1] + f"; {CONTEXT}: {len(failed)} prompt(s) drafted differently"
-    cases = (*result.cases, *extra)
-    return replace(result, status=status, summary=summary, cases=cases, problems=(*result.problems, *(f"{c.name}: {c.message}" for c in failed)), counts=case_counts(cases))
+    return combine(results, extra=extra)
 
 
 def gate(

@@ -187,27 +187,45 @@ def dflash_weights(spec: DFlashSpec) -> list[tuple[str, np.ndarray]]:
     A ``canary`` spec gets :func:`dflash_canary_weights` instead."""
     if spec.canary:
         return dflash_canary_weights(spec)
-    d, ff, hd, h = spec.dim, spec.ff, spec.head_dim, spec.heads
+    d, hd, h = spec.dim, spec.head_dim, spec.heads
     inp = len(spec.target_layers) * d
     fc = np.random.default_rng(spec.seed).normal(0.0, inp**-0.5, size=(d, inp)).astype(np.float32)
     fc[ANCHOR] = 0.0
-    wq = np.zeros((h * hd, d), dtype=np.float32)
-    wk = np.zeros((h * hd, d), dtype=np.float32)
-    low = hd // 2 - 1  # NEOX rotary pairs (j, j + hd/2): j = hd/2 - 1 turns slowest
-    for head in range(h):
+    wq, wk = _anchor_copy_heads(h, hd, d)
+    eye = np.eye(d, dtype=np.float32)
+    q_norm = np.full(hd, QK_GAIN, dtype=np.float32)
+    return _dflash_tensors(spec, fc, [(wq, wk, eye.copy(), eye.copy() if i == 0 else zeros(d, d), q_norm) for i in range(spec.layers)])
+
+
+def _anchor_copy_heads(heads: int, hd: int, d: int, total: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Query and key projections (``total`` heads, default ``heads``) whose first ``heads`` heads read MASK and
+    ANCHOR in their slowest NEOX rotary pair (j, j + hd/2), j = hd/2 - 1; the other heads' rows stay zero."""
+    n = total if total is not None else heads
+    wq = np.zeros((n * hd, d), dtype=np.float32)
+    wk = np.zeros((n * hd, d), dtype=np.float32)
+    low = hd // 2 - 1
+    for head in range(heads):
         wq[head * hd + low, MASK] = 1.0
         wk[head * hd + low, ANCHOR] = 1.0
-    eye = np.eye(d, dtype=np.float32)
+    return wq, wk
+
+
+def _dflash_tensors(
+    spec: DFlashSpec, fc: np.ndarray, layers: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+) -> list[tuple[str, np.ndarray]]:
+    """The drafter's tensors as the fork's loader names them: the encoder's, then per layer (wq, wk, wv, wo, q_norm)
+    with unit norms and a zero FFN."""
+    d, ff, hd = spec.dim, spec.ff, spec.head_dim
     tensors: list[tuple[str, np.ndarray]] = [("fc.weight", fc), ("enc.output_norm.weight", ones(d)), ("output_norm.weight", ones(d))]
-    for i in range(spec.layers):
+    for i, (wq, wk, wv, wo, q_norm) in enumerate(layers):
         p = f"blk.{i}."
         tensors += [
             (p + "attn_norm.weight", ones(d)),
             (p + "attn_q.weight", wq),
             (p + "attn_k.weight", wk),
-            (p + "attn_v.weight", eye.copy()),
-            (p + "attn_output.weight", eye.copy() if i == 0 else zeros(d, d)),
-            (p + "attn_q_norm.weight", np.full(hd, QK_GAIN, dtype=np.float32)),
+            (p + "attn_v.weight", wv),
+            (p + "attn_output.weight", wo),
+            (p + "attn_q_norm.weight", q_norm),
             (p + "attn_k_norm.weight", ones(hd)),
             (p + "ffn_norm.weight", ones(d)),
             (p + "ffn_gate.weight", zeros(ff, d)),
@@ -236,7 +254,7 @@ def dflash_canary_weights(spec: DFlashSpec) -> list[tuple[str, np.ndarray]]:
 
     Measured on the CPU (docs/equivalence.md): upstream 11434 drafts the same with 16-token micro-batches and with
     one; the fork at c14872f drafts differently on the two prompts whose prefill spans micro-batches."""
-    d, ff, hd, h = spec.dim, spec.ff, spec.head_dim, spec.heads
+    d, hd, h = spec.dim, spec.head_dim, spec.heads
     half = h // 2
     if half * hd != d or spec.target_layers[0] != 0 or spec.layers != 1:
         raise ValueError(f"{spec.name}: a canary drafter has one layer, heads / 2 * head_dim == dim and target_layers[0] == 0")
@@ -250,14 +268,9 @@ def dflash_canary_weights(spec: DFlashSpec) -> list[tuple[str, np.ndarray]]:
     fc[[ANCHOR, MASK, C1, C2]] = 0.0
     fc[C1, :d] = u
     fc[C2, ANCHOR] = c
-    low = hd // 2 - 1  # the copy heads' slowest NEOX pair (low, low + hd/2)
-    d1, d2, d3 = hd // 2 - 2, hd - 2, hd // 2 - 3  # slow dims too: < 0.01 rad over 2048 positions at base 1e7
+    d1, d2, d3 = hd // 2 - 2, hd - 2, hd // 2 - 3  # slow dims beside the copy heads' pair: < 0.01 rad over 2048 positions at base 1e7
     a = np.array([s_bos, c]) / np.hypot(s_bos, c)
-    wq = np.zeros((h * hd, d), dtype=np.float32)
-    wk = np.zeros((h * hd, d), dtype=np.float32)
-    for head in range(half):
-        wq[head * hd + low, MASK] = 1.0
-        wk[head * hd + low, ANCHOR] = 1.0
+    wq, wk = _anchor_copy_heads(half, hd, d, total=h)
     for head in range(half, h):
         wq[head * hd + d1, MASK] = a[0]
         wq[head * hd + d2, MASK] = a[1]
@@ -272,23 +285,7 @@ def dflash_canary_weights(spec: DFlashSpec) -> list[tuple[str, np.ndarray]]:
     wo = np.concatenate([np.eye(d), np.eye(d)], axis=1).astype(np.float32)
     q_norm = np.full(hd, QK_GAIN, dtype=np.float32)
     q_norm[[d1, d2]] = CANARY_GAIN
-    p = "blk.0."
-    return [
-        ("fc.weight", fc),
-        ("enc.output_norm.weight", ones(d)),
-        ("output_norm.weight", ones(d)),
-        (p + "attn_norm.weight", ones(d)),
-        (p + "attn_q.weight", wq),
-        (p + "attn_k.weight", wk),
-        (p + "attn_v.weight", wv),
-        (p + "attn_output.weight", wo),
-        (p + "attn_q_norm.weight", q_norm),
-        (p + "attn_k_norm.weight", ones(hd)),
-        (p + "ffn_norm.weight", ones(d)),
-        (p + "ffn_gate.weight", zeros(ff, d)),
-        (p + "ffn_up.weight", zeros(ff, d)),
-        (p + "ffn_down.weight", zeros(d, ff)),
-    ]
+    return _dflash_tensors(spec, fc, [(wq, wk, wv, wo, q_norm)])
 
 
 def _writer(tmp: Path, architecture: str, name: str) -> Any:

@@ -56,6 +56,21 @@ faults:
 """
 
 
+# a fault the older checks get past: equivalence must fail it, backend_ops and archs pass it
+MISSED_BY = """\
+faults:
+  - id: snapshot-slot
+    file: ggml/src/ggml-cpu/ops.cpp
+    search: a
+    replace: b
+    gate: equivalence
+    expect: failed
+    missed_by: [backend_ops, archs]
+    profiles: [cpu]
+    why: w
+"""
+
+
 def tree_digest(path: Path) -> str:
     h = hashlib.sha256()
     for p in sorted(path.rglob("*")):
@@ -161,10 +176,7 @@ def test_a_stale_fault_is_named_with_its_anchor() -> None:
 
 def test_missed_by_runs_the_older_checks_too_and_wants_them_passed(tmp_path: Path) -> None:
     faults = tmp_path / "missed.yaml"
-    faults.write_text(
-        "faults:\n  - id: snapshot-slot\n    file: ggml/src/ggml-cpu/ops.cpp\n    search: a\n    replace: b\n"
-        "    gate: equivalence\n    expect: failed\n    missed_by: [backend_ops, archs]\n    profiles: [cpu]\n    why: w\n"
-    )
+    faults.write_text(MISSED_BY)
     (fault,) = selftest.load_faults(faults)
     assert fault.gates == ("equivalence", "backend_ops", "archs")
     failed, passed = Status.FAILED, Status.PASSED
@@ -193,10 +205,7 @@ def test_a_fault_run_that_never_ends_is_ended_at_the_timeout_with_its_tree_stand
     on the qwen35 legs was still going after 6 minutes on Vulkan, and the self-test waited with it). It is ended at the
     timeout, its child with it, and the outcome names the gates that did not finish."""
     faults = tmp_path / "missed.yaml"
-    faults.write_text(
-        "faults:\n  - id: snapshot-slot\n    file: ggml/src/ggml-cpu/ops.cpp\n    search: a\n    replace: b\n"
-        "    gate: equivalence\n    expect: failed\n    missed_by: [backend_ops, archs]\n    profiles: [cpu]\n    why: w\n"
-    )
+    faults.write_text(MISSED_BY)
     (fault,) = selftest.load_faults(faults)
     trial = selftest.Trial(fault, tmp_path / fault.id)
     (trial.out).mkdir(parents=True)

@@ -168,7 +168,7 @@ def test_the_dflash_context_cases_compare_the_drafts_of_both_micro_batchings() -
     assert cases[0].message.startswith("drafted 246, 131 accepted with 16-token micro-batches; 219, 145 with the prompt in one: ")
     assert cases[2].message == "drafted 227, 141 accepted with 16-token micro-batches; 227, 141 with the prompt in one"
     # the gate: passed legs, two prompts drafted differently -> failed, and the problems say which
-    combined = engine_path.with_cases(engine_path.combine([("dflash", split), ("dflash-whole", whole)]), cases)
+    combined = engine_path.combine([("dflash", split), ("dflash-whole", whole)], extra=cases)
     assert combined.status is Status.FAILED
     assert combined.summary.endswith("; dflash-context: 2 prompt(s) drafted differently")
     assert [p.split(":")[0] for p in combined.problems] == ["dflash-context/code", "dflash-context/prose"]
@@ -181,5 +181,5 @@ def test_the_dflash_context_cases_compare_the_drafts_of_both_micro_batchings() -
     (skipped,) = engine_path.context_cases(split, _leg(Status.FAILED, {"code": (1, 1)}), "cpu")
     assert (skipped.status, skipped.message) == (Status.SKIPPED, "not compared: the dflash-whole leg did not pass")
     # an error stays an error
-    error = engine_path.with_cases(_leg(Status.ERROR, {"code": (1, 1)}), cases)
+    error = engine_path.combine([("dflash", _leg(Status.ERROR, {"code": (1, 1)}))], extra=cases)
     assert error.status is Status.ERROR
