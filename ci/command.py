@@ -14,8 +14,9 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -181,30 +182,87 @@ def signals_as_interrupt() -> Iterator[None]:
             signal.signal(s, old)
 
 
+@dataclass(frozen=True)
+class Process:
+    """A process known by pid and start time, so a reused pid is never mistaken for it."""
+
+    pid: int
+    start: float  # psutil's create_time
+    command: str = ""
+
+    def _live(self) -> psutil.Process | None:
+        try:
+            p = psutil.Process(self.pid)
+            return p if p.create_time() == self.start and p.status() != psutil.STATUS_ZOMBIE else None
+        except psutil.Error:
+            return None
+
+    def alive(self) -> bool:
+        return self._live() is not None
+
+    def exists(self) -> bool:
+        """Alive or a zombie not yet reaped: its pid still names it."""
+        try:
+            return psutil.Process(self.pid).create_time() == self.start
+        except psutil.Error:
+            return False
+
+    def terminate(self) -> None:
+        p = self._live()
+        if p is not None:
+            with contextlib.suppress(psutil.Error):
+                p.terminate()
+
+    def kill(self) -> None:
+        p = self._live()
+        if p is not None:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+
+
+def descendants(pid: int) -> tuple[Process, ...]:
+    """The live descendants of ``pid``."""
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return ()
+    found = []
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            if child.status() != psutil.STATUS_ZOMBIE:
+                found.append(Process(child.pid, child.create_time(), child.name()))
+    return tuple(sorted(found, key=lambda x: x.pid))
+
+
+def wait_gone(processes: Iterable[Process], seconds: float, reaped: bool = False) -> None:
+    """Until none of ``processes`` is alive (with ``reaped``: none is left even as a zombie that its adopter has
+    not reaped yet), or ``seconds`` have passed."""
+    processes = tuple(processes)
+    deadline = time.monotonic() + seconds
+    while any(p.exists() if reaped else p.alive() for p in processes) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def end_tree(proc: subprocess.Popen[str] | subprocess.Popen[bytes], grace: float = 5.0) -> None:
     """End ``proc`` and every process below it: SIGTERM to all, SIGKILL to what is left after ``grace`` seconds;
     ``proc`` is reaped. The tree is read before anything is signalled, so a child orphaned by its parent's death
-    is still found."""
-    try:
-        tree = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.Error:
-        tree = []
+    is still found. The server's stop (:class:`ci.gates.llama.LlamaServer`) ends its tree with the same parts, and
+    the tree it saw over the server's life."""
+    tree = descendants(proc.pid)
     for p in tree:
-        with contextlib.suppress(psutil.Error):
-            p.terminate()
+        p.terminate()
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             proc.terminate()
-    _, alive = psutil.wait_procs(tree, timeout=grace)
+    wait_gone(tree, grace)
     try:
         proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-    for p in alive:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    psutil.wait_procs(alive, timeout=5)
+    for p in tree:
+        p.kill()
+    wait_gone(tree, 5.0, reaped=True)
 
 
 def _close_output(proc: subprocess.Popen[str], reader: threading.Thread) -> None:

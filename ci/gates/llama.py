@@ -31,7 +31,7 @@ import psutil
 import requests
 
 from ci import defaults
-from ci.command import resolve
+from ci.command import Process, descendants, resolve, wait_gone
 from ci.errors import ServerFailed, describe_returncode
 from ci.schema import parse_json
 
@@ -247,7 +247,7 @@ class LlamaServer:
             for p in self.leftovers():
                 p.kill()
             proc.wait()
-            _wait_gone(self._tree, 5.0)
+            wait_gone(self._tree, 5.0)
         finally:
             if proc.poll() is None:  # interrupted while waiting: never leave it running
                 _signal_group(proc.pid, signal.SIGKILL)
@@ -344,45 +344,6 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-@dataclass(frozen=True)
-class Process:
-    """A process known by pid and start time, so a reused pid is never mistaken for it."""
-
-    pid: int
-    start: float  # psutil's create_time
-    command: str = ""
-
-    def _live(self) -> psutil.Process | None:
-        try:
-            p = psutil.Process(self.pid)
-            return p if p.create_time() == self.start and p.status() != psutil.STATUS_ZOMBIE else None
-        except psutil.Error:
-            return None
-
-    def alive(self) -> bool:
-        return self._live() is not None
-
-    def kill(self) -> None:
-        p = self._live()
-        if p is not None:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-
-
-def descendants(pid: int) -> tuple[Process, ...]:
-    """The live descendants of ``pid``."""
-    try:
-        children = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        return ()
-    found = []
-    for child in children:
-        with contextlib.suppress(psutil.Error):
-            if child.status() != psutil.STATUS_ZOMBIE:
-                found.append(Process(child.pid, child.create_time(), child.name()))
-    return tuple(sorted(found, key=lambda x: x.pid))
-
-
 def group_members(pgid: int) -> tuple[int, ...]:
     """Live (not zombie) processes of process group ``pgid``."""
     out = []
@@ -393,7 +354,3 @@ def group_members(pgid: int) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-def _wait_gone(processes: set[Process], seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while any(p.alive() for p in processes) and time.monotonic() < deadline:
-        time.sleep(0.02)
