@@ -37,6 +37,46 @@ log = logging.getLogger("onebit-ci")
 
 SUBJECTS_SHOWN = 20
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+ALREADY_PINNED = "pin is already {new} ({reference}) on {branch}: nothing to do"
+MOVED = "{old} -> {new} ({old_reference} -> {reference}), {how}, on {branch}"
+HOW_AHEAD = "{commits} ahead"
+HOW_ROLLBACK = "ROLLBACK: {commits} behind"
+HOW_SIDEWAYS = "SIDEWAYS: {ahead} ahead, {behind} behind"
+HOW_UNRELATED = "the old pin is not in this fork's history"
+HEADLINE = "bump_pin: {headline}"
+SUBJECT = "{sha} {subject}"
+LISTED = "  {line}"
+SERIES_AT = "bump_pin: patch series at {commit}:"
+DROPPED_LINE = "  {patch}: already upstream, dropped from the series"
+STALE_FAULT = "bump_pin: {fault}; re-aim it in the same PR"
+NOT_ON_BRANCH = "commit {commit} is not on the pinned branch {branch} ({where}); pin a commit of {branch}"
+ONLY_ON = "it is only on {branches}"
+ON_NO_BRANCH = "no branch reaches it"
+ROLLBACK_REFUSED = "bump refused: {why}; pass --allow-rollback if this is meant"
+WHY_ROLLBACK = "{new} is an ancestor of the current pin {old} ({commits} back)"
+WHY_SIDEWAYS = "{new} is neither ahead of nor behind the current pin {old}"
+WHY_UNRELATED = "the current pin {old} is not in this fork, so {new} cannot be shown to be ahead"
+CONFLICTS_REFUSED = "bump refused: the series conflicts at {commit}: {listing}; refresh the patch (docs/patches.md) and retry"
+CONFLICT_ITEM = "patches/{patch}: {detail}"
+UPSTREAM_REFUSED = "bump refused: already upstream at {commit}: {listing}; pass --drop-upstreamed to drop it in this bump"
+UPSTREAM_ITEM = "patches/{patch} ({detail})"
+INDEX_UNWRITABLE = "{index}: cannot be written ({error}); is another git running?"
+REPORT_TITLE = "## Bump the ROCmFPX pin: {old} -> {new}"
+REPORT_SUBJECT = "- `{line}`"
+REPORT_VERDICT = "- `{patch}`: {fate}"
+REPORT_DETAIL = " ({detail})"
+REPORT_DROPPED = "- `{patch}`: {fate}, dropped from the series by this bump ({detail})"
+STALE_FAULTS_HEADING = "### Stale gate_selftest faults"
+REPORT_FAULT = "- {fault}"
+EXPECTED_CASES = "- test-backend-ops `{op}`: {cases} cases"
+COMPILE_HEADING = "## Compile ({profile})"
+NO_COMPILE_VERDICT = "bump_pin: no {profile} compile verdict: {reason}"
+COMPILE_SAID = "bump_pin: {profile} compile {verdict}"
+COMPILED_IN = "passed: {profile} compiled in {seconds:.1f} s"
+BUILD_KEY = " (build key {key}{up_to_date})"
+UP_TO_DATE = ", up to date"
+
 
 @dataclass(frozen=True)
 class BumpRequest:
@@ -83,17 +123,17 @@ class BumpPlan:
     def headline(self) -> str:
         old, new = self.old[:7], self.new[:7]
         if self.move.relation is Relation.SAME:
-            return f"pin is already {new} ({self.pins.fork.reference}) on {self.branch}: nothing to do"
+            return ALREADY_PINNED.format(new=new, reference=self.pins.fork.reference, branch=self.branch)
         how = {
-            Relation.AHEAD: f"{count(self.move.ahead, 'commit')} ahead",
-            Relation.ROLLBACK: f"ROLLBACK: {count(self.move.behind, 'commit')} behind",
-            Relation.SIDEWAYS: f"SIDEWAYS: {self.move.ahead} ahead, {self.move.behind} behind",
-            Relation.UNRELATED: "the old pin is not in this fork's history",
+            Relation.AHEAD: HOW_AHEAD.format(commits=count(self.move.ahead, "commit")),
+            Relation.ROLLBACK: HOW_ROLLBACK.format(commits=count(self.move.behind, "commit")),
+            Relation.SIDEWAYS: HOW_SIDEWAYS.format(ahead=self.move.ahead, behind=self.move.behind),
+            Relation.UNRELATED: HOW_UNRELATED,
         }[self.move.relation]
-        return f"{old} -> {new} ({self.pins.fork.reference} -> {self.reference}), {how}, on {self.branch}"
+        return MOVED.format(old=old, new=new, old_reference=self.pins.fork.reference, reference=self.reference, how=how, branch=self.branch)
 
     def subject_lines(self) -> list[str]:
-        lines = [f"{sha} {subject}" for sha, subject in self.subjects[:SUBJECTS_SHOWN]]
+        lines = [SUBJECT.format(sha=sha, subject=subject) for sha, subject in self.subjects[:SUBJECTS_SHOWN]]
         rest = len(self.subjects) - SUBJECTS_SHOWN
         if rest > 0:
             lines.append(f"... and {rest} more")
@@ -102,7 +142,7 @@ class BumpPlan:
     def report(self) -> str:
         fork = self.pins.fork
         lines = [
-            f"## Bump the ROCmFPX pin: {self.old[:7]} -> {self.new[:7]}",
+            REPORT_TITLE.format(old=self.old[:7], new=self.new[:7]),
             "",
             f"- Fork: {self.url}, branch `{self.branch}`" + (f" (was {fork.url})" if self.url != fork.url else ""),
             f"- From: `{self.old}` ({fork.reference}, pinned {fork.date})",
@@ -112,21 +152,24 @@ class BumpPlan:
         ]
         if self.subjects:
             lines += [f"### Commits ({len(self.subjects)})", ""]
-            lines += [f"- `{s}`" if s.startswith("...") is False else f"- {s}" for s in self.subject_lines()]
+            lines += [REPORT_SUBJECT.format(line=s) if s.startswith("...") is False else f"- {s}" for s in self.subject_lines()]
             lines.append("")
         if self.series_plan is not None:
             lines += [f"### Patch series ({count(len(self.series.patches), 'patch')})", ""]
-            lines += [f"- `{v.patch}`: {v.fate.value}" + (f" ({v.detail})" if v.detail else "") for v in self.series_plan.verdicts]
-            lines += [f"- `{v.patch}`: {v.fate.value}, dropped from the series by this bump ({v.detail})" for v in self.dropped_verdicts]
+            lines += [
+                REPORT_VERDICT.format(patch=v.patch, fate=v.fate.value) + (REPORT_DETAIL.format(detail=v.detail) if v.detail else "")
+                for v in self.series_plan.verdicts
+            ]
+            lines += [REPORT_DROPPED.format(patch=v.patch, fate=v.fate.value, detail=v.detail) for v in self.dropped_verdicts]
             lines.append("")
         if self.stale_faults:
-            lines += ["### Stale gate_selftest faults", "", "Re-aim them in this PR (ci/gates/faults.yaml; docs/gates.md):", ""]
-            lines += [f"- {line}" for line in self.stale_faults]
+            lines += [STALE_FAULTS_HEADING, "", "Re-aim them in this PR (ci/gates/faults.yaml; docs/gates.md):", ""]
+            lines += [REPORT_FAULT.format(fault=line) for line in self.stale_faults]
             lines.append("")
         expected = self.pins.expected_cases()
         if expected:
             lines += ["### Gate expectations carried over", ""]
-            lines += [f"- test-backend-ops `{op}`: {n} cases" for op, n in expected.items()]
+            lines += [EXPECTED_CASES.format(op=op, cases=n) for op, n in expected.items()]
             lines += ["", "The counts belong to the pin: confirm them with `nox -s gpu_tests` before this lands.", ""]
         return "\n".join(lines)
 
@@ -138,17 +181,17 @@ def plan(project: Project, pins: pins_mod.Pins, store: ForkStore, request: BumpR
     new = str(commit.id)
     if not store.on_branch(new, branch):
         elsewhere = store.branches_containing(new)
-        where = f"it is only on {', '.join(elsewhere[:5])}" if elsewhere else "no branch reaches it"
-        raise Refused(f"commit {new[:12]} is not on the pinned branch {branch} ({where}); pin a commit of {branch}")
+        where = ONLY_ON.format(branches=", ".join(elsewhere[:5])) if elsewhere else ON_NO_BRANCH
+        raise Refused(NOT_ON_BRANCH.format(commit=new[:12], branch=branch, where=where))
     old = pins.fork.commit
     move = store.move(old, new)
     if move.relation in (Relation.ROLLBACK, Relation.SIDEWAYS, Relation.UNRELATED) and not request.allow_rollback:
         why = {
-            Relation.ROLLBACK: f"{new[:12]} is an ancestor of the current pin {old[:12]} ({count(move.behind, 'commit')} back)",
-            Relation.SIDEWAYS: f"{new[:12]} is neither ahead of nor behind the current pin {old[:12]}",
-            Relation.UNRELATED: f"the current pin {old[:12]} is not in this fork, so {new[:12]} cannot be shown to be ahead",
+            Relation.ROLLBACK: WHY_ROLLBACK.format(new=new[:12], old=old[:12], commits=count(move.behind, "commit")),
+            Relation.SIDEWAYS: WHY_SIDEWAYS.format(new=new[:12], old=old[:12]),
+            Relation.UNRELATED: WHY_UNRELATED.format(new=new[:12], old=old[:12]),
         }[move.relation]
-        raise Refused(f"bump refused: {why}; pass --allow-rollback if this is meant")
+        raise Refused(ROLLBACK_REFUSED.format(why=why))
     url = fork_url(pins.fork.url, request, move.relation, new)
     reference = request.reference or (pins.fork.reference if move.relation is Relation.SAME else f"{branch}@{new[:7]}")
     date = pins.fork.date if move.relation is Relation.SAME else request.today.isoformat()
@@ -227,12 +270,12 @@ def _series_at(
     gitdir = Path(store.repo.path)
     sp = classify(gitdir, new, series, since=old)
     if sp.conflicts:
-        listing = "; ".join(f"patches/{v.patch}: {v.detail}" for v in sp.conflicts)
-        raise Refused(f"bump refused: the series conflicts at {new[:12]}: {listing}; refresh the patch (docs/patches.md) and retry")
+        listing = "; ".join(CONFLICT_ITEM.format(patch=v.patch, detail=v.detail) for v in sp.conflicts)
+        raise Refused(CONFLICTS_REFUSED.format(commit=new[:12], listing=listing))
     dropped = sp.upstreamed
     if dropped and not request.drop_upstreamed:
-        listing = "; ".join(f"patches/{v.patch} ({v.detail})" for v in sp.upstreamed)
-        raise Refused(f"bump refused: already upstream at {new[:12]}: {listing}; pass --drop-upstreamed to drop it in this bump")
+        listing = "; ".join(UPSTREAM_ITEM.format(patch=v.patch, detail=v.detail) for v in sp.upstreamed)
+        raise Refused(UPSTREAM_REFUSED.format(commit=new[:12], listing=listing))
     text = None
     if dropped:
         series_path = project.root / PATCHES_DIR / SERIES_FILE
@@ -270,7 +313,7 @@ def execute(project: Project, bump: BumpPlan) -> None:
                         index.remove(f"{PATCHES_DIR}/{name}")
             index.write()
         except pygit2.GitError as exc:
-            raise GitError(f"{project.index_path()}: cannot be written ({exc}); is another git running?") from None
+            raise GitError(INDEX_UNWRITABLE.format(index=project.index_path(), error=exc)) from None
         if bump.checkout is not None:
             sync.execute(bump.checkout)
 
@@ -314,21 +357,21 @@ def session(project: Project, request: BumpRequest, report: Path | None, say: Ca
     """``nox -s bump_pin -- SHA``: what moves, the series at the new pin, then everything written (or nothing)."""
     done = run(project, request, report, stale)
     bump = done.plan
-    say(f"bump_pin: {bump.headline()}")
+    say(HEADLINE.format(headline=bump.headline()))
     for line in bump.subject_lines():
-        say(f"  {line}")
+        say(LISTED.format(line=line))
     if bump.series_plan is not None:
-        say(f"bump_pin: patch series at {bump.new[:7]}:")
+        say(SERIES_AT.format(commit=bump.new[:7]))
         for v in bump.series_plan.verdicts:
-            say(f"  {v.line()}")
+            say(LISTED.format(line=v.line()))
         for name in bump.dropped:
-            say(f"  {name}: already upstream, dropped from the series")
+            say(DROPPED_LINE.format(patch=name))
     if done.report is None:
         return 0
     if bump.checkout is not None:
         say(bump.checkout.describe())
     for line in bump.stale_faults:
-        say(f"bump_pin: {line}; re-aim it in the same PR")
+        say(STALE_FAULT.format(fault=line))
     rel = shown(done.report, project.root)
     say(f"bump_pin: wrote pins.yaml and the gitlink (staged); report: {rel}")
     say(f"bump_pin: next: nox -s build gpu_tests, then git commit -F {rel}")
@@ -352,7 +395,7 @@ def compile_verdict(job: Job, report: Path, say: Callable[[str], None], profile:
     try:
         job.toolchain(job.profile(profile))
     except ToolchainError as exc:
-        say(f"bump_pin: no {profile} compile verdict: {exc.message.splitlines()[0]}")
+        say(NO_COMPILE_VERDICT.format(profile=profile, reason=exc.message.splitlines()[0]))
         return None
     started = time.monotonic()
     try:
@@ -364,10 +407,10 @@ def compile_verdict(job: Job, report: Path, say: Callable[[str], None], profile:
         if outcome.plan.profile.backend == "hip":
             verdict = f"passed: {compile_record.result(built).summary}"
         else:
-            verdict = f"passed: {profile} compiled in {outcome.manifest.seconds:.1f} s"
-        verdict += f" (build key {outcome.manifest.key[:12]}{', up to date' if outcome.up_to_date else ''})"
+            verdict = COMPILED_IN.format(profile=profile, seconds=outcome.manifest.seconds)
+        verdict += BUILD_KEY.format(key=outcome.manifest.key[:12], up_to_date=UP_TO_DATE if outcome.up_to_date else "")
     text = report.read_text(encoding="utf-8") if report.is_file() else ""
-    write_atomic(report, text.rstrip("\n") + f"\n\n## Compile ({profile})\n\n{verdict}\n")
-    say(f"bump_pin: {profile} compile {verdict}")
+    write_atomic(report, text.rstrip("\n") + f"\n\n{COMPILE_HEADING.format(profile=profile)}\n\n{verdict}\n")
+    say(COMPILE_SAID.format(profile=profile, verdict=verdict))
     return verdict
 

@@ -15,6 +15,12 @@ METRICS = ("prompt", "decode", "tokens_per_step", "acceptance")
 _TERM = r"(?P<m{n}>[a-z_]+)\(\s*(?P<c{n}>[a-z]+)\s*(?:,\s*(?P<p{n}>[a-z]+)\s*)?\)"
 CHECK_RE = re.compile(rf"^\s*{_TERM.format(n=1)}\s*(?:/\s*{_TERM.format(n=2)}\s*)?>=\s*(?P<floor>[0-9.]+)\s*$")
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+BAD_TOLERANCE = "{where}: tolerance {tolerance}: must be a fraction from 0 to 1 (0.1: a 10% drop fails)"
+NOT_A_CHECK = '{where}: "{text}" is not METRIC(CONFIG[, PROMPT]) [/ METRIC(CONFIG[, PROMPT])] >= NUMBER'
+NOT_A_METRIC = '{where}: "{metric}" is not a metric: {metrics}'
+NOT_A_CONFIG = '{where}: "{config}" is not a config: {configs}'
+
 
 @dataclass(frozen=True)
 class Term:
@@ -42,19 +48,19 @@ class Check:
 
 def parse_check(text: str, measured: str, tolerance: float, where: str, configs: Sequence[str] = CONFIGS) -> Check:
     if not 0.0 <= tolerance <= 1.0:  # NaN fails both: a NaN or a tolerance above 1 turned the regression check off
-        raise ConfigError(f"{where}: tolerance {tolerance}: must be a fraction from 0 to 1 (0.1: a 10% drop fails)")
+        raise ConfigError(BAD_TOLERANCE.format(where=where, tolerance=tolerance))
     m = CHECK_RE.match(text)
     if not m:
-        raise ConfigError(f'{where}: "{text}" is not METRIC(CONFIG[, PROMPT]) [/ METRIC(CONFIG[, PROMPT])] >= NUMBER')
+        raise ConfigError(NOT_A_CHECK.format(where=where, text=text))
     terms = []
     for n in ("1", "2"):
         if m.group(f"m{n}") is None:
             continue
         term = Term(m.group(f"m{n}"), m.group(f"c{n}"), m.group(f"p{n}"))
         if term.metric not in METRICS:
-            raise ConfigError(f'{where}: "{term.metric}" is not a metric: {", ".join(METRICS)}')
+            raise ConfigError(NOT_A_METRIC.format(where=where, metric=term.metric, metrics=", ".join(METRICS)))
         if term.config not in configs:
-            raise ConfigError(f'{where}: "{term.config}" is not a config: {", ".join(configs)}')
+            raise ConfigError(NOT_A_CONFIG.format(where=where, config=term.config, configs=", ".join(configs)))
         terms.append(term)
     if not measured.strip():
         raise ConfigError(f"{where}: has no measured: say where the floor comes from (a PR, a run and its command)")

@@ -25,26 +25,40 @@ SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 PLAIN_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./@+-]*$")
 OP_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+NOT_FOUND = "{path}: not found; run from the repository root or pass --root DIR (the onebit-ci checkout)"
+UNREADABLE = "{file}: cannot be read ({error})"
+NOT_A_FULL_SHA = "is not a full 40-hex sha"
+NOT_AN_HTTPS_URL = "is not an https:// URL"
+NOT_A_BRANCH_NAME = "is not a branch name (give it without refs/heads/)"
+NOT_A_RELATIVE_PATH = "is not a relative path inside the repository"
+NOT_A_DATE = "is not a date (YYYY-MM-DD)"
+OMIT_NOT_RELATIVE = '"{path}" is not a relative path inside the checkout'
+ARCHS_EMPTY = "is empty; list the architectures test-llama-archs must pass, or leave the key out for the default"
+NOT_AN_ARCH = '"{arch}" is not an architecture name (lower case, as test-llama-archs -a takes it)'
+NOT_AN_OP = "is not a ggml op name (upper case, as test-backend-ops -o takes it)"
+NOT_A_CMAKE_FLAG = '"{flag}" is not a CMake cache flag (-DNAME=VALUE, NAME of letters, digits and _)'
+
 
 def _full_sha(value: str) -> str | None:
-    return None if SHA_RE.match(value) else "is not a full 40-hex sha"
+    return None if SHA_RE.match(value) else NOT_A_FULL_SHA
 
 
 def check_url(value: str) -> str | None:
     """Why ``value`` is not a fork URL pins.yaml can record, or None."""
-    return None if value.startswith("https://") and len(value) > len("https://") and not any(c.isspace() for c in value) else "is not an https:// URL"
+    return None if value.startswith("https://") and len(value) > len("https://") and not any(c.isspace() for c in value) else NOT_AN_HTTPS_URL
 
 
 def _branch(value: str) -> str | None:
     if value.startswith(("refs/", "-")) or ".." in value or " " in value or value.endswith("/"):
-        return "is not a branch name (give it without refs/heads/)"
+        return NOT_A_BRANCH_NAME
     return None
 
 
 def _relpath(value: str) -> str | None:
     p = PurePosixPath(value)
     if p.is_absolute() or ".." in p.parts or value.endswith("/"):
-        return "is not a relative path inside the repository"
+        return NOT_A_RELATIVE_PATH
     return None
 
 
@@ -52,7 +66,7 @@ def _iso_date(value: str) -> str | None:
     try:
         dt.date.fromisoformat(value)
     except ValueError:
-        return "is not a date (YYYY-MM-DD)"
+        return NOT_A_DATE
     return None
 
 
@@ -157,12 +171,12 @@ def load(path: Path) -> Pins:
         raw = read_regular(path, CONFIG_LIMIT)
         text = raw.decode("utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"{path}: not found; run from the repository root or pass --root DIR (the onebit-ci checkout)") from None
+        raise ConfigError(NOT_FOUND.format(path=path)) from None
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise ConfigError(f"{name}:{line}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); write it as UTF-8") from None
     except OSError as exc:
-        raise ConfigError(f"{name}: cannot be read ({exc.strerror})") from None
+        raise ConfigError(UNREADABLE.format(file=name, error=exc.strerror)) from None
     return parse(text, path, name)
 
 
@@ -186,7 +200,7 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
         for i, p in enumerate(omit):
             stripped = p.rstrip("/")
             if not stripped or _relpath(stripped):
-                raise checkout.error(f'"{p}" is not a relative path inside the checkout', f"omit[{i}]")
+                raise checkout.error(OMIT_NOT_RELATIVE.format(path=p), f"omit[{i}]")
         omit = tuple(p.rstrip("/") + "/" for p in omit)
         checkout.done()
     cases: list[tuple[str, int]] = []
@@ -196,15 +210,15 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
     if expect is not None:
         archs = expect.strings("archs", required=False, default=defaults.ARCHS)
         if not archs:
-            raise expect.error("is empty; list the architectures test-llama-archs must pass, or leave the key out for the default", "archs")
+            raise expect.error(ARCHS_EMPTY, "archs")
         for i, arch in enumerate(archs):
             if not ARCH_RE.match(arch):
-                raise expect.error(f'"{arch}" is not an architecture name (lower case, as test-llama-archs -a takes it)', f"archs[{i}]")
+                raise expect.error(NOT_AN_ARCH.format(arch=arch), f"archs[{i}]")
         ops = expect.section("backend_ops", required=False)
         if ops is not None:
             for op, _ in ops.items():
                 if not OP_RE.match(op):
-                    raise ops.error("is not a ggml op name (upper case, as test-backend-ops -o takes it)", op)
+                    raise ops.error(NOT_AN_OP, op)
                 cases.append((op, ops.integer(op, minimum=1)))
             ops.done()
         perf_section = expect.section("perf", required=False)
@@ -294,7 +308,7 @@ def cmake_flag_name(flag: str) -> str:
     name, eq, _ = body.partition("=")
     name = name.split(":", 1)[0]
     if not eq or not CMAKE_NAME_RE.match(name):
-        raise ConfigError(f'"{flag}" is not a CMake cache flag (-DNAME=VALUE, NAME of letters, digits and _)')
+        raise ConfigError(NOT_A_CMAKE_FLAG.format(flag=flag))
     return name
 
 

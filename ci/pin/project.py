@@ -15,6 +15,9 @@ from serve.bounded import CONFIG_LIMIT, read_regular
 
 GITLINK_MODE = pygit2.enums.FileMode.COMMIT
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+INCLUDE_SECTION = "{file}:{line}: an [include] section: git ignores it in .gitmodules and libgit2 does not; write the submodule here"
+
 
 @dataclass(frozen=True)
 class Submodule:
@@ -90,7 +93,7 @@ def read_gitmodules(path: Path) -> dict[str, Submodule]:
         raise ConfigError(f"{path.name}: cannot be read: {exc.strerror}") from None
     for n, line in enumerate(text.splitlines(), 1):
         if _INCLUDE_RE.match(line):  # pygit2 reads the file it names, git ignores it in .gitmodules: they would disagree
-            raise ConfigError(f"{path.name}:{n}: an [include] section: git ignores it in .gitmodules and libgit2 does not; write the submodule here")
+            raise ConfigError(INCLUDE_SECTION.format(file=path.name, line=n))
     try:
         config = pygit2.Config(str(path))
         entries = [(e.name, e.value) for e in config if e.value is not None]

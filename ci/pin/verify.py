@@ -9,6 +9,16 @@ from ci.git import Git, head_of, is_checked_out
 from ci.pin.pins import Pins
 from ci.pin.project import Project, gitlink, read_gitmodules
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+VERIFIED = "verify_pin: OK: pins.yaml, .gitmodules and the gitlink agree on {commit} ({reference}, {branch})"
+PROBLEMS = "verify_pin: {count} problem(s)"
+GITMODULES_MISSING = ".gitmodules: missing; the submodule {path} must be declared there"
+URL_DISAGREES = '.gitmodules: submodule.{name}.url is "{url}" but pins.yaml fork.url is "{pinned}"'
+BRANCH_DISAGREES = '.gitmodules: submodule.{name}.branch is "{branch}" but pins.yaml fork.branch is "{pinned}"'
+NO_GITLINK = "index: no gitlink at {path}; add it with git update-index --add --cacheinfo 160000,{commit},{path}"
+GITLINK_DISAGREES = "index: gitlink {path} is {gitlink} but pins.yaml fork.commit is {commit}; run nox -s bump_pin -- {commit}"
+CHECKED_OUT_ELSEWHERE = "{path}: checked out at {head} but pins.yaml fork.commit is {commit}; nox -s build moves it (nox -s patches alone does too)"
+
 
 @dataclass(frozen=True)
 class PinCheck:
@@ -23,13 +33,13 @@ class PinCheck:
         if self.pins is None:
             return "verify_pin: pins.yaml did not load"
         f = self.pins.fork
-        return f"verify_pin: OK: pins.yaml, .gitmodules and the gitlink agree on {f.short} ({f.reference}, {f.branch})"
+        return VERIFIED.format(commit=f.short, reference=f.reference, branch=f.branch)
 
     def error(self) -> ConfigError:
         """Every problem, a line each (the entry point prints each as ``onebit-ci: error: ...``), then the count."""
         if len(self.problems) == 1:
             return ConfigError(self.problems[0])
-        return ConfigError("\n".join([*self.problems, f"verify_pin: {len(self.problems)} problem(s)"]))
+        return ConfigError("\n".join([*self.problems, PROBLEMS.format(count=len(self.problems))]))
 
 
 def verify(project: Project, pins: Pins | None = None, *, checkout_head: bool = True) -> PinCheck:
@@ -50,21 +60,21 @@ def verify(project: Project, pins: Pins | None = None, *, checkout_head: bool = 
         subs = {}
     sub = subs.get(pins.submodule)
     if not project.gitmodules_path.is_file():
-        problems.append(f".gitmodules: missing; the submodule {pins.submodule} must be declared there")
+        problems.append(GITMODULES_MISSING.format(path=pins.submodule))
     elif sub is None:
         problems.append(f".gitmodules: no submodule with path {pins.submodule} (pins.yaml: submodule)")
     else:
         if sub.url != fork.url:
-            problems.append(f'.gitmodules: submodule.{sub.name}.url is "{sub.url}" but pins.yaml fork.url is "{fork.url}"')
+            problems.append(URL_DISAGREES.format(name=sub.name, url=sub.url, pinned=fork.url))
         if sub.branch != fork.branch:
-            problems.append(f'.gitmodules: submodule.{sub.name}.branch is "{sub.branch}" but pins.yaml fork.branch is "{fork.branch}"')
+            problems.append(BRANCH_DISAGREES.format(name=sub.name, branch=sub.branch, pinned=fork.branch))
     try:
         index = project.repo().index
         link = gitlink(index, pins.submodule)
         if link is None:
-            problems.append(f"index: no gitlink at {pins.submodule}; add it with git update-index --add --cacheinfo 160000,{fork.commit},{pins.submodule}")
+            problems.append(NO_GITLINK.format(path=pins.submodule, commit=fork.commit))
         elif link != fork.commit:
-            problems.append(f"index: gitlink {pins.submodule} is {link[:12]} but pins.yaml fork.commit is {fork.commit[:12]}; run nox -s bump_pin -- {fork.commit[:12]}")
+            problems.append(GITLINK_DISAGREES.format(path=pins.submodule, gitlink=link[:12], commit=fork.commit[:12]))
     except OnebitError as exc:
         problems.append(exc.message)
     workdir = project.root / pins.submodule
@@ -75,8 +85,5 @@ def verify(project: Project, pins: Pins | None = None, *, checkout_head: bool = 
             problems.append(exc.message)
             head = fork.commit
         if head is not None and head != fork.commit:
-            problems.append(
-                f"{pins.submodule}: checked out at {head[:12]} but pins.yaml fork.commit is {fork.commit[:12]}; "
-                "nox -s build moves it (nox -s patches alone does too)"
-            )
+            problems.append(CHECKED_OUT_ELSEWHERE.format(path=pins.submodule, head=head[:12], commit=fork.commit[:12]))
     return PinCheck(pins, tuple(problems))

@@ -17,6 +17,12 @@ from pathlib import Path
 from ci.git import Git, apply_cached, patch_id, range_patch_ids
 from ci.source.series import Series
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+VERDICT = "{patch}: {fate}"
+VERDICT_DETAILED = "{patch}: {fate} ({detail})"
+IN_THE_TREE = "its change is already in the tree"
+SAME_CHANGE = "same change as {commit}"
+
 
 class Fate(Enum):
     APPLIES = "applies"
@@ -31,7 +37,9 @@ class PatchVerdict:
     detail: str = ""  # for a conflict: the file and the hunk; for upstream: how it was recognised; else offsets
 
     def line(self) -> str:
-        return f"{self.patch}: {self.fate.value}" + (f" ({self.detail})" if self.detail else "")
+        if self.detail:
+            return VERDICT_DETAILED.format(patch=self.patch, fate=self.fate.value, detail=self.detail)
+        return VERDICT.format(patch=self.patch, fate=self.fate.value)
 
 
 @dataclass(frozen=True)
@@ -73,14 +81,14 @@ def classify(gitdir: Path, base: str, series: Series, since: str | None = None) 
                 verdicts.append(PatchVerdict(patch.name, Fate.APPLIES, "; ".join(applied.offsets)))
                 continue
             if apply_cached(git, patch.path, reverse=True, check_only=True).ok:
-                verdicts.append(PatchVerdict(patch.name, Fate.UPSTREAM, "its change is already in the tree"))
+                verdicts.append(PatchVerdict(patch.name, Fate.UPSTREAM, IN_THE_TREE))
                 continue
             if since:
                 if range_ids is None:  # only when a patch neither applies nor reverses: the log of a range is slow
                     range_ids = range_patch_ids(git, since, base, scratch)
                 pid = patch_id(git, patch.path)
                 if pid is not None and pid in range_ids:
-                    verdicts.append(PatchVerdict(patch.name, Fate.UPSTREAM, f"same change as {range_ids[pid]}"))
+                    verdicts.append(PatchVerdict(patch.name, Fate.UPSTREAM, SAME_CHANGE.format(commit=range_ids[pid])))
                     continue
             verdicts.append(PatchVerdict(patch.name, Fate.CONFLICTS, applied.error))
         tree = git.write_tree()

@@ -18,6 +18,18 @@ from ci.files import all_or_nothing, write_atomic
 from ci.git import Git, head_of, is_checked_out
 from ci.source import sync
 from ci.source.series import SERIES_FILE, load_series, parse_patch, series_text
+from ci.words import count
+
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+NO_LOCAL_BRANCH = "{name}: no local branch {branch}; create it with git -C {name} switch -c {branch}"
+NOT_FROM_PIN = "branch {branch} does not start from the pin {commit}; rebase it onto {commit} first"
+COMMIT_DISPLAY = "commit {commit} ({subject})"
+BACK_TO_SERIES = "git -C {name} switch --detach {commit}, then nox -s patches"
+LEFT_UNCOMMITTED = "export_patches: the checkout has uncommitted changes, so it was left on {branch}; to build the series: {back}"
+BACK_AT_PIN = "{synced} (the checkout is back at the pin; branch {branch} keeps the commits)"
+WROTE = "export_patches: wrote {patches} from {branch} into patches/ (series rewritten)"
+WROTE_PATCH = "  {patch}"
+REMOVED_PATCH = "  removed {patch}"
 
 
 @dataclass(frozen=True)
@@ -33,9 +45,9 @@ def plan_export(source: sync.Source, directory: Path, branch: str) -> ExportPlan
     git = Git(source.gitdir, source.workdir)
     ref = f"refs/heads/{branch}"
     if git.run("rev-parse", "--verify", "-q", ref, check=False).returncode != 0:
-        raise ConfigError(f"{source.name}: no local branch {branch}; create it with git -C {source.name} switch -c {branch}")
+        raise ConfigError(NO_LOCAL_BRANCH.format(name=source.name, branch=branch))
     if git.run("merge-base", "--is-ancestor", source.commit, ref, check=False).returncode != 0:
-        raise Refused(f"branch {branch} does not start from the pin {source.short}; rebase it onto {source.short} first")
+        raise Refused(NOT_FROM_PIN.format(branch=branch, commit=source.short))
     commits = git.text("rev-list", "--reverse", "--topo-order", "--parents", f"{source.commit}..{ref}").splitlines()
     files: list[tuple[str, bytes]] = []
     with tempfile.TemporaryDirectory(prefix="onebit-export-") as tmp:
@@ -48,7 +60,7 @@ def plan_export(source: sync.Source, directory: Path, branch: str) -> ExportPlan
             name = _unique(slug(subject), {n for n, _ in files})
             path = Path(tmp) / name
             path.write_bytes(text)
-            parse_patch(path, f"commit {sha[:12]} ({subject})")
+            parse_patch(path, COMMIT_DISPLAY.format(commit=sha[:12], subject=subject))
             files.append((name, text))
     old = load_series(directory)
     names = [n for n, _ in files]
@@ -72,15 +84,15 @@ def back_to_series(source: sync.Source, directory: Path, branch: str) -> str:
     expects) when that loses nothing: HEAD is the exported branch, which keeps the commits, and nothing is
     uncommitted. Otherwise leave it as it is and say how to go back."""
     git = Git(source.gitdir, source.workdir)
-    back = f"git -C {source.name} switch --detach {source.short}, then nox -s patches"
+    back = BACK_TO_SERIES.format(name=source.name, commit=source.short)
     on = git.run("symbolic-ref", "-q", "--short", "HEAD", check=False).output.strip()
     if on != branch:
         return f"export_patches: the checkout is not on {branch}, so it was left as it is; to build the series: {back}"
     head = head_of(git)
     if head is None or git.run("status", "--porcelain", "--untracked-files=all").output.strip():
-        return f"export_patches: the checkout has uncommitted changes, so it was left on {branch}; to build the series: {back}"
+        return LEFT_UNCOMMITTED.format(branch=branch, back=back)
     done = sync.sync(replace(source, series=load_series(directory)))
-    return f"{done.describe()} (the checkout is back at the pin; branch {branch} keeps the commits)"
+    return BACK_AT_PIN.format(synced=done.describe(), branch=branch)
 
 
 def slug(subject: str) -> str:
@@ -99,10 +111,10 @@ def session(source: sync.Source, directory: Path, branch: str, say: Callable[[st
     """``nox -s export_patches -- --branch B``."""
     plan = plan_export(source, directory, branch)
     write_export(directory, plan)
-    say(f"export_patches: wrote {len(plan.files)} patches from {branch} into patches/ (series rewritten)")
+    say(WROTE.format(patches=count(len(plan.files), "patch"), branch=branch))
     for name, _ in plan.files:
-        say(f"  {name}")
+        say(WROTE_PATCH.format(patch=name))
     for name in plan.stale:
-        say(f"  removed {name}")
+        say(REMOVED_PATCH.format(patch=name))
     say(back_to_series(source, directory, branch))
     return 0

@@ -27,6 +27,28 @@ URL_RE = re.compile(r"^https?://\S+$")
 TRAILER_RE = re.compile(r"^(Upstream|Drop-when):[ \t]*(.*)$", re.MULTILINE)
 PATH_LINE_RE = re.compile(r"^(?:diff --git a/(\S+) b/(\S+)|--- (?:a/)?(\S+)|\+\+\+ (?:b/)?(\S+)|(?:rename|copy) (?:from|to) (\S+))\s*$", re.MULTILINE)
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+SERIES_NOT_REGULAR = "{series}: {kind}; the series must be a regular file listing patch names (or absent: no patches)"
+SERIES_NOT_UTF8 = "{series}:{line}: not UTF-8 text (byte 0x{byte:02x}); the series file lists patch names, one a line"
+NOT_A_PATCH_NAME = '{series}:{line}: "{patch}" is not a patch file name (NAME.patch, in {directory}/)'
+LISTED_TWICE = '{series}:{line}: "{patch}" is listed twice'
+NOT_IN_DIRECTORY = "{series}:{line}: {patch} {what} in {directory}/; add it or remove the line"
+DOES_NOT_EXIST = "does not exist"
+NOT_A_REGULAR_FILE = "is not a regular file"
+CRLF_HEADERS = "{patch}: has CRLF line endings in its headers (an editor or autocrlf rewrote it); restore it with LF endings"
+TRAILER_TWICE = "{patch}: {trailer}: is given twice; keep one"
+NO_UPSTREAM = '{patch}: no "Upstream:" trailer; add one: the URL where it was sent, or "not-needed: <reason>"'
+UPSTREAM_NOT_URL = '{patch}: Upstream: "{upstream}" is neither a URL nor "not-needed: <reason>"'
+NO_DROP_WHEN = '{patch}: no "Drop-when:" trailer; say when the patch can go (e.g. "the pin includes <PR>")'
+DIFF_UNPARSABLE_AT = "{patch}:{line}: the diff cannot be parsed ({error})"
+ADDS_LINK = "{patch}: adds a symbolic link {path}; patches may not create links (they could point outside the checkout)"
+TOUCHES = "{patch}: touches {path}: {problem}; nothing was applied"
+ABSOLUTE_PATH = "an absolute path"
+OUTSIDE_PATH = "a path outside the checkout"
+INSIDE_GIT = "a path inside .git"
+THROUGH_LINK = "a path through the symbolic link {link}"
+OMITTED_PATH = "a path the checkout leaves out (pins.yaml checkout.omit)"
+
 
 # -- the series on disk ---------------------------------------------------------------------------------------
 
@@ -93,24 +115,24 @@ def load_series(directory: Path) -> Series:
         return Series(directory, ())
     if not is_regular(path):  # a directory or a dangling link is not "no patches"
         kind = "a directory" if path.is_dir() else "a symbolic link" if path.is_symlink() else "not a regular file"
-        raise ConfigError(f"{rel}: {kind}; the series must be a regular file listing patch names (or absent: no patches)")
+        raise ConfigError(SERIES_NOT_REGULAR.format(series=rel, kind=kind))
     names: list[str] = []
     try:
         raw = read_regular(path, CONFIG_LIMIT)
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         at = raw[: exc.start].count(b"\n") + 1
-        raise ConfigError(f"{rel}:{at}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); the series file lists patch names, one a line") from None
+        raise ConfigError(SERIES_NOT_UTF8.format(series=rel, line=at, byte=exc.object[exc.start])) from None
     except OSError as exc:
         raise ConfigError(f"{rel}: cannot be read ({exc.strerror})") from None
     for n, line in series_entries(text):
         if "/" in line or not line.endswith(".patch"):
-            raise ConfigError(f'{rel}:{n}: "{line}" is not a patch file name (NAME.patch, in {directory.name}/)')
+            raise ConfigError(NOT_A_PATCH_NAME.format(series=rel, line=n, patch=line, directory=directory.name))
         if line in names:
-            raise ConfigError(f'{rel}:{n}: "{line}" is listed twice')
+            raise ConfigError(LISTED_TWICE.format(series=rel, line=n, patch=line))
         if not is_regular(directory / line):
-            what = "is not a regular file" if os.path.lexists(directory / line) else "does not exist"
-            raise ConfigError(f"{rel}:{n}: {line} {what} in {directory.name}/; add it or remove the line")
+            what = NOT_A_REGULAR_FILE if os.path.lexists(directory / line) else DOES_NOT_EXIST
+            raise ConfigError(NOT_IN_DIRECTORY.format(series=rel, line=n, patch=line, what=what, directory=directory.name))
         names.append(line)
     return Series(directory, tuple(parse_patch(directory / name, f"{directory.name}/{name}") for name in names))
 
@@ -130,7 +152,7 @@ def parse_patch(path: Path, display: str) -> Patch:
     head, diff_text = text[:start], text[start:]
     diff_text = re.sub(r"\n-- \n[^\n]*\n?\s*\Z", "\n", diff_text)  # format-patch's signature
     if "\r\n" in head:
-        raise ConfigError(f"{display}: has CRLF line endings in its headers (an editor or autocrlf rewrote it); restore it with LF endings")
+        raise ConfigError(CRLF_HEADERS.format(patch=display))
     subject = _subject(head)
     if not subject:
         raise ConfigError(f"{display}: no Subject: line; write it with git format-patch")
@@ -138,19 +160,19 @@ def parse_patch(path: Path, display: str) -> Patch:
     trailers: dict[str, str] = {}
     for k, v in TRAILER_RE.findall(message):
         if k in trailers:
-            raise ConfigError(f"{display}: {k}: is given twice; keep one")
+            raise ConfigError(TRAILER_TWICE.format(patch=display, trailer=k))
         trailers[k] = v.strip()
     for n, line in enumerate(diff_text.splitlines(), head.count("\n") + 1):
         if line.startswith("diff --git ") and not DIFF_LINE_RE.match(line):
             raise ConfigError(f"{display}:{n}: not a diff header (diff --git a/PATH b/PATH); write it with git format-patch")
     upstream = trailers.get("Upstream", "")
     if not upstream:
-        raise ConfigError(f'{display}: no "Upstream:" trailer; add one: the URL where it was sent, or "not-needed: <reason>"')
+        raise ConfigError(NO_UPSTREAM.format(patch=display))
     if not URL_RE.match(upstream) and not re.match(r"^not-needed:\s*\S", upstream):
-        raise ConfigError(f'{display}: Upstream: "{upstream}" is neither a URL nor "not-needed: <reason>"')
+        raise ConfigError(UPSTREAM_NOT_URL.format(patch=display, upstream=upstream))
     drop_when = trailers.get("Drop-when", "")
     if not drop_when:
-        raise ConfigError(f'{display}: no "Drop-when:" trailer; say when the patch can go (e.g. "the pin includes <PR>")')
+        raise ConfigError(NO_DROP_WHEN.format(patch=display))
     try:
         pygit2.Diff.parse_diff(diff_text)
     except pygit2.GitError as exc:
@@ -158,7 +180,7 @@ def parse_patch(path: Path, display: str) -> Patch:
         before = head.count("\n")
         m = re.search(r"^(.*) at line (\d+)$", str(exc))
         if m:
-            raise ConfigError(f"{display}:{int(m.group(2)) + before}: the diff cannot be parsed ({m.group(1)})") from None
+            raise ConfigError(DIFF_UNPARSABLE_AT.format(patch=display, line=int(m.group(2)) + before, error=m.group(1))) from None
         raise ConfigError(f"{display}: the diff cannot be parsed ({exc})") from None
     return Patch(path, path.name, data, subject, upstream, drop_when, diff_text)
 
@@ -183,23 +205,23 @@ def check_paths(series: Series, tree: pygit2.Tree, workdir: Path | None, omit: t
         for d in patch.diff().deltas:
             parsed |= {d.old_file.path, d.new_file.path}
             if d.new_file.mode == FileMode.LINK and d.status is not DeltaStatus.DELETED:
-                raise Refused(f"{display}: adds a symbolic link {d.new_file.path}; patches may not create links (they could point outside the checkout)")
+                raise Refused(ADDS_LINK.format(patch=display, path=d.new_file.path))
         for path in sorted(raw | parsed):
             problem = _escape(path, tree, workdir)
             if problem is None and any(path.startswith(o) for o in omit):
-                problem = "a path the checkout leaves out (pins.yaml checkout.omit)"
+                problem = OMITTED_PATH
             if problem:
-                raise Refused(f"{display}: touches {path}: {problem}; nothing was applied")
+                raise Refused(TOUCHES.format(patch=display, path=path, problem=problem))
 
 
 def _escape(path: str, tree: pygit2.Tree, workdir: Path | None) -> str | None:
     if path.startswith("/") or re.match(r"^[A-Za-z]:[\\/]", path):
-        return "an absolute path"
+        return ABSOLUTE_PATH
     parts = PurePosixPath(path).parts
     if ".." in parts or "\\" in path:
-        return "a path outside the checkout"
+        return OUTSIDE_PATH
     if any(part.lower() == ".git" for part in parts):
-        return "a path inside .git"
+        return INSIDE_GIT
     for i in range(1, len(parts)):
         prefix = "/".join(parts[:i])
         try:
@@ -207,7 +229,7 @@ def _escape(path: str, tree: pygit2.Tree, workdir: Path | None) -> str | None:
         except KeyError:
             entry = None
         if entry is not None and entry.filemode == FileMode.LINK:
-            return f"a path through the symbolic link {prefix}"
+            return THROUGH_LINK.format(link=prefix)
         if workdir is not None and (workdir / prefix).is_symlink():
-            return f"a path through the symbolic link {prefix}"
+            return THROUGH_LINK.format(link=prefix)
     return None

@@ -32,6 +32,18 @@ PULLS = "refs/onebit/pull/"
 HEX_RE = re.compile(r"^[0-9a-fA-F]+$")
 MIN_PREFIX = 4
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+ALTERNATE_GONE = (
+    "{alternates}: the store borrows objects from {mirror}, which is gone (the mirror moved?); "
+    "pass --remote with its new path, or a URL, to fetch the objects in"
+)
+FETCH_FAILED = "fetch {url}: {error}; check the URL or pass --remote PATH to a local mirror"
+BRANCH_NOT_IN_FORK = 'branch "{branch}" is not in the fork{suggestion}; it has {count} branches: {names}'
+NOT_A_COMMIT_ID = '"{spec}" is not a commit id (hex digits, at least {digits})'
+TOO_SHORT = '"{spec}" is too short: give at least {digits} hex digits of the commit'
+NOT_IN_FORK = "commit {spec} is not in the fork (no branch or pull request reaches it); check the id or the --remote"
+AMBIGUOUS = "commit {spec} is ambiguous: {matches} commits match: {listing}; give more digits"
+
 
 class Relation(Enum):
     SAME = "same"
@@ -94,10 +106,7 @@ class ForkStore:
         """A GitError naming the first mirror an older store borrowed objects from that is gone."""
         gone = self.missing_alternates()
         if gone:
-            raise GitError(
-                f"{self.objects / 'info' / 'alternates'}: the store borrows objects from {gone[0]}, which is gone (the mirror moved?); "
-                "pass --remote with its new path, or a URL, to fetch the objects in"
-            )
+            raise GitError(ALTERNATE_GONE.format(alternates=self.objects / "info" / "alternates", mirror=gone[0]))
 
     def _take_in_alternates(self) -> None:
         """Every object an older store borrowed, taken in from the mirrors still there; then no alternates at all."""
@@ -137,7 +146,7 @@ class ForkStore:
         try:
             remote.fetch([f"+refs/heads/*:{HEADS}*"], prune=pygit2.enums.FetchPrune.PRUNE)
         except pygit2.GitError as exc:
-            raise GitError(f"fetch {url}: {exc}; check the URL or pass --remote PATH to a local mirror") from None
+            raise GitError(FETCH_FAILED.format(url=url, error=exc)) from None
         with contextlib.suppress(pygit2.GitError):  # not every host serves pull refs; they only improve a message
             remote.fetch([f"+refs/pull/*/head:{PULLS}*"])
         n = sum(1 for r in self.repo.references if r.startswith(HEADS))
@@ -157,10 +166,8 @@ class ForkStore:
             return self.repo.references[HEADS + branch].target  # type: ignore[return-value]
         except KeyError:
             names = sorted(self.branches())
-            raise GitError(
-                f'branch "{branch}" is not in the fork{did_you_mean(branch, names)}; '
-                f"it has {len(names)} branches: {', '.join(names[:8])}{' ...' if len(names) > 8 else ''}"
-            ) from None
+            listing = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
+            raise GitError(BRANCH_NOT_IN_FORK.format(branch=branch, suggestion=did_you_mean(branch, names), count=len(names), names=listing)) from None
 
     def branches(self) -> Iterator[str]:
         return (r[len(HEADS) :] for r in self.repo.references if r.startswith(HEADS))
@@ -186,18 +193,18 @@ class ForkStore:
     def resolve(self, spec: str) -> pygit2.Commit:
         """A full or abbreviated (4+ hex) commit id, among the commits the store's refs reach."""
         if not HEX_RE.match(spec):
-            raise ConfigError(f'"{spec}" is not a commit id (hex digits, at least {MIN_PREFIX})')
+            raise ConfigError(NOT_A_COMMIT_ID.format(spec=spec, digits=MIN_PREFIX))
         if len(spec) < MIN_PREFIX:
-            raise ConfigError(f'"{spec}" is too short: give at least {MIN_PREFIX} hex digits of the commit')
+            raise ConfigError(TOO_SHORT.format(spec=spec, digits=MIN_PREFIX))
         spec = spec.lower()
         if len(spec) == 40 and self.has_commit(spec):
             return self.commit(spec)
         found = sorted({str(c.id) for c in self._all_commits() if str(c.id).startswith(spec)})
         if not found:
-            raise GitError(f"commit {spec} is not in the fork (no branch or pull request reaches it); check the id or the --remote")
+            raise GitError(NOT_IN_FORK.format(spec=spec))
         if len(found) > 1:
             listing = "; ".join(f"{s[:12]} {self._subject(s)}" for s in found[:10])
-            raise ConfigError(f"commit {spec} is ambiguous: {len(found)} commits match: {listing}; give more digits")
+            raise ConfigError(AMBIGUOUS.format(spec=spec, matches=len(found), listing=listing))
         return self.commit(found[0])
 
     def _all_commits(self) -> Iterator[pygit2.Commit]:

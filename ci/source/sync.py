@@ -42,6 +42,23 @@ log = logging.getLogger("onebit-ci")
 RECORD = "onebit-sync.json"
 LISTED = 10  # changed files named in a refusal
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+SERIES_WHAT = "{patches} ({digest})"
+ALREADY_APPLIED = "patches: the series ({series}) is already applied at {commit}: nothing to do"
+CHECKED_OUT = "patches: checked out {name} at {commit} (leaving out {omitted}) and applied {series}"
+DISCARDED = "patches: discarded changes to {files} ({listing}); applied {series} on {commit}{moved}"
+APPLIED = "patches: applied {series} on {commit}{moved}"
+MOVED_FROM = " (moved from {commit})"
+SERIES_DOES_NOT_APPLY = "the series does not apply at the pin: {listing}; nothing was applied"
+NOT_APPLYING = "patches/{verdict}"
+LOCAL_CHANGES = (
+    "{name}: {at}, holds changes this tool did not make ({listing}); nothing was touched. "
+    "If they are your work, commit or stash them (git -C {name} stash -u); to discard them on purpose: nox -s patches -- --reset"
+)
+AT_COMMIT = "at {commit}"
+NO_COMMIT_CHECKED_OUT = "with no commit checked out"
+VERDICT_LINE = "  {verdict}"
+
 
 @dataclass(frozen=True)
 class Source:
@@ -87,15 +104,16 @@ class SyncPlan:
     def describe(self) -> str:
         s = self.source
         n = len(s.series.patches)
-        what = f"{count(n, 'patch')} ({s.series.digest[:12]})"
+        what = SERIES_WHAT.format(patches=count(n, "patch"), digest=s.series.digest[:12])
         if self.action is Action.NOTHING:
-            return f"patches: the series ({what}) is already applied at {s.short}: nothing to do"
+            return ALREADY_APPLIED.format(series=what, commit=s.short)
         if self.action is Action.CHECKOUT:
-            return f"patches: checked out {s.name} at {s.short} (leaving out {', '.join(s.omit) or 'nothing'}) and applied {what}"
-        moved = f" (moved from {self.before.head[:7]})" if self.before and self.before.head and self.before.head != s.commit else ""
+            return CHECKED_OUT.format(name=s.name, commit=s.short, omitted=", ".join(s.omit) or "nothing", series=what)
+        moved = MOVED_FROM.format(commit=self.before.head[:7]) if self.before and self.before.head and self.before.head != s.commit else ""
         if self.action is Action.RESET:
-            return f"patches: discarded changes to {count(len(self.discarded), 'file')} ({', '.join(self.discarded[:LISTED])}); applied {what} on {s.short}{moved}"
-        return f"patches: applied {what} on {s.short}{moved}"
+            files = count(len(self.discarded), "file")
+            return DISCARDED.format(files=files, listing=", ".join(self.discarded[:LISTED]), series=what, commit=s.short, moved=moved)
+        return APPLIED.format(series=what, commit=s.short, moved=moved)
 
 
 @dataclass(frozen=True)
@@ -144,7 +162,7 @@ def prepare(source: Source, store: ForkStore, *, reset: bool = False, series_pla
     plan = series_plan or classify(source.gitdir, source.commit, source.series)
     if not plan.clean:
         bad = [v for v in plan.verdicts if v.fate is not Fate.APPLIES]
-        raise Refused("the series does not apply at the pin: " + "; ".join(f"patches/{v.line()}" for v in bad) + "; nothing was applied")
+        raise Refused(SERIES_DOES_NOT_APPLY.format(listing="; ".join(NOT_APPLYING.format(verdict=v.line()) for v in bad)))
     if not is_checked_out(source.workdir):
         return SyncPlan(source, plan, Action.CHECKOUT, None)
     git = Git(source.gitdir, source.workdir)
@@ -162,12 +180,8 @@ def prepare(source: Source, store: ForkStore, *, reset: bool = False, series_pla
     if reset:
         return SyncPlan(source, plan, Action.RESET, before, tuple(changed))
     listing = ", ".join(changed[:LISTED]) + (f" and {len(changed) - LISTED} more" if len(changed) > LISTED else "")
-    at = f"at {head[:7]}" if head else "with no commit checked out"
-    raise Refused(
-        f"{source.name}: {at}, holds changes this tool did not make ({listing}); nothing was touched. "
-        f"If they are your work, commit or stash them (git -C {source.name} stash -u); "
-        "to discard them on purpose: nox -s patches -- --reset"
-    )
+    at = AT_COMMIT.format(commit=head[:7]) if head else NO_COMMIT_CHECKED_OUT
+    raise Refused(LOCAL_CHANGES.format(name=source.name, at=at, listing=listing))
 
 
 def _ours(git: Git, source: Source, before: Before, head: str, target: str) -> bool:
@@ -257,5 +271,5 @@ def check(source: Source, remote: str | None, say: Callable[[str], None]) -> int
     plan = classify(source.gitdir, source.commit, source.series)
     say(f"patches: {count(len(source.series.patches), 'patch')} ({source.series.digest[:12]}) against the pin {source.short}:")
     for line in plan.lines():
-        say(f"  {line}")
+        say(VERDICT_LINE.format(verdict=line))
     return 0 if plan.clean else Refused.exit_code

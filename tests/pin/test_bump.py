@@ -7,6 +7,9 @@ import pygit2
 import pytest
 
 from ci import files
+from ci.commands import bump_pin
+from ci.source import store, sync
+from tests.support.messages import said
 from tests.support.project import Project
 
 
@@ -19,9 +22,11 @@ def test_bump_ahead_writes_the_pin_the_gitlink_and_a_report(project: Project) ->
     before = project.pins.read_text()
     r = bump(project, fork.c5[:7], "--reference", "ROCmFPX#4")
     assert r.code == 0, r.err
-    assert f"bump_pin: {fork.c1[:7]} -> {fork.c5[:7]} (ROCmFPX#2 -> ROCmFPX#4), 5 commits ahead, on main" in r.out
+    how = bump_pin.HOW_AHEAD.format(commits="5 commits")
+    moved = bump_pin.MOVED.format(old=fork.c1[:7], new=fork.c5[:7], old_reference="ROCmFPX#2", reference="ROCmFPX#4", how=how, branch="main")
+    assert bump_pin.HEADLINE.format(headline=moved) in r.out
     for sha in (fork.c2, fork.s1, fork.c3, fork.c4, fork.c5):
-        assert f"  {sha[:7]} {fork.subject(sha)}" in r.out
+        assert bump_pin.LISTED.format(line=bump_pin.SUBJECT.format(sha=sha[:7], subject=fork.subject(sha))) in r.out
     after = project.pins.read_text()
     changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines(), strict=True) if a != b]
     assert [b for _, b in changed] == [
@@ -33,9 +38,9 @@ def test_bump_ahead_writes_the_pin_the_gitlink_and_a_report(project: Project) ->
     staged = project.repo.status()
     assert staged == {"pins.yaml": pygit2.enums.FileStatus.INDEX_MODIFIED, "third_party/llama.cpp-rocmfpx": pygit2.enums.FileStatus.INDEX_MODIFIED}
     report = (project.root / "build" / "bump-report.md").read_text()
-    assert report.startswith(f"## Bump the ROCmFPX pin: {fork.c1[:7]} -> {fork.c5[:7]}\n")
-    assert f"- `{fork.c4[:7]} {fork.subject(fork.c4)}`" in report
-    assert "test-backend-ops `GATED_DELTA_NET`: 54 cases" in report
+    assert report.startswith(bump_pin.REPORT_TITLE.format(old=fork.c1[:7], new=fork.c5[:7]) + "\n")
+    assert bump_pin.REPORT_SUBJECT.format(line=bump_pin.SUBJECT.format(sha=fork.c4[:7], subject=fork.subject(fork.c4))) in report
+    assert bump_pin.EXPECTED_CASES.format(op="GATED_DELTA_NET", cases=54) in report
     assert project.ci("verify-pin").code == 0
 
 
@@ -43,7 +48,7 @@ def test_the_same_commit_says_so_and_changes_nothing(project: Project) -> None:
     before = project.state()
     r = bump(project, project.fork.c1[:10])
     assert r.code == 0
-    assert f"pin is already {project.fork.c1[:7]} (ROCmFPX#2) on main: nothing to do" in r.out
+    assert bump_pin.ALREADY_PINNED.format(new=project.fork.c1[:7], reference="ROCmFPX#2", branch="main") in r.out
     assert project.state() == before
     assert not (project.root / "build" / "bump-report.md").exists()
 
@@ -51,7 +56,7 @@ def test_the_same_commit_says_so_and_changes_nothing(project: Project) -> None:
 def test_head_is_the_tip_of_the_pinned_branch(project: Project) -> None:
     r = bump(project, "head")
     assert r.code == 0, r.err
-    assert f"bump_pin: {project.fork.c1[:7]} -> {project.fork.c6[:7]}" in r.out
+    assert said(bump_pin.HEADLINE.format(headline=bump_pin.MOVED), r.out, old=project.fork.c1[:7], new=project.fork.c6[:7])
     assert project.gitlink() == project.fork.c6
 
 
@@ -59,7 +64,7 @@ def test_head_of_another_branch_is_still_checked_against_the_pin(project: Projec
     before = project.state()
     r = bump(project, "HEAD", "--branch", "nope")
     assert r.code == 3
-    assert 'branch "nope" is not in the fork' in r.err
+    assert said(store.BRANCH_NOT_IN_FORK, r.err, branch="nope")
     assert project.state() == before
 
 
@@ -68,7 +73,7 @@ def test_an_ambiguous_prefix_lists_the_candidates(project: Project) -> None:
     before = project.state()
     r = bump(project, a[:4])
     assert r.code == 2
-    assert f"commit {a[:4]} is ambiguous: 2 commits match: " in r.err
+    assert said(store.AMBIGUOUS, r.err, spec=a[:4], matches=2)
     assert a[:12] in r.err
     assert b[:12] in r.err
     assert project.state() == before
@@ -77,9 +82,9 @@ def test_an_ambiguous_prefix_lists_the_candidates(project: Project) -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("zzzzzzz", 'onebit-ci: error: "zzzzzzz" is not a commit id (hex digits, at least 4)'),
-        ("abc", 'onebit-ci: error: "abc" is too short: give at least 4 hex digits of the commit'),
-        ("0000000", "onebit-ci: error: commit 0000000 is not in the fork (no branch or pull request reaches it)"),
+        ("zzzzzzz", "onebit-ci: error: " + store.NOT_A_COMMIT_ID.format(spec="zzzzzzz", digits=4)),
+        ("abc", "onebit-ci: error: " + store.TOO_SHORT.format(spec="abc", digits=4)),
+        ("0000000", "onebit-ci: error: " + store.NOT_IN_FORK.format(spec="0000000")),
     ],
 )
 def test_bad_commit_ids_get_a_clear_error(project: Project, spec: str, message: str) -> None:
@@ -94,10 +99,10 @@ def test_a_commit_only_on_a_side_branch_is_refused(project: Project) -> None:
     before = project.state()
     r = bump(project, project.fork.w1[:8])
     assert r.code == 4
-    assert f"commit {project.fork.w1[:12]} is not on the pinned branch main (it is only on wip)" in r.err
+    assert bump_pin.NOT_ON_BRANCH.format(commit=project.fork.w1[:12], branch="main", where=bump_pin.ONLY_ON.format(branches="wip")) in r.err
     r = bump(project, project.fork.p1[:8])
     assert r.code == 4
-    assert "(it is only on pull/7)" in r.err
+    assert bump_pin.NOT_ON_BRANCH.format(commit=project.fork.p1[:12], branch="main", where=bump_pin.ONLY_ON.format(branches="pull/7")) in r.err
     assert project.state() == before
 
 
@@ -105,12 +110,13 @@ def test_a_rollback_is_refused_unless_allowed(project: Project) -> None:
     before = project.state()
     r = bump(project, project.fork.c0[:8])
     assert r.code == 4
-    assert f"bump refused: {project.fork.c0[:12]} is an ancestor of the current pin {project.fork.c1[:12]} (1 commit back)" in r.err
+    why = bump_pin.WHY_ROLLBACK.format(new=project.fork.c0[:12], old=project.fork.c1[:12], commits="1 commit")
+    assert bump_pin.ROLLBACK_REFUSED.format(why=why) in r.err
     assert "--allow-rollback" in r.err
     assert project.state() == before
     r = bump(project, project.fork.c0[:8], "--allow-rollback")
     assert r.code == 0, r.err
-    assert "ROLLBACK: 1 commit behind" in r.out
+    assert bump_pin.HOW_ROLLBACK.format(commits="1 commit") in r.out
     assert project.gitlink() == project.fork.c0
 
 
@@ -118,14 +124,14 @@ def test_a_sideways_move_is_refused(project: Project) -> None:
     assert bump(project, project.fork.s1[:8]).code == 0  # s1 is on main through the merge c3
     r = bump(project, project.fork.c2[:8])
     assert r.code == 4
-    assert "is neither ahead of nor behind the current pin" in r.err
+    assert bump_pin.ROLLBACK_REFUSED.format(why=bump_pin.WHY_SIDEWAYS.format(new=project.fork.c2[:12], old=project.fork.s1[:12])) in r.err
 
 
 def test_a_fetch_error_changes_nothing(project: Project, tmp_path: Path) -> None:
     before = project.state()
     r = project.ci("bump-pin", project.fork.c5[:7], "--remote", f"file://{tmp_path}/no-such-fork.git")
     assert r.code == 3
-    assert f"fetch file://{tmp_path}/no-such-fork.git: " in r.err
+    assert said(store.FETCH_FAILED, r.err, url=f"file://{tmp_path}/no-such-fork.git")
     assert project.state() == before
 
 
@@ -140,7 +146,7 @@ def test_a_locked_index_leaves_every_file_as_it_was(project: Project) -> None:
     (project.root / ".git" / "index.lock").write_text("")
     r = bump(project, project.fork.c5[:7])
     assert r.code == 3
-    assert "cannot be written" in r.err
+    assert said(bump_pin.INDEX_UNWRITABLE, r.err, index=project.root / ".git" / "index")
     (project.root / ".git" / "index.lock").unlink()
     assert project.state() == before
 
@@ -191,7 +197,8 @@ def test_a_checkout_with_local_changes_is_refused(project: Project) -> None:
     before = project.state()
     r = bump(project, project.fork.c4[:8])
     assert r.code == 4
-    assert f"third_party/llama.cpp-rocmfpx: at {project.fork.c2[:7]}, holds changes this tool did not make (README.md); nothing was touched" in r.err
+    at = sync.AT_COMMIT.format(commit=project.fork.c2[:7])
+    assert sync.LOCAL_CHANGES.format(name="third_party/llama.cpp-rocmfpx", at=at, listing="README.md") in r.err
     assert project.state() == before
     assert (project.submodule / "README.md").read_text() == "my work\n"
 
@@ -200,7 +207,7 @@ def test_the_report_lists_the_gate_selftest_faults_that_no_longer_apply(project:
     r = bump(project, project.fork.c2[:8])
     assert r.code == 0, r.err
     # the committed faults aim at the ROCmFPX fork's files, which the fixture fork does not have
-    assert "bump_pin: cuda-gdn-decay: stale fault: ggml/src/ggml-cuda/gated_delta_net.cu does not exist at the pin; re-aim it in the same PR" in r.out
+    assert bump_pin.STALE_FAULT.format(fault="cuda-gdn-decay: stale fault: ggml/src/ggml-cuda/gated_delta_net.cu does not exist at the pin") in r.out
     report = (project.root / "build" / "bump-report.md").read_text()
-    assert "### Stale gate_selftest faults" in report
-    assert "- spec-accept-draft-token: stale fault: common/sampling.cpp does not exist at the pin" in report
+    assert bump_pin.STALE_FAULTS_HEADING in report
+    assert bump_pin.REPORT_FAULT.format(fault="spec-accept-draft-token: stale fault: common/sampling.cpp does not exist at the pin") in report

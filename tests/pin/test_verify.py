@@ -2,13 +2,16 @@ from __future__ import annotations
 
 import pygit2
 
-from tests.support.project import Project
+from ci.pin import pins, verify
+from tests.support.project import FORK_URL, Project
+
+SUBMODULE = "third_party/llama.cpp-rocmfpx"
 
 
 def test_a_consistent_project_verifies(project: Project) -> None:
     r = project.ci("verify-pin")
     assert r.code == 0, r.err
-    assert r.out.startswith(f"verify_pin: OK: pins.yaml, .gitmodules and the gitlink agree on {project.fork.c1[:7]}")
+    assert r.out.startswith(verify.VERIFIED.format(commit=project.fork.c1[:7], reference="ROCmFPX#2", branch="main"))
 
 
 def test_every_disagreement_is_reported_in_one_run(project: Project) -> None:
@@ -21,10 +24,10 @@ def test_every_disagreement_is_reported_in_one_run(project: Project) -> None:
     assert r.code == 2
     lines = [line for line in r.err.splitlines() if line.startswith("onebit-ci: error: ")]
     assert len(lines) == 4, r.err
-    assert '.gitmodules: submodule.third_party/llama.cpp-rocmfpx.url is "https://example.org/' in lines[0]
-    assert '.gitmodules: submodule.third_party/llama.cpp-rocmfpx.branch is "dev" but pins.yaml fork.branch is "main"' in lines[1]
-    assert f"index: gitlink third_party/llama.cpp-rocmfpx is {project.fork.c2[:12]} but pins.yaml fork.commit is {project.fork.c1[:12]}" in lines[2]
-    assert lines[3] == "onebit-ci: error: verify_pin: 3 problem(s)"
+    assert verify.URL_DISAGREES.format(name=SUBMODULE, url=FORK_URL.replace("example.invalid", "example.org"), pinned=FORK_URL) in lines[0]
+    assert verify.BRANCH_DISAGREES.format(name=SUBMODULE, branch="dev", pinned="main") in lines[1]
+    assert verify.GITLINK_DISAGREES.format(path=SUBMODULE, gitlink=project.fork.c2[:12], commit=project.fork.c1[:12]) in lines[2]
+    assert lines[3] == "onebit-ci: error: " + verify.PROBLEMS.format(count=3)
 
 
 def test_a_missing_gitlink_and_a_missing_gitmodules(project: Project) -> None:
@@ -34,8 +37,8 @@ def test_a_missing_gitlink_and_a_missing_gitmodules(project: Project) -> None:
     index.write()
     r = project.ci("verify-pin")
     assert r.code == 2
-    assert ".gitmodules: missing" in r.err
-    assert "index: no gitlink at third_party/llama.cpp-rocmfpx; add it with git update-index --add --cacheinfo 160000," in r.err
+    assert verify.GITMODULES_MISSING.format(path=SUBMODULE) in r.err
+    assert verify.NO_GITLINK.format(path=SUBMODULE, commit=project.fork.c1) in r.err
 
 
 def test_a_checkout_at_another_commit_is_reported(project: Project) -> None:
@@ -46,11 +49,11 @@ def test_a_checkout_at_another_commit_is_reported(project: Project) -> None:
     subprocess.run(["git", "switch", "-q", "--detach", project.fork.c3], cwd=project.submodule, check=True)
     r = project.ci("verify-pin")
     assert r.code == 2
-    assert f"third_party/llama.cpp-rocmfpx: checked out at {project.fork.c3[:12]} but pins.yaml fork.commit is {project.fork.c2[:12]}" in r.err
+    assert verify.CHECKED_OUT_ELSEWHERE.format(path=SUBMODULE, head=project.fork.c3[:12], commit=project.fork.c2[:12]) in r.err
 
 
 def test_a_broken_pins_yaml_is_one_clear_line(project: Project) -> None:
     project.pins.write_text(project.pins.read_text().replace("commit: ", "commit: b82c8b8 #"))
     r = project.ci("verify-pin")
     assert r.code == 2
-    assert 'onebit-ci: error: pins.yaml: fork.commit: "b82c8b8" is not a full 40-hex sha' in r.err
+    assert 'onebit-ci: error: pins.yaml: fork.commit: "b82c8b8" ' + pins.NOT_A_FULL_SHA in r.err

@@ -2,6 +2,10 @@ from __future__ import annotations
 
 import pygit2
 
+from ci.commands import bump_pin
+from ci.source import classify, sync
+from ci.source.classify import Fate
+from ci.source.series import load_series
 from tests.support.fixtures import MakePatch
 from tests.support.project import DELTA_AT_C1, Project
 
@@ -23,8 +27,9 @@ def test_a_patch_that_still_applies_moves_with_the_pin(project: Project, add_pat
     add_patch("tune.patch", UNRELATED)
     r = bump(project, project.fork.c5[:8])
     assert r.code == 0, r.err
-    assert f"bump_pin: patch series at {project.fork.c5[:7]}:\n  tune.patch: applies\n" in r.out
-    assert "- `tune.patch`: applies" in (project.root / "build" / "bump-report.md").read_text()
+    verdict = bump_pin.LISTED.format(line=classify.VERDICT.format(patch="tune.patch", fate=Fate.APPLIES.value))
+    assert bump_pin.SERIES_AT.format(commit=project.fork.c5[:7]) + "\n" + verdict + "\n" in r.out
+    assert bump_pin.REPORT_VERDICT.format(patch="tune.patch", fate=Fate.APPLIES.value) in (project.root / "build" / "bump-report.md").read_text()
 
 
 def test_an_upstreamed_patch_is_recognised_and_refused_without_the_flag(project: Project, add_patch: MakePatch) -> None:
@@ -33,7 +38,8 @@ def test_an_upstreamed_patch_is_recognised_and_refused_without_the_flag(project:
     series_before = (project.root / "patches" / "series").read_bytes()
     r = bump(project, project.fork.c5[:8])
     assert r.code == 4
-    assert f"bump refused: already upstream at {project.fork.c5[:12]}: patches/offset.patch (its change is already in the tree)" in r.err
+    listing = bump_pin.UPSTREAM_ITEM.format(patch="offset.patch", detail=classify.IN_THE_TREE)
+    assert bump_pin.UPSTREAM_REFUSED.format(commit=project.fork.c5[:12], listing=listing) in r.err
     assert "--drop-upstreamed" in r.err
     assert project.state() == before
     assert (project.root / "patches" / "series").read_bytes() == series_before
@@ -44,11 +50,11 @@ def test_drop_upstreamed_removes_it_in_the_same_change(project: Project, add_pat
     add_patch("offset.patch", UPSTREAMED)
     r = bump(project, project.fork.c5[:8], "--drop-upstreamed")
     assert r.code == 0, r.err
-    assert "  offset.patch: already upstream, dropped from the series" in r.out
+    assert bump_pin.DROPPED_LINE.format(patch="offset.patch") in r.out
     assert series_names(project) == ["tune.patch"]
     assert (project.root / "patches" / "series").read_text().startswith("# order of the patches\n")
     assert not (project.root / "patches" / "offset.patch").exists()
-    assert "- `offset.patch`: already upstream, dropped from the series by this bump (its change is already in the tree)" in (
+    assert bump_pin.REPORT_DROPPED.format(patch="offset.patch", fate=Fate.UPSTREAM.value, detail=classify.IN_THE_TREE) in (
         project.root / "build" / "bump-report.md"
     ).read_text()
     assert project.repo.status()["patches/series"] & pygit2.enums.FileStatus.INDEX_NEW
@@ -58,7 +64,8 @@ def test_an_upstreamed_patch_found_by_patch_id_when_upstream_moved_on(project: P
     add_patch("offset.patch", UPSTREAMED)
     r = bump(project, project.fork.c6[:8])  # c6 rewrote the line again: neither forward nor reverse applies
     assert r.code == 4
-    assert f"patches/offset.patch (same change as {project.fork.c5[:7]} ggml: micro-batch offset of layer inputs)" in r.err
+    same = classify.SAME_CHANGE.format(commit=f"{project.fork.c5[:7]} ggml: micro-batch offset of layer inputs")
+    assert bump_pin.UPSTREAM_REFUSED.format(commit=project.fork.c6[:12], listing=bump_pin.UPSTREAM_ITEM.format(patch="offset.patch", detail=same)) in r.err
 
 
 def test_a_conflict_at_the_new_pin_refuses_the_bump_naming_patch_and_hunk(project: Project, add_patch: MakePatch) -> None:
@@ -66,7 +73,8 @@ def test_a_conflict_at_the_new_pin_refuses_the_bump_naming_patch_and_hunk(projec
     before = project.state()
     r = bump(project, project.fork.c5[:8])
     assert r.code == 4
-    assert f"bump refused: the series conflicts at {project.fork.c5[:12]}: patches/mine.patch: ggml/src/delta.c: hunk 1 (@@ -5,7 +5,7 @@) does not match" in r.err
+    listing = bump_pin.CONFLICT_ITEM.format(patch="mine.patch", detail="ggml/src/delta.c: hunk 1 (@@ -5,7 +5,7 @@) does not match")
+    assert bump_pin.CONFLICTS_REFUSED.format(commit=project.fork.c5[:12], listing=listing) in r.err
     assert project.state() == before
 
 
@@ -94,4 +102,5 @@ def test_a_patched_checkout_follows_the_pin_with_the_series_applied_again(projec
     assert "x + 77;" in text  # the new pin
     assert str(pygit2.Repository(str(project.submodule)).head.target) == project.fork.c5
     r = project.ci("patches")
-    assert "is already applied" in r.out
+    series = sync.SERIES_WHAT.format(patches="1 patch", digest=load_series(project.root / "patches").digest[:12])
+    assert sync.ALREADY_APPLIED.format(series=series, commit=project.fork.c5[:7]) in r.out

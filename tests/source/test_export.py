@@ -5,6 +5,8 @@ import subprocess
 import pygit2
 import pytest
 
+from ci.source import export, sync
+from ci.source.series import NO_UPSTREAM, load_series
 from tests.support.fixtures import MakePatch
 from tests.support.gitrepo import signature
 from tests.support.project import DELTA_AT_C1, Project
@@ -38,10 +40,12 @@ def test_export_writes_one_patch_per_commit_in_order_and_they_apply(checked_out:
     first = DELTA_AT_C1.replace("x + 1;", "x + 100;")
     second = first.replace("x + 2;", "x + 200;")
     commit_in_checkout(project, "fixes", "ggml: fix delta one" + TRAILERS, {"ggml/src/delta.c": first})
-    commit_in_checkout(project, "fixes", "ggml: fix delta two" + TRAILERS, {"ggml/src/delta.c": second})
+    tip = commit_in_checkout(project, "fixes", "ggml: fix delta two" + TRAILERS, {"ggml/src/delta.c": second})
     r = project.ci("export-patches", "--branch", "fixes")
     assert r.code == 0, r.err
-    assert "  ggml-fix-delta-one.patch\n  ggml-fix-delta-two.patch\n  removed old-fix.patch\n" in r.out
+    assert export.WROTE.format(patches="2 patches", branch="fixes") in r.out
+    listed = [export.WROTE_PATCH.format(patch="ggml-fix-delta-one.patch"), export.WROTE_PATCH.format(patch="ggml-fix-delta-two.patch")]
+    assert "".join(line + "\n" for line in [*listed, export.REMOVED_PATCH.format(patch="old-fix.patch")]) in r.out
     series = (project.root / "patches" / "series").read_text()
     assert series == "# order of the patches\nggml-fix-delta-one.patch\nggml-fix-delta-two.patch\n"
     assert not (project.root / "patches" / "old-fix.patch").exists()
@@ -50,15 +54,17 @@ def test_export_writes_one_patch_per_commit_in_order_and_they_apply(checked_out:
     assert "Subject: [PATCH] ggml: fix delta one\n" in text
     assert " ggml/src/delta.c | 2 +-\n" in text
     # the checkout is back at the pin with the new series applied, and the branch keeps its commits
-    assert "patches: applied 2 patches" in r.out
-    assert "(the checkout is back at the pin; branch fixes keeps the commits)" in r.out
+    what = sync.SERIES_WHAT.format(patches="2 patches", digest=load_series(project.root / "patches").digest[:12])
+    applied = sync.APPLIED.format(series=what, commit=project.fork.c1[:7], moved=sync.MOVED_FROM.format(commit=tip[:7]))
+    assert applied in r.out
+    assert export.BACK_AT_PIN.format(synced=applied, branch="fixes") in r.out
     repo = pygit2.Repository(str(project.submodule))
     assert repo.head_is_detached
     assert str(repo.head.target) == project.fork.c1
     assert (project.submodule / "ggml/src/delta.c").read_text() == second
     assert "refs/heads/fixes" in repo.references
     assert project.ci("verify-pin").code == 0
-    assert "already applied" in project.ci("patches").out
+    assert sync.ALREADY_APPLIED.format(series=what, commit=project.fork.c1[:7]) in project.ci("patches").out
     subprocess.run(["git", "switch", "-q", "--discard-changes", "--detach", project.fork.c1], cwd=project.submodule, check=True)
     r = project.ci("patches")
     assert r.code == 0, r.err
@@ -71,7 +77,8 @@ def test_uncommitted_work_keeps_the_checkout_on_the_branch(checked_out: Project)
     (project.submodule / "README.md").write_text("not yet committed\n")
     r = project.ci("export-patches", "--branch", "fixes")
     assert r.code == 0, r.err
-    assert "export_patches: the checkout has uncommitted changes, so it was left on fixes; to build the series: git -C third_party/llama.cpp-rocmfpx switch --detach" in r.out
+    back = export.BACK_TO_SERIES.format(name="third_party/llama.cpp-rocmfpx", commit=project.fork.c1[:7])
+    assert export.LEFT_UNCOMMITTED.format(branch="fixes", back=back) in r.out
     repo = pygit2.Repository(str(project.submodule))
     assert str(repo.head.target) == tip
     assert (project.submodule / "README.md").read_text() == "not yet committed\n"
@@ -82,7 +89,7 @@ def test_a_commit_without_the_trailers_is_refused_and_nothing_written(checked_ou
     sha = commit_in_checkout(project, "fixes", "ggml: no header", {"README.md": "x\n"})
     r = project.ci("export-patches", "--branch", "fixes")
     assert r.code == 2
-    assert f'commit {sha[:12]} (ggml: no header): no "Upstream:" trailer' in r.err
+    assert NO_UPSTREAM.format(patch=export.COMMIT_DISPLAY.format(commit=sha[:12], subject="ggml: no header")) in r.err
     assert not (project.root / "patches").exists()
 
 
@@ -92,7 +99,7 @@ def test_a_branch_that_does_not_start_at_the_pin_is_refused(checked_out: Project
     repo.references.create("refs/heads/elsewhere", pygit2.Oid(hex=project.fork.c0))
     r = project.ci("export-patches", "--branch", "elsewhere")
     assert r.code == 4
-    assert "branch elsewhere does not start from the pin" in r.err
+    assert export.NOT_FROM_PIN.format(branch="elsewhere", commit=project.fork.c1[:7]) in r.err
     r = project.ci("export-patches", "--branch", "nope")
     assert r.code == 2
-    assert "no local branch nope" in r.err
+    assert export.NO_LOCAL_BRANCH.format(name="third_party/llama.cpp-rocmfpx", branch="nope") in r.err

@@ -6,7 +6,10 @@ from pathlib import Path
 import pygit2
 import pytest
 
+from ci.commands import bump_pin
 from ci.errors import ConfigError
+from ci.source import series, sync
+from ci.source.classify import IN_THE_TREE, VERDICT, VERDICT_DETAILED, Fate
 from ci.source.series import load_series
 from tests.support.fixtures import MakePatch
 from tests.support.project import DELTA_AT_C1, DELTA_C, Project
@@ -14,6 +17,7 @@ from tests.support.project import DELTA_AT_C1, DELTA_C, Project
 AT_PIN = DELTA_AT_C1
 FIX = {"ggml/src/delta.c": AT_PIN.replace("x + 1;", "x + 100;")}
 FIX_AGAIN = {"ggml/src/delta.c": AT_PIN.replace("x + 1;", "x + 100;").replace("x + 2;", "x + 200;")}
+SUBMODULE = "third_party/llama.cpp-rocmfpx"
 
 
 def remote(project: Project) -> tuple[str, str]:
@@ -29,6 +33,15 @@ def staged(project: Project) -> list[str]:
     return git(project, "diff", "--cached", "--name-status").splitlines()
 
 
+def applied_series(project: Project, patches: str) -> str:
+    """How the sync names the series in patches/ now: its size and digest."""
+    return sync.SERIES_WHAT.format(patches=patches, digest=load_series(project.root / "patches").digest[:12])
+
+
+def verdict_lines(*verdicts: str) -> str:
+    return "".join(sync.VERDICT_LINE.format(verdict=v) + "\n" for v in verdicts)
+
+
 def unstaged(project: Project) -> list[str]:
     """Work made on top of pin + series: what ``git status`` shows besides the staged series."""
     return [ln for ln in git(project, "status", "--porcelain", "--untracked-files=all").splitlines() if ln[1] != " "]
@@ -38,7 +51,8 @@ def test_the_series_applies_to_a_fresh_checkout_at_the_pin(project: Project, add
     add_patch("fix-delta.patch", FIX)
     r = project.ci("patches", *remote(project))
     assert r.code == 0, r.err
-    assert r.out.startswith(f"patches: checked out third_party/llama.cpp-rocmfpx at {project.fork.c1[:7]} (leaving out models/, docs/) and applied 1 patch (")
+    checked_out = sync.CHECKED_OUT.format(name=SUBMODULE, commit=project.fork.c1[:7], omitted="models/, docs/", series=applied_series(project, "1 patch"))
+    assert r.out.startswith(checked_out)
     assert (project.submodule / "ggml/src/delta.c").read_text() == FIX["ggml/src/delta.c"]
     assert not (project.submodule / "models").exists()
     repo = pygit2.Repository(str(project.submodule))
@@ -52,7 +66,7 @@ def test_dependent_patches_apply_in_series_order(project: Project, add_patch: Ma
     fork_patch_on("two.patch", FIX_AGAIN, FIX)
     r = project.ci("patches", "--check", *remote(project))
     assert r.code == 0, r.out
-    assert "  one.patch: applies\n  two.patch: applies\n" in r.out
+    assert verdict_lines(VERDICT.format(patch="one.patch", fate=Fate.APPLIES.value), VERDICT.format(patch="two.patch", fate=Fate.APPLIES.value)) in r.out
     assert project.ci("patches").code == 0
     assert (project.submodule / "ggml/src/delta.c").read_text() == FIX_AGAIN["ggml/src/delta.c"]
 
@@ -62,8 +76,7 @@ def test_a_second_run_is_a_no_op(project: Project, add_patch: MakePatch) -> None
     assert project.ci("patches", *remote(project)).code == 0
     r = project.ci("patches")
     assert r.code == 0
-    assert "is already applied at" in r.out
-    assert "nothing to do" in r.out
+    assert sync.ALREADY_APPLIED.format(series=applied_series(project, "1 patch"), commit=project.fork.c1[:7]) in r.out
     assert (project.submodule / "ggml/src/delta.c").read_text() == FIX["ggml/src/delta.c"]
 
 
@@ -73,12 +86,12 @@ def test_a_conflicting_patch_names_the_patch_file_and_hunk_and_applies_nothing(p
     # made on c0 where line 3 was "x + 3": at the pin c1 that line reads "x + 33", so the hunk's context differs
     r = project.ci("patches", *remote(project))
     assert r.code == 4
-    assert "patches/stale.patch: conflicts (ggml/src/delta.c: hunk 1 (@@ -3,7 +3,7 @@) does not match)" in r.err
-    assert "nothing was applied" in r.err
+    conflict = VERDICT_DETAILED.format(patch="stale.patch", fate=Fate.CONFLICTS.value, detail="ggml/src/delta.c: hunk 1 (@@ -3,7 +3,7 @@) does not match")
+    assert sync.SERIES_DOES_NOT_APPLY.format(listing=sync.NOT_APPLYING.format(verdict=conflict)) in r.err
     assert not (project.submodule / ".git").exists()  # refused before the checkout was made
     r = project.ci("patches", "--check")
     assert r.code == 4
-    assert "  fix-delta.patch: applies\n  stale.patch: conflicts (ggml/src/delta.c: hunk 1" in r.out
+    assert verdict_lines(VERDICT.format(patch="fix-delta.patch", fate=Fate.APPLIES.value), conflict) in r.out
 
 
 def test_a_hand_edit_is_refused_with_the_file_named_and_kept(project: Project, add_patch: MakePatch) -> None:
@@ -88,10 +101,8 @@ def test_a_hand_edit_is_refused_with_the_file_named_and_kept(project: Project, a
     add_patch("fix-delta.patch", FIX)
     r = project.ci("patches")
     assert r.code == 4
-    assert "third_party/llama.cpp-rocmfpx: at " in r.err
-    assert "holds changes this tool did not make (README.md, notes.txt); nothing was touched" in r.err
-    assert "commit or stash them (git -C third_party/llama.cpp-rocmfpx stash -u)" in r.err
-    assert "nox -s patches -- --reset" in r.err
+    at = sync.AT_COMMIT.format(commit=project.fork.c1[:7])
+    assert sync.LOCAL_CHANGES.format(name=SUBMODULE, at=at, listing="README.md, notes.txt") in r.err
     assert (project.submodule / "README.md").read_text() == "someone's work\n"
     assert (project.submodule / "notes.txt").read_text() == "an untracked file of theirs\n"
     assert (project.submodule / "ggml/src/delta.c").read_text() == AT_PIN
@@ -103,7 +114,7 @@ def test_a_hand_edit_is_refused_with_the_file_named_and_kept(project: Project, a
     add_patch("readme.patch", {"README.md": "changed\n"})
     r = project.ci("patches")
     assert r.code == 4
-    assert "(ggml/src/delta.c)" in r.err
+    assert sync.LOCAL_CHANGES.format(name=SUBMODULE, at=at, listing="ggml/src/delta.c") in r.err
     assert (project.submodule / "ggml/src/delta.c").read_text() == "edited by hand\n"
 
 
@@ -114,7 +125,8 @@ def test_reset_discards_the_hand_edit_on_purpose(project: Project, add_patch: Ma
     add_patch("fix-delta.patch", FIX)
     r = project.ci("patches", "--reset")
     assert r.code == 0, r.err
-    assert "discarded changes to 2 files (README.md, notes.txt); applied 1 patch" in r.out
+    what = applied_series(project, "1 patch")
+    assert sync.DISCARDED.format(files="2 files", listing="README.md, notes.txt", series=what, commit=project.fork.c1[:7], moved="") in r.out
     assert (project.submodule / "README.md").read_text() == "fork\n"
     assert not (project.submodule / "notes.txt").exists()
     assert (project.submodule / "ggml/src/delta.c").read_text() == FIX["ggml/src/delta.c"]
@@ -128,7 +140,7 @@ def test_an_edited_patch_re_applies_without_complaint(project: Project, add_patc
     (project.root / "patches" / "series").write_text("fix-delta.patch\n")
     r = project.ci("patches")
     assert r.code == 0, r.err
-    assert r.out.startswith("patches: applied 1 patch (")
+    assert r.out.startswith(sync.APPLIED.format(series=applied_series(project, "1 patch"), commit=project.fork.c1[:7], moved=""))
     assert (project.submodule / "ggml/src/delta.c").read_text() == FIX_AGAIN["ggml/src/delta.c"]
     # swap it for another patch altogether
     (project.root / "patches" / "series").write_text("readme.patch\n")
@@ -190,11 +202,11 @@ def test_a_hunk_whose_context_moved_applies_at_its_offset_as_git_apply_does(proj
     assert "@@ -2,6 +2,6 @@" in (project.root / "patches" / "moved.patch").read_text()
     r = project.ci("patches", "--check", *remote(project))
     assert r.code == 0, r.err
-    assert "  moved.patch: applies (ggml/src/delta.c: hunk 1 at offset +5 lines)\n" in r.out
+    assert verdict_lines(VERDICT_DETAILED.format(patch="moved.patch", fate=Fate.APPLIES.value, detail="ggml/src/delta.c: hunk 1 at offset +5 lines")) in r.out
     r = project.ci("patches")
     assert r.code == 0, r.err
     assert (project.submodule / "ggml/src/delta.c").read_text() == DELTA_AT_C1.replace("x + 9;", "x + 90;")
-    assert "is already applied" in project.ci("patches").out
+    assert sync.ALREADY_APPLIED.format(series=applied_series(project, "1 patch"), commit=project.fork.c1[:7]) in project.ci("patches").out
 
 
 def test_a_patch_file_rewritten_with_crlf_gets_a_clear_error(project: Project, add_patch: MakePatch) -> None:
@@ -203,20 +215,24 @@ def test_a_patch_file_rewritten_with_crlf_gets_a_clear_error(project: Project, a
     path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
     r = project.ci("patches", *remote(project))
     assert r.code == 2
-    assert "patches/fix-delta.patch: has CRLF line endings in its headers" in r.err
+    assert series.CRLF_HEADERS.format(patch="patches/fix-delta.patch") in r.err
 
 
 ESCAPES = [
-    ("diff --git a/../outside.c b/../outside.c\n--- a/../outside.c\n+++ b/../outside.c\n", "touches ../outside.c: a path outside the checkout"),
-    ("diff --git a//etc/passwd b//etc/passwd\n--- a//etc/passwd\n+++ b//etc/passwd\n", "touches /etc/passwd: an absolute path"),
-    ("diff --git a/.git/config b/.git/config\n--- a/.git/config\n+++ b/.git/config\n", "touches .git/config: a path inside .git"),
-    ("diff --git a/ggml-link/src/delta.c b/ggml-link/src/delta.c\n--- a/ggml-link/src/delta.c\n+++ b/ggml-link/src/delta.c\n", "a path through the symbolic link ggml-link"),
-    ("diff --git a/models/x b/models/x\n--- a/models/x\n+++ b/models/x\n", "a path the checkout leaves out"),
+    ("diff --git a/../outside.c b/../outside.c\n--- a/../outside.c\n+++ b/../outside.c\n", "../outside.c", series.OUTSIDE_PATH),
+    ("diff --git a//etc/passwd b//etc/passwd\n--- a//etc/passwd\n+++ b//etc/passwd\n", "/etc/passwd", series.ABSOLUTE_PATH),
+    ("diff --git a/.git/config b/.git/config\n--- a/.git/config\n+++ b/.git/config\n", ".git/config", series.INSIDE_GIT),
+    (
+        "diff --git a/ggml-link/src/delta.c b/ggml-link/src/delta.c\n--- a/ggml-link/src/delta.c\n+++ b/ggml-link/src/delta.c\n",
+        "ggml-link/src/delta.c",
+        series.THROUGH_LINK.format(link="ggml-link"),
+    ),
+    ("diff --git a/models/x b/models/x\n--- a/models/x\n+++ b/models/x\n", "models/x", series.OMITTED_PATH),
 ]
 
 
-@pytest.mark.parametrize(("header", "message"), ESCAPES)
-def test_a_patch_that_escapes_is_refused_before_anything_is_written(project: Project, header: str, message: str) -> None:
+@pytest.mark.parametrize(("header", "path", "problem"), ESCAPES)
+def test_a_patch_that_escapes_is_refused_before_anything_is_written(project: Project, header: str, path: str, problem: str) -> None:
     directory = project.root / "patches"
     directory.mkdir()
     body = "@@ -1 +1 @@\n-a\n+b\n"
@@ -228,8 +244,7 @@ def test_a_patch_that_escapes_is_refused_before_anything_is_written(project: Pro
     (directory / "series").write_text("sneaky.patch\n")
     r = project.ci("patches", *remote(project))
     assert r.code == 4
-    assert f"patches/sneaky.patch: {message}" in r.err or message in r.err
-    assert "nothing was applied" in r.err
+    assert series.TOUCHES.format(patch="patches/sneaky.patch", path=path, problem=problem) in r.err
     assert not (project.submodule / ".git").exists()  # refused before the checkout was even made
 
 
@@ -239,22 +254,25 @@ def test_a_patch_that_adds_a_symlink_is_refused(project: Project, add_patch: Mak
     add_patch("link.patch", {"escape": Symlink(b"/etc")})
     r = project.ci("patches", *remote(project))
     assert r.code == 4
-    assert "patches/link.patch: adds a symbolic link escape" in r.err
+    assert series.ADDS_LINK.format(patch="patches/link.patch", path="escape") in r.err
 
 
 @pytest.mark.parametrize(
-    ("series", "message"),
+    ("listing", "message"),
     [
-        ("a.patch\na.patch\n", 'patches/series:2: "a.patch" is listed twice'),
-        ("missing.patch\n", "patches/series:1: missing.patch does not exist in patches/"),
-        ("sub/a.patch\n", 'patches/series:1: "sub/a.patch" is not a patch file name'),
+        ("a.patch\na.patch\n", series.LISTED_TWICE.format(series="patches/series", line=2, patch="a.patch")),
+        (
+            "missing.patch\n",
+            series.NOT_IN_DIRECTORY.format(series="patches/series", line=1, patch="missing.patch", what=series.DOES_NOT_EXIST, directory="patches"),
+        ),
+        ("sub/a.patch\n", series.NOT_A_PATCH_NAME.format(series="patches/series", line=1, patch="sub/a.patch", directory="patches")),
     ],
 )
-def test_series_file_errors(tmp_path: Path, series: str, message: str) -> None:
+def test_series_file_errors(tmp_path: Path, listing: str, message: str) -> None:
     d = tmp_path / "patches"
     d.mkdir()
     (d / "a.patch").write_text("x")
-    (d / "series").write_text(series)
+    (d / "series").write_text(listing)
     with pytest.raises(ConfigError) as exc:
         load_series(d)
     assert message in exc.value.message
@@ -263,9 +281,9 @@ def test_series_file_errors(tmp_path: Path, series: str, message: str) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"upstream": "somewhere"}, 'patches/p.patch: Upstream: "somewhere" is neither a URL nor "not-needed: <reason>"'),
-        ({"upstream": "not-needed:"}, 'patches/p.patch: Upstream: "not-needed:" is neither a URL'),
-        ({"drop_when": ""}, 'patches/p.patch: no "Drop-when:" trailer'),
+        ({"upstream": "somewhere"}, series.UPSTREAM_NOT_URL.format(patch="patches/p.patch", upstream="somewhere")),
+        ({"upstream": "not-needed:"}, series.UPSTREAM_NOT_URL.format(patch="patches/p.patch", upstream="not-needed:")),
+        ({"drop_when": ""}, series.NO_DROP_WHEN.format(patch="patches/p.patch")),
     ],
 )
 def test_patch_header_errors(project: Project, add_patch: MakePatch, kwargs: dict[str, str], message: str) -> None:
@@ -304,9 +322,9 @@ def test_a_patch_already_in_the_tree_is_upstream_by_git_apply_reverse(project: P
     (project.root / "patches" / "series").write_text("done.patch\n")
     r = project.ci("bump-pin", project.fork.c2[:8], "--drop-upstreamed", *remote(project))
     assert r.code == 0, r.err
-    assert "done.patch: already upstream, dropped from the series" in r.out
+    assert bump_pin.DROPPED_LINE.format(patch="done.patch") in r.out
     report = (project.root / "build" / "bump-report.md").read_text()
-    assert "`done.patch`: already upstream, dropped from the series by this bump (its change is already in the tree)" in report
+    assert bump_pin.REPORT_DROPPED.format(patch="done.patch", fate=Fate.UPSTREAM.value, detail=IN_THE_TREE) in report
 
 
 def test_git_itself_sees_the_omitted_paths_as_skipped_not_deleted(project: Project) -> None:

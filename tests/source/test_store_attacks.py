@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 from ci.pin.project import Project as CiProject
+from ci.source import store as store_mod
 from ci.source.store import ForkStore
 from tests.support.project import Project
 
@@ -45,10 +46,7 @@ def test_an_older_stores_alternates_to_a_moved_mirror_are_one_line_then_repaired
     mirror.rename(tmp_path / "moved.git")
     r = project.ci("patches")
     assert r.code == 3, r.err
-    assert r.err == (
-        f"onebit-ci: error: {alt}: the store borrows objects from {mirror / 'objects'}, which is gone (the mirror moved?); "
-        "pass --remote with its new path, or a URL, to fetch the objects in\n"
-    )
+    assert r.err == "onebit-ci: error: " + store_mod.ALTERNATE_GONE.format(alternates=alt, mirror=mirror / "objects") + "\n"
     assert "invalid object name" not in r.err
     r = project.ci("patches", "--remote", str(tmp_path / "moved.git"))
     assert r.code == 0, r.err
