@@ -17,6 +17,11 @@ CONFIG_LIMIT = 16 * MiB  # pins.yaml, .gitmodules, recipes, faults, build.json, 
 LOG_LIMIT = 1024 * MiB  # a test-backend-ops console or sql log (the 100 MB benchmark is a tenth of it)
 LEDGER_LIMIT = 256 * MiB  # about 100 000 records
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+SYMBOLIC_LINK = "a symbolic link, where a file of its own is expected"
+NOT_REGULAR = "{kind}, where a regular file is expected"
+TOO_LARGE = "{size} bytes, more than the {limit} this reader takes"
+
 
 class NotARegularFile(OSError):
     """A path that is a FIFO, a device, a directory or a socket where a file was expected."""
@@ -52,14 +57,14 @@ def read_regular(path: str | os.PathLike[str], limit: int, *, follow: bool = Tru
         fd = os.open(name, flags)
     except OSError as exc:
         if exc.errno == errno.ELOOP and not follow:
-            raise NotARegularFile(errno.ELOOP, "a symbolic link, where a file of its own is expected", name) from None
+            raise NotARegularFile(errno.ELOOP, SYMBOLIC_LINK, name) from None
         raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise NotARegularFile(errno.EINVAL, f"{_kind(st.st_mode)}, where a regular file is expected", name)
+            raise NotARegularFile(errno.EINVAL, NOT_REGULAR.format(kind=_kind(st.st_mode)), name)
         if st.st_size > limit:
-            raise TooLarge(errno.EFBIG, f"{st.st_size} bytes, more than the {_limit_text(limit)} this reader takes", name)
+            raise TooLarge(errno.EFBIG, TOO_LARGE.format(size=st.st_size, limit=_limit_text(limit)), name)
         chunks: list[bytes] = []
         total = 0
         while True:

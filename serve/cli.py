@@ -30,10 +30,29 @@ PROG = "1bit"
 SERVE = f"{PROG} serve"
 COMMANDS = ("serve",)
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+ERROR = "{prog}: error: {problem}"  # prog: PROG or SERVE
+UNKNOWN_COMMAND = "unknown command {command!r}{suggestion}; commands: {commands}"
+SEE_HELP = "{message} (" + SERVE + " --help)"  # after a usage error (argparse's own, or the next one)
+UNEXPECTED_ARGUMENT = "unexpected argument {argument!r}: the model is -m MODEL.gguf"
+UNKNOWN_OPTION = "unknown option{suggestion}; llama-server's own flags go after --"
+RECIPES_AND_NO_RECIPES = "--recipes FILE and --no-recipes: pick one"
+NO_BUILD_YET = "no build yet (dry run)"  # where llama-server is from, on a dry run without a build
+LAUNCH_WOULD_STOP = "a launch would stop here: {problem}"
+STALE_WARNING = SERVE + ": warning: {stale}; running it anyway (--allow-stale)"
+NOT_GATED_WARNING = SERVE + ": warning: {detail}; running it anyway (--require-gated refuses it)"
+NOT_GATED_REFUSED = "{detail}; run the release's own build, or drop --require-gated"
+NO_RELEASE_REFUSED = "{detail}; install the shipped wheel, or set {variable} to its release.json"
+DECIDED = SERVE + ": device {device}, profile {profile}, llama-server from {source}"
+RECIPE_APPLIED = SERVE + ": recipe {id}: {added}"
+WOULD_RUN = SERVE + ": would run: {command}"
+RUNNING = SERVE + ": running: {command}"
+STARTED = SERVE + ": llama-server pid {pid}, http://{host}:{port} (Ctrl-C stops it)"
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message} ({SERVE} --help)")
+        raise UsageError(SEE_HELP.format(message=message))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -92,22 +111,22 @@ def _options(p: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[argparse.
         word = unknown[0]
         if word.startswith("-"):
             known = [s for action in p._actions for s in action.option_strings]
-            raise UsageError(f"unknown option{did_you_mean(word, known)}; llama-server's own flags go after --", word)
-        raise UsageError(f"unexpected argument {word!r}: the model is -m MODEL.gguf ({SERVE} --help)")
+            raise UsageError(UNKNOWN_OPTION.format(suggestion=did_you_mean(word, known)), word)
+        raise UsageError(SEE_HELP.format(message=UNEXPECTED_ARGUMENT.format(argument=word)))
     return ns, extra
 
 
 def _summary(decision: RouteDecision, facts_lines: Sequence[str], source: str, dry_run: bool, err: TextIO) -> None:
     for line in facts_lines:
         print(f"{SERVE}: {line}", file=err)
-    print(f"{SERVE}: device {decision.device}, profile {decision.profile}, llama-server from {source}", file=err)
+    print(DECIDED.format(device=decision.device, profile=decision.profile, source=source), file=err)
     for applied in decision.recipes_applied:
-        print(f"{SERVE}: recipe {applied.id}: {applied.added()}", file=err)
+        print(RECIPE_APPLIED.format(id=applied.id, added=applied.added()), file=err)
     for note in decision.notes:
         print(f"{SERVE}: note: {note}", file=err)
     for name, value in decision.env_added:
         print(f"{SERVE}: env {name}={value}", file=err)
-    print(f"{SERVE}: {'would run' if dry_run else 'running'}: {shlex.join(decision.argv)}", file=err)
+    print((WOULD_RUN if dry_run else RUNNING).format(command=shlex.join(decision.argv)), file=err)
 
 
 def serve(argv: Sequence[str], environ: Mapping[str, str], cwd: Path, out: TextIO, err: TextIO) -> int:
@@ -128,7 +147,7 @@ def serve(argv: Sequence[str], environ: Mapping[str, str], cwd: Path, out: TextI
     )
     check_options(options)
     if ns.recipes is not None and ns.no_recipes:
-        raise UsageError("--recipes FILE and --no-recipes: pick one")
+        raise UsageError(RECIPES_AND_NO_RECIPES)
     recipe_set = None if ns.no_recipes else recipes.load(ns.recipes) if ns.recipes is not None else recipes.builtin()
     if recipe_set is not None and ns.skip_recipe:
         unknown = [i for i in ns.skip_recipe if i not in recipe_set.ids]
@@ -147,11 +166,11 @@ def serve(argv: Sequence[str], environ: Mapping[str, str], cwd: Path, out: TextI
         except NoBuild as exc:
             if not ns.dry_run:
                 raise
-            found = server.Server(program=server.BINARY, source="no build yet (dry run)")
-            decision = decision.with_note(f"a launch would stop here: {exc.problem}")
+            found = server.Server(program=server.BINARY, source=NO_BUILD_YET)
+            decision = decision.with_note(LAUNCH_WOULD_STOP.format(problem=exc.problem))
     decision = decision.with_program(found.program)
     if found.warning:
-        print(f"{SERVE}: warning: {found.warning}; running it anyway (--allow-stale)", file=err)
+        print(STALE_WARNING.format(stale=found.warning), file=err)
     judged = _gated(found, environ, ns.require_gated, err)
 
     facts_lines = [f"{model.path}: {model.describe()}"]
@@ -164,7 +183,7 @@ def serve(argv: Sequence[str], environ: Mapping[str, str], cwd: Path, out: TextI
     err.flush()
 
     def started(pid: int) -> None:
-        print(f"{SERVE}: llama-server pid {pid}, http://{options.host}:{options.port} (Ctrl-C stops it)", file=err)
+        print(STARTED.format(pid=pid, host=options.host, port=options.port), file=err)
         err.flush()
 
     return launch.run(decision.argv, {**environ, **decision.env}, on_start=started)
@@ -173,16 +192,16 @@ def serve(argv: Sequence[str], environ: Mapping[str, str], cwd: Path, out: TextI
 def _gated(found: server.Server, environ: Mapping[str, str], require: bool, err: TextIO) -> gated.Gated:
     """The llama-server about to run against the release's gated one: a warning when it is not, a refusal under
     ``--require-gated`` (which also refuses when there is no release to compare with)."""
-    if found.source.startswith("no build yet"):
+    if found.source == NO_BUILD_YET:
         return gated.Gated("unknown", "no build yet: nothing to compare")
     program = Path(found.program) if os.sep in found.program else Path(shutil.which(found.program, path=environ.get("PATH", os.defpath)) or found.program)
     judged = gated.judge(program, environ)
     if judged.state == "not gated":
         if require:
-            raise Refused(f"{judged.detail}; run the release's own build, or drop --require-gated", "--require-gated")
-        print(f"{SERVE}: warning: {judged.detail}; running it anyway (--require-gated refuses it)", file=err)
+            raise Refused(NOT_GATED_REFUSED.format(detail=judged.detail), "--require-gated")
+        print(NOT_GATED_WARNING.format(detail=judged.detail), file=err)
     elif judged.state == "no release" and require:
-        raise Refused(f"{judged.detail}; install the shipped wheel, or set {gated.RELEASE_VAR} to its release.json", "--require-gated")
+        raise Refused(NO_RELEASE_REFUSED.format(detail=judged.detail, variable=gated.RELEASE_VAR), "--require-gated")
     return judged
 
 
@@ -192,9 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"usage: {SERVE} -m MODEL.gguf [options] [-- extra llama-server args]\n\ncommands: serve ({SERVE} --help)")
         return 0 if args else 2
     if args[0] not in COMMANDS:
-        print(
-            f"{PROG}: error: unknown command {args[0]!r}{did_you_mean(args[0], COMMANDS)}; commands: {', '.join(COMMANDS)}", file=sys.stderr
-        )
+        problem = UNKNOWN_COMMAND.format(command=args[0], suggestion=did_you_mean(args[0], COMMANDS), commands=", ".join(COMMANDS))
+        print(ERROR.format(prog=PROG, problem=problem), file=sys.stderr)
         return 2
     debug = "--debug" in args[1 : args.index("--") if "--" in args else None]
     try:
@@ -202,5 +220,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ServeError as exc:
         if debug:
             traceback.print_exc()
-        print(f"{SERVE}: error: {exc.line}", file=sys.stderr)
+        print(ERROR.format(prog=SERVE, problem=exc.line), file=sys.stderr)
         return exc.exit_code

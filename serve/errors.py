@@ -9,6 +9,10 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+AT = "{where}: {problem}"  # a problem and the file, flag or variable it is about
+DID_YOU_MEAN = ' (did you mean "{choice}"?)'
+
 
 class ServeError(Exception):
     """Something the user can act on; ``where`` names the file, flag or variable, the message says what to do."""
@@ -16,7 +20,7 @@ class ServeError(Exception):
     exit_code = 1
 
     def __init__(self, message: str, where: str | None = None) -> None:
-        super().__init__(f"{where}: {message}" if where else message)
+        super().__init__(AT.format(where=where, problem=message) if where else message)
         self.where = where
         self.problem = message
 
@@ -56,4 +60,4 @@ class NoBuild(NoServer):
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """`` (did you mean "x"?)`` for the closest choice, or nothing."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f' (did you mean "{close[0]}"?)' if close else ""
+    return DID_YOU_MEAN.format(choice=close[0]) if close else ""

@@ -46,6 +46,23 @@ HADAMARD_KEY = "onebit.hadamard_q4_0"
 HADAMARD_GROUP = 32  # tools/hadamard_q4_0.py stamps the rotation's group size; the lean ROCm build expects 32
 DEFAULT_ALIGNMENT = 32  # GGUF's own default when general.alignment is absent
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+NO_SUCH_FILE = "no such file"
+IS_EMPTY = "is empty (0 bytes), not a GGUF file"
+IS_A_DIRECTORY = "is a directory, not a GGUF file"
+NOT_GGUF = "not a GGUF file (it starts with {start!r}, a GGUF file with b'GGUF')"
+UNREADABLE = "{problem}; not a readable GGUF file (re-download or re-convert it)"  # a corrupt header's problems, below
+UNKNOWN_VERSION = "GGUF version {version} (this reader knows versions 2 and 3)"
+KEY_TWICE = 'key "{key}" appears twice'
+TRUNCATED_INSIDE = "truncated: the file ends ({size:,} bytes) inside {part}; re-download or re-convert it"
+TRUNCATED_DATA = "truncated: {size:,} bytes, but its {tensors} tensors need {needed:,}; re-download or re-convert it"
+# the part of the header a truncation is in
+IN_HEADER = "the header"
+IN_KEY = "key {number} of {count}"
+IN_VALUE = 'the value of "{key}"'
+NO_ARCHITECTURE = "has no general.architecture key; not a model GGUF llama-server can load"
+NOT_AN_INTEGER = "{key} is a {type}, expected an integer"
+
 Scalar = int | float | bool | str
 
 _SCALAR_FORMATS: dict[Any, str] = {
@@ -107,10 +124,10 @@ class _Header:
         self.order = "<"
 
     def corrupt(self, message: str) -> FileProblem:
-        return FileProblem(f"{message}; not a readable GGUF file (re-download or re-convert it)", self.path)
+        return FileProblem(UNREADABLE.format(problem=message), self.path)
 
     def truncated(self, what: str) -> FileProblem:
-        return FileProblem(f"truncated: the file ends ({self.size:,} bytes) inside {what}; re-download or re-convert it", self.path)
+        return FileProblem(TRUNCATED_INSIDE.format(size=self.size, part=what), self.path)
 
     def skip(self, n: int, what: str) -> None:
         if n < 0 or self.pos + n > self.size:
@@ -200,13 +217,13 @@ def read_header(path: str) -> tuple[dict[str, Scalar], dict[str, ValueType]]:
             if not stat.S_ISREG(st.st_mode):
                 raise FileProblem("is not a regular file (a FIFO or a device), not a GGUF file", path)
             if st.st_size == 0:
-                raise FileProblem("is empty (0 bytes), not a GGUF file", path)
+                raise FileProblem(IS_EMPTY, path)
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
                 return _walk(_Header(data, path))
     except FileNotFoundError:
-        raise FileProblem("no such file", path) from None
+        raise FileProblem(NO_SUCH_FILE, path) from None
     except IsADirectoryError:
-        raise FileProblem("is a directory, not a GGUF file", path) from None
+        raise FileProblem(IS_A_DIRECTORY, path) from None
     except OSError as exc:
         raise FileProblem(f"cannot be read ({exc.strerror or exc})", path) from None
 
@@ -214,24 +231,25 @@ def read_header(path: str) -> tuple[dict[str, Scalar], dict[str, ValueType]]:
 def _walk(h: _Header) -> tuple[dict[str, Scalar], dict[str, ValueType]]:
     magic = h.data[:4]
     if len(magic) < 4 or struct.unpack("<I", magic)[0] != gguf.GGUF_MAGIC:
-        raise FileProblem(f"not a GGUF file (it starts with {magic!r}, a GGUF file with b'GGUF')", h.path)
+        raise FileProblem(NOT_GGUF.format(start=magic), h.path)
     h.pos = 4
-    version = h.u32("the header")
+    version = h.u32(IN_HEADER)
     if version & 0xFFFF == 0:  # written big-endian (gguf's own test for byte order)
         h.order = ">"
         version = struct.unpack(">I", struct.pack("<I", version))[0]
     if version not in (2, 3):
-        raise h.corrupt(f"GGUF version {version} (this reader knows versions 2 and 3)")
-    tensor_count = h.u64("the header")
-    kv_count = h.u64("the header")
+        raise h.corrupt(UNKNOWN_VERSION.format(version=version))
+    tensor_count = h.u64(IN_HEADER)
+    kv_count = h.u64(IN_HEADER)
     values: dict[str, Scalar] = {}
     types: dict[str, ValueType] = {}
     for i in range(kv_count):
-        key = h.string(f"key {i + 1} of {kv_count}")
+        key = h.string(IN_KEY.format(number=i + 1, count=kv_count))
         if key in types:
-            raise h.corrupt(f'key "{key}" appears twice')
-        vtype = h.value_type(f'the value of "{key}"')
-        value = h.value(vtype, f'the value of "{key}"')
+            raise h.corrupt(KEY_TWICE.format(key=key))
+        value_part = IN_VALUE.format(key=key)
+        vtype = h.value_type(value_part)
+        value = h.value(vtype, value_part)
         types[key] = vtype
         if value is not None:
             values[key] = value
@@ -253,10 +271,7 @@ def _walk(h: _Header) -> tuple[dict[str, Scalar], dict[str, ValueType]]:
         alignment = DEFAULT_ALIGNMENT
     data_start = -(-h.pos // alignment) * alignment
     if data_end and data_start + data_end > h.size:
-        raise FileProblem(
-            f"truncated: {h.size:,} bytes, but its {tensor_count} tensors need {data_start + data_end:,}; re-download or re-convert it",
-            h.path,
-        )
+        raise FileProblem(TRUNCATED_DATA.format(size=h.size, tensors=tensor_count, needed=data_start + data_end), h.path)
     return values, types
 
 
@@ -264,7 +279,7 @@ def _integer(path: str, key: str, values: Mapping[str, Scalar], types: Mapping[s
     if key not in types:
         return None
     if types[key] not in _INTEGER_TYPES:
-        raise FileProblem(f"{key} is a {types[key].name.lower()}, expected an integer", path)
+        raise FileProblem(NOT_AN_INTEGER.format(key=key, type=types[key].name.lower()), path)
     value = values[key]
     if isinstance(value, bool) or not isinstance(value, int):
         raise FileProblem(f"{key} holds {value!r}, expected an integer", path)
@@ -276,7 +291,7 @@ def read_facts(path: str) -> GGUFFacts:
     values, types = read_header(path)
     arch = values.get("general.architecture")
     if "general.architecture" not in types:
-        raise FileProblem("has no general.architecture key; not a model GGUF llama-server can load", path)
+        raise FileProblem(NO_ARCHITECTURE, path)
     if not isinstance(arch, str) or not arch:
         raise FileProblem("general.architecture is not a non-empty string", path)
     return GGUFFacts(

@@ -23,6 +23,12 @@ from serve.server import sha256_of
 RELEASE_VAR = "ONEBIT_SERVE_RELEASE"
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+GIVEN_RELEASE = "{variable}={path}"  # where: the release.json named by $ONEBIT_SERVE_RELEASE
+NOT_A_SHA256 = "build.binaries.llama-server is not a sha256: not a release manifest ship wrote"
+NO_RELEASE = "no release.json: serve runs from a checkout, and no gate judged this llama-server for a release"
+NOT_GATED = "llama-server {program} (sha256 {got}) is not the {want} that the gates of release {release} judged"
+
 
 @dataclass(frozen=True)
 class Gated:
@@ -44,10 +50,11 @@ def release_doc(environ: Mapping[str, str]) -> tuple[dict[str, object], str] | N
     """The release manifest and where it came from: ``$ONEBIT_SERVE_RELEASE``, else the wheel's own; None in a checkout."""
     given = environ.get(RELEASE_VAR)
     if given:
+        where = GIVEN_RELEASE.format(variable=RELEASE_VAR, path=given)
         try:
-            raw, where = read_regular(given, CONFIG_LIMIT), f"{RELEASE_VAR}={given}"
+            raw = read_regular(given, CONFIG_LIMIT)
         except OSError as exc:
-            raise FileProblem(f"cannot be read: {exc.strerror}", f"{RELEASE_VAR}={given}") from None
+            raise FileProblem(f"cannot be read: {exc.strerror}", where) from None
     else:
         entry = resources.files("serve").joinpath("release.json")
         if not entry.is_file():
@@ -67,7 +74,7 @@ def gated_sha256(doc: Mapping[str, object], where: str) -> str:
     binaries = build.get("binaries") if isinstance(build, dict) else None
     sha = binaries.get("llama-server") if isinstance(binaries, dict) else None
     if not isinstance(sha, str) or not _SHA256.match(sha):
-        raise FileProblem("build.binaries.llama-server is not a sha256: not a release manifest ship wrote", where)
+        raise FileProblem(NOT_A_SHA256, where)
     return sha
 
 
@@ -75,7 +82,7 @@ def judge(program: Path, environ: Mapping[str, str], known_sha256: str | None = 
     """``program`` (the llama-server about to run) against the release's gated sha256."""
     found = release_doc(environ)
     if found is None:
-        return Gated("no release", "no release.json: serve runs from a checkout, and no gate judged this llama-server for a release")
+        return Gated("no release", NO_RELEASE)
     doc, where = found
     want = gated_sha256(doc, where)
     got = known_sha256 or sha256_of(program)
@@ -83,6 +90,4 @@ def judge(program: Path, environ: Mapping[str, str], known_sha256: str | None = 
     key = str(build.get("key", ""))[:12] if isinstance(build, dict) else ""
     if got == want:
         return Gated("gated", f"llama-server sha256 {got[:12]} is the one the gates of release {key} judged", where)
-    return Gated(
-        "not gated", f"llama-server {program} (sha256 {got[:12]}) is not the {want[:12]} that the gates of release {key} judged", where
-    )
+    return Gated("not gated", NOT_GATED.format(program=program, got=got[:12], want=want[:12], release=key), where)

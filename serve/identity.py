@@ -11,6 +11,10 @@ from serve.bounded import CONFIG_LIMIT, read_regular, read_text
 
 SERIES = Path("patches") / "series"
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+PIN_MOVED = "pins.yaml (the pin is {pinned}, the build's {built})"
+SERIES_MOVED = "patches/ (the series is {current}, the build's {built})"
+
 
 def series_entries(text: str) -> list[tuple[int, str]]:
     """The patch names a series file lists, each with its line number: blank lines and ``#`` comments skipped."""
@@ -36,7 +40,7 @@ def staleness(root: Path, pin: object, digest: object) -> str | None:
     except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError, RecursionError):
         return "pins.yaml, which cannot be read here"
     if pinned != pin:
-        return f"pins.yaml (the pin is {str(pinned)[:7]}, the build's {str(pin)[:7]})"
+        return PIN_MOVED.format(pinned=str(pinned)[:7], built=str(pin)[:7])
     try:
         series = root / SERIES
         names = [name for _, name in series_entries(read_text(series, CONFIG_LIMIT))] if series.is_file() else []
@@ -44,5 +48,5 @@ def staleness(root: Path, pin: object, digest: object) -> str | None:
     except (OSError, UnicodeDecodeError):
         return "patches/, which cannot be read here"
     if current != digest:
-        return f"patches/ (the series is {current[:12]}, the build's {str(digest)[:12]})"
+        return SERIES_MOVED.format(current=current[:12], built=str(digest)[:12])
     return None

@@ -16,7 +16,7 @@ from typing import Any
 
 from serve import flags, strict
 from serve.bounded import CONFIG_LIMIT, NotARegularFile, read_regular
-from serve.errors import FileProblem, did_you_mean
+from serve.errors import AT, FileProblem, did_you_mean
 
 DEVICES = ("rocm", "vulkan", "cuda", "cpu")
 DRAFTERS = ("dflash", "mtp", "none")
@@ -29,6 +29,39 @@ BUILTIN_NAME = "serve/config/recipes.json"
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+# A problem follows the file's name and its place in the file (serve.errors.AT): recipes[0].id, RECIPE: match.device.
+RECIPE = 'recipe "{id}"'
+NO_SUCH_FILE = "no such file"
+NOT_A_RECIPES_FILE = "is {kind}, not a recipes file"
+NOT_UTF8 = "is not UTF-8 (byte {byte})"
+NOT_JSON = "not JSON: {error} at line {line} column {column}"
+KEY_TWICE = 'key "{key}" is given twice in one object'
+NOT_A_RECIPES_OBJECT = '{value} is not an object; expected {{"about": ..., "recipes": [...]}}'
+NO_RECIPES_LIST = 'has no "recipes" list'
+UNKNOWN = 'unknown {what} "{name}"{suggestion}; known: {known}'
+ID_TWICE = 'id "{id}" is listed twice (recipes[{first}] and recipes[{second}])'
+NOT_AN_OBJECT = "{value} is not an object"
+NOT_A_LIST = "{value} is not a list"
+NOT_A_STRING = "{value} is a non-string; expected a string"
+ENTRY_NOT_A_STRING = "{value} is a non-string; every entry must be a string"
+NOT_A_BOOLEAN = "{value} is not a boolean (true or false)"
+IS_EMPTY = "is empty"
+NO_ID = 'has no "id"'
+BAD_ID = "{value}: an id is letters, digits, '.', '_' and '-'"
+ADDS_NOTHING = "adds nothing: give it args or env"
+ARGS_NOT_A_FLAG = "args must start with a flag (-x or --xy), not {value}"
+NO_MEASURED = 'has no "measured": a recipe without a measurement does not load'
+EMPTY_MEASURED = '"measured" is empty: a recipe without a measurement does not load'
+EMPTY_MATCH_LIST = "is an empty list, which matches nothing; omit the key to match anything"
+ENV_NOT_AN_OBJECT = 'env is {value}, not an object ({{"NAME": "value"}})'
+NOT_A_VARIABLE_NAME = "{value} is not an environment variable name"
+ENV_REFUSED = "not a variable a recipe may set: recipes set knobs ({prefixes}), never a loader's or a library path"
+# a note on a recipe that matched but found some of its settings given: what it still adds
+ALREADY_GIVEN = "recipe {id} matches, but {given} is already given: {rest}"
+ADDS_NO_MORE = "adds nothing"
+ADDS_THE_REST = "adds the rest"
 
 
 @dataclass(frozen=True)
@@ -126,25 +159,25 @@ class _Reader:
         self.name = name
 
     def error(self, message: str, where: str = "") -> FileProblem:
-        return FileProblem(f"{where}: {message}" if where else message, self.name)
+        return FileProblem(AT.format(where=where, problem=message) if where else message, self.name)
 
     def unknown(self, key: str, known: Sequence[str], what: str, where: str) -> FileProblem:
-        return self.error(f'unknown {what} "{key}"{did_you_mean(key, known)}; known: {", ".join(known)}', where)
+        return self.error(UNKNOWN.format(what=what, name=key, suggestion=did_you_mean(key, known), known=", ".join(known)), where)
 
     def text(self, value: object, where: str, *, blank_ok: bool = True) -> str:
         if not isinstance(value, str):
-            raise self.error(f"{_describe(value)} is a non-string; expected a string", where)
+            raise self.error(NOT_A_STRING.format(value=_describe(value)), where)
         if not blank_ok and not value.strip():
-            raise self.error("is empty", where)
+            raise self.error(IS_EMPTY, where)
         return value
 
     def strings(self, value: object, where: str) -> tuple[str, ...]:
         if not isinstance(value, list):
-            raise self.error(f"{_describe(value)} is not a list", where)
+            raise self.error(NOT_A_LIST.format(value=_describe(value)), where)
         out = []
         for i, item in enumerate(value):
             if not isinstance(item, str):
-                raise self.error(f"{_describe(item)} is a non-string; every entry must be a string", f"{where}[{i}]")
+                raise self.error(ENTRY_NOT_A_STRING.format(value=_describe(item)), f"{where}[{i}]")
             if not item:
                 raise self.error("is an empty string", f"{where}[{i}]")
             out.append(item)
@@ -157,28 +190,28 @@ def parse(text: str, name: str) -> RecipeSet:
     try:
         doc = strict.loads(text)
     except strict.DuplicateKey as exc:
-        raise r.error(f'key "{exc.key}" is given twice in one object') from None
+        raise r.error(KEY_TWICE.format(key=exc.key)) from None
     except json.JSONDecodeError as exc:
-        raise r.error(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        raise r.error(NOT_JSON.format(error=exc.msg, line=exc.lineno, column=exc.colno)) from None
     except RecursionError:
         raise r.error("nested too deeply to be a recipes file") from None
     if not isinstance(doc, dict):
-        raise r.error(f'{_describe(doc)} is not an object; expected {{"about": ..., "recipes": [...]}}')
+        raise r.error(NOT_A_RECIPES_OBJECT.format(value=_describe(doc)))
     for key in doc:
         if key not in TOP_KEYS:
             raise r.unknown(key, TOP_KEYS, "key", "")
     if "recipes" not in doc:
-        raise r.error('has no "recipes" list')
+        raise r.error(NO_RECIPES_LIST)
     about = r.text(doc.get("about", ""), "about")
     items = doc["recipes"]
     if not isinstance(items, list):
-        raise r.error(f"{_describe(items)} is not a list", "recipes")
+        raise r.error(NOT_A_LIST.format(value=_describe(items)), "recipes")
     recipes: list[Recipe] = []
     seen: dict[str, int] = {}
     for i, item in enumerate(items):
         recipe = _recipe(r, item, i)
         if recipe.id in seen:
-            raise r.error(f'id "{recipe.id}" is listed twice (recipes[{seen[recipe.id]}] and recipes[{i}])')
+            raise r.error(ID_TWICE.format(id=recipe.id, first=seen[recipe.id], second=i))
         seen[recipe.id] = i
         recipes.append(recipe)
     return RecipeSet(name=name, about=about, recipes=tuple(recipes))
@@ -187,13 +220,13 @@ def parse(text: str, name: str) -> RecipeSet:
 def _recipe(r: _Reader, item: object, index: int) -> Recipe:
     where = f"recipes[{index}]"
     if not isinstance(item, dict):
-        raise r.error(f"{_describe(item)} is not an object", where)
+        raise r.error(NOT_AN_OBJECT.format(value=_describe(item)), where)
     if "id" not in item:
-        raise r.error('has no "id"', where)
+        raise r.error(NO_ID, where)
     rid = r.text(item["id"], f"{where}.id", blank_ok=False)
     if not _ID.match(rid):
-        raise r.error(f"{_describe(rid)}: an id is letters, digits, '.', '_' and '-'", f"{where}.id")
-    where = f'recipe "{rid}"'
+        raise r.error(BAD_ID.format(value=_describe(rid)), f"{where}.id")
+    where = RECIPE.format(id=rid)
     for key in item:
         if key not in RECIPE_KEYS:
             raise r.unknown(key, RECIPE_KEYS, "key", where)
@@ -201,14 +234,14 @@ def _recipe(r: _Reader, item: object, index: int) -> Recipe:
     args = r.strings(item["args"], f"{where}: args") if "args" in item else ()
     env = _env(r, item["env"], where) if "env" in item else ()
     if not args and not env:
-        raise r.error("adds nothing: give it args or env", where)
+        raise r.error(ADDS_NOTHING, where)
     if args and not flags.is_flag(args[0]):
-        raise r.error(f"args must start with a flag (-x or --xy), not {_describe(args[0])}", where)
+        raise r.error(ARGS_NOT_A_FLAG.format(value=_describe(args[0])), where)
     if "measured" not in item:
-        raise r.error('has no "measured": a recipe without a measurement does not load', where)
+        raise r.error(NO_MEASURED, where)
     measured = r.text(item["measured"], f"{where}: measured")
     if not measured.strip():
-        raise r.error('"measured" is empty: a recipe without a measurement does not load', where)
+        raise r.error(EMPTY_MEASURED, where)
     return Recipe(
         id=rid,
         match=match,
@@ -223,22 +256,22 @@ def _recipe(r: _Reader, item: object, index: int) -> Recipe:
 
 def _match(r: _Reader, value: object, where: str) -> Match:
     if not isinstance(value, dict):
-        raise r.error(f"{_describe(value)} is not an object", f"{where}: match")
+        raise r.error(NOT_AN_OBJECT.format(value=_describe(value)), f"{where}: match")
     fields: dict[str, Any] = {}
     for key, v in value.items():
         at = f"{where}: match.{key}"
         if key in LIST_MATCH_KEYS:
             items = r.strings(v, at)
             if not items:
-                raise r.error("is an empty list, which matches nothing; omit the key to match anything", at)
+                raise r.error(EMPTY_MATCH_LIST, at)
             choices = {"device": DEVICES, "drafter": DRAFTERS}.get(key)
             for item in items:
                 if choices is not None and item not in choices:
-                    raise r.error(f'unknown {key} "{item}"{did_you_mean(item, choices)}; known: {", ".join(choices)}', at)
+                    raise r.unknown(item, choices, key, at)
             fields[key] = items
         elif key in BOOL_MATCH_KEYS:
             if not isinstance(v, bool):
-                raise r.error(f"{_describe(v)} is not a boolean (true or false)", at)
+                raise r.error(NOT_A_BOOLEAN.format(value=_describe(v)), at)
             fields[key] = v
         else:
             raise r.unknown(key, MATCH_KEYS, "match key", where)
@@ -254,17 +287,17 @@ ENV_LOADS_CODE = re.compile(r"LIB|PATH|PRELOAD|AUDIT|TOOLS|FILES|LAYER|ICD|DRIVE
 def env_problem(name: str) -> str | None:
     """Why a recipe may not set ``name``, or None."""
     if not name.startswith(ENV_PREFIXES) or ENV_LOADS_CODE.search(name):
-        return f"not a variable a recipe may set: recipes set knobs ({', '.join(p + '*' for p in ENV_PREFIXES)}), never a loader's or a library path"
+        return ENV_REFUSED.format(prefixes=", ".join(p + "*" for p in ENV_PREFIXES))
     return None
 
 
 def _env(r: _Reader, value: object, where: str) -> tuple[tuple[str, str], ...]:
     if not isinstance(value, dict):
-        raise r.error(f'env is {_describe(value)}, not an object ({{"NAME": "value"}})', where)
+        raise r.error(ENV_NOT_AN_OBJECT.format(value=_describe(value)), where)
     out = []
     for name, v in value.items():
         if not _ENV_NAME.match(name):
-            raise r.error(f"{_describe(name)} is not an environment variable name", f"{where}: env")
+            raise r.error(NOT_A_VARIABLE_NAME.format(value=_describe(name)), f"{where}: env")
         if (why := env_problem(name)) is not None:
             raise r.error(why, f"{where}: env.{name}")
         out.append((name, r.text(v, f"{where}: env.{name}")))
@@ -276,15 +309,15 @@ def load(path: str) -> RecipeSet:
     try:
         raw = read_regular(path, CONFIG_LIMIT)
     except FileNotFoundError:
-        raise FileProblem("no such file", path) from None
+        raise FileProblem(NO_SUCH_FILE, path) from None
     except NotARegularFile as exc:
-        raise FileProblem(f"is {str(exc.strerror).split(',')[0]}, not a recipes file", path) from None
+        raise FileProblem(NOT_A_RECIPES_FILE.format(kind=str(exc.strerror).split(",")[0]), path) from None
     except OSError as exc:
         raise FileProblem(f"cannot be read ({exc.strerror or exc})", path) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise FileProblem(f"is not UTF-8 (byte {exc.start})", path) from None
+        raise FileProblem(NOT_UTF8.format(byte=exc.start), path) from None
     return parse(text, path)
 
 
@@ -330,8 +363,8 @@ def apply(
             names.add(name)
             env.append((name, value))
         if kept:
-            rest = "adds nothing" if not args and not env else "adds the rest"
-            notes.append(f"recipe {recipe.id} matches, but {', '.join(kept)} is already given: {rest}")
+            rest = ADDS_NO_MORE if not args and not env else ADDS_THE_REST
+            notes.append(ALREADY_GIVEN.format(id=recipe.id, given=", ".join(kept), rest=rest))
         if args or env:
             applied.append(Applied(id=recipe.id, args=tuple(args), env=tuple(env)))
     return tuple(applied), tuple(notes)

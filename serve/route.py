@@ -35,6 +35,45 @@ DEVICE_ARGS: dict[str, tuple[str, ...]] = {
 }
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+# refusals (serve.errors.AT puts the option, variable or file first)
+UNKNOWN_DEVICE = 'unknown device "{device}"{suggestion}; choose from {choices}'
+NOT_A_PROFILE_NAME = '"{profile}" is not a profile name (letters, digits, ".", "_", "-")'
+NOT_A_PORT = "{port} is not a TCP port (1-65535)"
+NEGATIVE_CTX_SIZE = "{ctx_size} is negative (0 takes the model's own context)"
+NOT_A_CHOICE = '"{value}" is not one of {choices}'
+TWO_DRAFTERS = "--dflash and --mtp are two drafters; pick one"
+DRAFT_LENGTH_WITHOUT_DRAFTER = "sets the draft length of a drafter: give --dflash DRAFT.gguf or --mtp HEAD.gguf"
+P_MIN_WITHOUT_DRAFTER = "sets the drafter's minimum probability: give --dflash DRAFT.gguf or --mtp HEAD.gguf"
+NOT_A_PROBABILITY = '"{value}" is not a probability (0 to 1)'
+MODEL_AFTER_DOUBLE_DASH = "the model is 1bit serve's -m MODEL.gguf, before --: its GGUF header decides the route"
+NOT_A_DEVICE = '"{value}" is not a device{suggestion}; choose from {choices}'
+ROTATED_REFUSED = (
+    "is Hadamard-rotated ({key} = {group}): only the lean ROCm build undoes the rotation; serve it with --device rocm (or auto)"
+)
+NOT_DFLASH = 'architecture is "{architecture}", not "{expected}": --dflash takes a DFlash drafter{hint}'
+MTP_HINT = " (an MTP head goes to --mtp)"
+# notes on the decision
+AUTO_DEVICE = "--device auto: {device}, {why}"
+AUTO_ROTATED = "the file is Hadamard-rotated"
+AUTO_DEFAULT = "the default device (set {variable} to change it)"
+AUTO_FROM_VARIABLE = "from {variable}"
+OTHER_STAMP = "{key} is {stamp}, not {group}: not treated as Hadamard-rotated"
+LEAN_ROCM = "lean ROCm route, W4A4 prompt processing"
+W4A4_KEPT = '{variable} is already set ("{value}"{meaning}): kept'
+EXACT_INT8 = ", exact int8"  # what an empty GGML_W4A4_TENSORS means
+ROTATED_ELSEWHERE = "Hadamard-rotated file on {device}: the engine measured this route on ROCm (gfx1151) only"
+FLASH_ATTN_ON_ROCM = (
+    "-fa {value}: not passed on rocm, where llama-server's default (auto, on) stays "
+    "(flash attention off drops pp16384 to 337 t/s, engine #205); give it after -- to force it"
+)
+REPLACED = '"{given}" after -- replaces serve\'s "{own}"'
+RECIPES_OFF = "recipes off (--no-recipes)"
+DRAFT_LENGTH = "draft length {length}: {why}"
+FROM_BLOCK_SIZE = "the drafter's {architecture}.block_size {block_size} minus its anchor token"
+NO_BLOCK_SIZE = "the drafter has no block size to follow"
+SMALL_BLOCK_SIZE = "the drafter has {architecture}.block_size {block_size}, so no block size to follow"
+
 
 @dataclass(frozen=True)
 class RouteOptions:
@@ -92,46 +131,49 @@ def check_options(o: RouteOptions) -> None:
     """What can be refused before any file is read."""
     if o.device not in DEVICE_CHOICES:
         raise UsageError(
-            f'unknown device "{o.device}"{did_you_mean(o.device, DEVICE_CHOICES)}; choose from {", ".join(DEVICE_CHOICES)}', "--device"
+            UNKNOWN_DEVICE.format(device=o.device, suggestion=did_you_mean(o.device, DEVICE_CHOICES), choices=", ".join(DEVICE_CHOICES)),
+            "--device",
         )
     if o.profile is not None and not _PROFILE_NAME.match(o.profile):
-        raise UsageError(f'"{o.profile}" is not a profile name (letters, digits, ".", "_", "-")', "--profile")
+        raise UsageError(NOT_A_PROFILE_NAME.format(profile=o.profile), "--profile")
     if not o.host:
         raise UsageError("is empty", "--host")
     if not 1 <= o.port <= 65535:
-        raise UsageError(f"{o.port} is not a TCP port (1-65535)", "--port")
+        raise UsageError(NOT_A_PORT.format(port=o.port), "--port")
     if o.ctx_size is not None and o.ctx_size < 0:
-        raise UsageError(f"{o.ctx_size} is negative (0 takes the model's own context)", "--ctx-size")
+        raise UsageError(NEGATIVE_CTX_SIZE.format(ctx_size=o.ctx_size), "--ctx-size")
     if o.flash_attn is not None and o.flash_attn not in FLASH_ATTN:
-        raise UsageError(f'"{o.flash_attn}" is not one of {", ".join(FLASH_ATTN)}', "--flash-attn")
+        raise UsageError(NOT_A_CHOICE.format(value=o.flash_attn, choices=", ".join(FLASH_ATTN)), "--flash-attn")
     if o.dflash and o.mtp:
-        raise Refused("--dflash and --mtp are two drafters; pick one")
+        raise Refused(TWO_DRAFTERS)
     if o.mtp_max is not None:
         if not o.drafter_path:
-            raise UsageError("sets the draft length of a drafter: give --dflash DRAFT.gguf or --mtp HEAD.gguf", "--mtp-max")
+            raise UsageError(DRAFT_LENGTH_WITHOUT_DRAFTER, "--mtp-max")
         if o.mtp_max < 1:
             raise UsageError(f"{o.mtp_max} is not a draft length (1 or more)", "--mtp-max")
     if o.mtp_p_min is not None:
         if not o.drafter_path:
-            raise UsageError("sets the drafter's minimum probability: give --dflash DRAFT.gguf or --mtp HEAD.gguf", "--mtp-p-min")
+            raise UsageError(P_MIN_WITHOUT_DRAFTER, "--mtp-p-min")
         try:
             p = float(o.mtp_p_min)
         except ValueError:
             p = math.nan
         if not 0.0 <= p <= 1.0:
-            raise UsageError(f'"{o.mtp_p_min}" is not a probability (0 to 1)', "--mtp-p-min")
+            raise UsageError(NOT_A_PROBABILITY.format(value=o.mtp_p_min), "--mtp-p-min")
     if "-m" in flags.flags_in(o.extra):
-        raise UsageError("the model is 1bit serve's -m MODEL.gguf, before --: its GGUF header decides the route", "-m after --")
+        raise UsageError(MODEL_AFTER_DOUBLE_DASH, "-m after --")
 
 
 def default_device(environ: Mapping[str, str]) -> tuple[str, str]:
     """The device for an unrotated file on ``--device auto``, and where it came from."""
     value = environ.get(DEFAULT_DEVICE_VAR, "")
     if not value:
-        return DEFAULT_DEVICE, f"the default device (set {DEFAULT_DEVICE_VAR} to change it)"
+        return DEFAULT_DEVICE, AUTO_DEFAULT.format(variable=DEFAULT_DEVICE_VAR)
     if value not in DEVICES:
-        raise UsageError(f'"{value}" is not a device{did_you_mean(value, DEVICES)}; choose from {", ".join(DEVICES)}', DEFAULT_DEVICE_VAR)
-    return value, f"from {DEFAULT_DEVICE_VAR}"
+        raise UsageError(
+            NOT_A_DEVICE.format(value=value, suggestion=did_you_mean(value, DEVICES), choices=", ".join(DEVICES)), DEFAULT_DEVICE_VAR
+        )
+    return value, AUTO_FROM_VARIABLE.format(variable=DEFAULT_DEVICE_VAR)
 
 
 def route(
@@ -154,39 +196,32 @@ def route(
     env: dict[str, str] = {}
 
     if model.hadamard_stamp is not None and not model.hadamard_q4_0:
-        notes.append(f"{HADAMARD_KEY} is {model.hadamard_stamp}, not {HADAMARD_GROUP}: not treated as Hadamard-rotated")
+        notes.append(OTHER_STAMP.format(key=HADAMARD_KEY, stamp=model.hadamard_stamp, group=HADAMARD_GROUP))
     device = o.device
     if device == "auto":
         if model.hadamard_q4_0:
             device = "rocm"
-            notes.append("--device auto: rocm, the file is Hadamard-rotated")
+            notes.append(AUTO_DEVICE.format(device=device, why=AUTO_ROTATED))
         else:
             device, why = default_device(environ)
-            notes.append(f"--device auto: {device}, {why}")
+            notes.append(AUTO_DEVICE.format(device=device, why=why))
     if model.hadamard_q4_0:
         if device in ("vulkan", "cpu"):
-            raise Refused(
-                f"is Hadamard-rotated ({HADAMARD_KEY} = {HADAMARD_GROUP}): only the lean ROCm build undoes the rotation; "
-                f"serve it with --device rocm (or auto)",
-                model.path,
-            )
+            raise Refused(ROTATED_REFUSED.format(key=HADAMARD_KEY, group=HADAMARD_GROUP), model.path)
         if device == "rocm":
-            notes.append("lean ROCm route, W4A4 prompt processing")
+            notes.append(LEAN_ROCM)
             if W4A4_VAR in environ:
-                shown = f'"{environ[W4A4_VAR]}"' + (", exact int8" if not environ[W4A4_VAR] else "")
-                notes.append(f"{W4A4_VAR} is already set ({shown}): kept")
+                given = environ[W4A4_VAR]
+                notes.append(W4A4_KEPT.format(variable=W4A4_VAR, value=given, meaning="" if given else EXACT_INT8))
             else:
                 env[W4A4_VAR] = "all"
         else:
-            notes.append(f"Hadamard-rotated file on {device}: the engine measured this route on ROCm (gfx1151) only")
+            notes.append(ROTATED_ELSEWHERE.format(device=device))
 
     base: list[str] = ["-m", o.model, *DEVICE_ARGS[device]]
     if o.flash_attn is not None:
         if device == "rocm":
-            notes.append(
-                f"-fa {o.flash_attn}: not passed on rocm, where llama-server's default (auto, on) stays "
-                "(flash attention off drops pp16384 to 337 t/s, engine #205); give it after -- to force it"
-            )
+            notes.append(FLASH_ATTN_ON_ROCM.format(value=o.flash_attn))
         else:
             base += ["-fa", o.flash_attn]
     base.append("--jinja")
@@ -201,13 +236,13 @@ def route(
     for unit in flags.units(base):
         flag = flags.canonical(unit[0])
         if flag in user:
-            notes.append(f'"{" ".join(last_given[flag])}" after -- replaces serve\'s "{" ".join(unit)}"')
+            notes.append(REPLACED.format(given=" ".join(last_given[flag]), own=" ".join(unit)))
             continue
         kept.extend(unit)
 
     applied: tuple[Applied, ...] = ()
     if recipes is None:
-        notes.append("recipes off (--no-recipes)")
+        notes.append(RECIPES_OFF)
     else:
         facts = LaunchFacts(
             device=device,
@@ -239,20 +274,18 @@ def _drafter_args(drafter: GGUFFacts | None, o: RouteOptions, device: str, notes
     ngld = "0" if device == "cpu" else "99"
     if o.dflash:
         if drafter.architecture != DFLASH_ARCH:
-            raise Refused(
-                f'architecture is "{drafter.architecture}", not "{DFLASH_ARCH}": --dflash takes a DFlash drafter'
-                + (" (an MTP head goes to --mtp)" if o.mtp is None else ""),
-                drafter.path,
-            )
+            hint = MTP_HINT if o.mtp is None else ""
+            raise Refused(NOT_DFLASH.format(architecture=drafter.architecture, expected=DFLASH_ARCH, hint=hint), drafter.path)
         args = ["--spec-type", "draft-dflash", "-md", o.dflash, "-ngld", ngld]
         if o.mtp_max is not None:
             n, why = o.mtp_max, "--mtp-max"
         elif drafter.block_size is not None and drafter.block_size > 1:
-            n, why = drafter.block_size - 1, f"the drafter's {DFLASH_ARCH}.block_size {drafter.block_size} minus its anchor token"
+            n, why = drafter.block_size - 1, FROM_BLOCK_SIZE.format(architecture=DFLASH_ARCH, block_size=drafter.block_size)
+        elif drafter.block_size is None:
+            n, why = DFLASH_FALLBACK_DRAFT, NO_BLOCK_SIZE
         else:
-            have = "has no" if drafter.block_size is None else f"has {DFLASH_ARCH}.block_size {drafter.block_size}, so no"
-            n, why = DFLASH_FALLBACK_DRAFT, f"the drafter {have} block size to follow"
-        notes.append(f"draft length {n}: {why}")
+            n, why = DFLASH_FALLBACK_DRAFT, SMALL_BLOCK_SIZE.format(architecture=DFLASH_ARCH, block_size=drafter.block_size)
+        notes.append(DRAFT_LENGTH.format(length=n, why=why))
         args += ["--spec-draft-n-max", str(n)]
     elif o.mtp is not None:
         args = ["--spec-type", "draft-mtp", "-md", o.mtp, "-ngld", ngld]

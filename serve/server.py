@@ -31,6 +31,25 @@ MANIFEST = "build.json"
 BINARY = "llama-server"
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+NO_SUCH_PROGRAM = "{path}: no such file"
+NOT_EXECUTABLE = "{path}: not executable (chmod +x it)"
+NOT_ON_PATH = "{name}: not found on PATH; give its path"
+NO_BUILD = "there is no build for profile {profile} ({why}): make one with `nox -s build -- --profile {profile}`, or pass --llama-server PATH"
+NO_ROOT = "no {marker} above {cwd} and no ${variable}"  # why there is no build
+NO_MANIFEST = "no {manifest}"  # why there is no build
+MANIFEST_NOT_JSON = "not JSON: {error} at line {line} column {column}; rebuild with `nox -s build -- --profile {profile}`"
+NO_BINARY_ENTRY = "has no binaries.{binary}; rebuild with `nox -s build -- --profile {profile}`"
+NO_BINARY_PATH = "binaries.{binary}.path is not a path"
+NO_BINARY_SHA256 = "binaries.{binary}.sha256 is not 64 lowercase hex digits"
+BINARY_MISSING = "{manifest} records {path}, which is not there; rebuild with `nox -s build -- --profile {profile}`"
+BINARY_REPLACED = (
+    "sha256 {got}... is not the {want}... that {manifest} records: the binary was replaced or the build is stale; "
+    "rebuild with `nox -s build -- --profile {profile}`"
+)
+STALE = "the {profile} build no longer matches {what}"  # what: serve.identity's PIN_MOVED, SERIES_MOVED, ...
+STALE_REFUSED = "{stale}; rebuild with `nox -s build -- --profile {profile}`, or pass --allow-stale to run it anyway"
+
 
 @dataclass(frozen=True)
 class Server:
@@ -71,19 +90,17 @@ def from_option(value: str, environ: Mapping[str, str]) -> Server:
     """``--llama-server PATH`` (or a name on PATH): it must be there and executable."""
     if os.sep in value or (os.altsep and os.altsep in value):
         if not Path(value).is_file():
-            raise NoServer(f"{value}: no such file", "--llama-server")
+            raise NoServer(NO_SUCH_PROGRAM.format(path=value), "--llama-server")
         if not os.access(value, os.X_OK):
-            raise NoServer(f"{value}: not executable (chmod +x it)", "--llama-server")
+            raise NoServer(NOT_EXECUTABLE.format(path=value), "--llama-server")
         return Server(program=value, source="--llama-server")
     if shutil.which(value, path=environ.get("PATH", os.defpath)) is None:
-        raise NoServer(f"{value}: not found on PATH; give its path", "--llama-server")
+        raise NoServer(NOT_ON_PATH.format(name=value), "--llama-server")
     return Server(program=value, source="--llama-server")
 
 
 def no_build(profile: str, why: str) -> NoBuild:
-    return NoBuild(
-        f"there is no build for profile {profile} ({why}): make one with `nox -s build -- --profile {profile}`, or pass --llama-server PATH"
-    )
+    return NoBuild(NO_BUILD.format(profile=profile, why=why))
 
 
 def from_manifest(profile: str, cwd: Path, environ: Mapping[str, str], allow_stale: bool = False) -> Server:
@@ -91,13 +108,13 @@ def from_manifest(profile: str, cwd: Path, environ: Mapping[str, str], allow_sta
     pins.yaml and patches/ (a stale build is refused, or run with a warning under ``allow_stale``)."""
     root = find_root(cwd, environ)
     if root is None:
-        raise no_build(profile, f"no {ROOT_MARKER} above {cwd} and no ${ROOT_VAR}")
+        raise no_build(profile, NO_ROOT.format(marker=ROOT_MARKER, cwd=cwd, variable=ROOT_VAR))
     manifest = manifest_path(root, profile)
     shown = display(manifest, cwd)
     try:
         text = read_text(manifest, CONFIG_LIMIT)  # a regular file of bounded size: a FIFO or /dev/zero is named
     except FileNotFoundError:
-        raise no_build(profile, f"no {shown}") from None
+        raise no_build(profile, NO_MANIFEST.format(manifest=shown)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise FileProblem(f"cannot be read ({exc})", shown) from None
     try:
@@ -105,38 +122,32 @@ def from_manifest(profile: str, cwd: Path, environ: Mapping[str, str], allow_sta
     except ValueError as exc:
         if not isinstance(exc, json.JSONDecodeError):
             raise FileProblem(f"{exc}; rebuild with `nox -s build -- --profile {profile}`", shown) from None
-        raise FileProblem(
-            f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}; rebuild with `nox -s build -- --profile {profile}`", shown
-        ) from None
+        raise FileProblem(MANIFEST_NOT_JSON.format(error=exc.msg, line=exc.lineno, column=exc.colno, profile=profile), shown) from None
     except RecursionError:
         raise FileProblem(f"nested too deeply to be a build manifest; rebuild with `nox -s build -- --profile {profile}`", shown) from None
     entry = doc.get("binaries", {}).get(BINARY) if isinstance(doc, dict) and isinstance(doc.get("binaries", {}), dict) else None
     if not isinstance(entry, dict):
-        raise FileProblem(f"has no binaries.{BINARY}; rebuild with `nox -s build -- --profile {profile}`", shown)
+        raise FileProblem(NO_BINARY_ENTRY.format(binary=BINARY, profile=profile), shown)
     rel, want = entry.get("path"), entry.get("sha256")
     if not isinstance(rel, str) or not rel:
-        raise FileProblem(f"binaries.{BINARY}.path is not a path", shown)
+        raise FileProblem(NO_BINARY_PATH.format(binary=BINARY), shown)
     if not isinstance(want, str) or not _SHA256.match(want):
-        raise FileProblem(f"binaries.{BINARY}.sha256 is not 64 lowercase hex digits", shown)
+        raise FileProblem(NO_BINARY_SHA256.format(binary=BINARY), shown)
     binary = manifest.parent / rel
     binary_shown = display(binary, cwd)
     if not binary.is_file():
-        raise NoServer(f"{shown} records {rel}, which is not there; rebuild with `nox -s build -- --profile {profile}`", binary_shown)
+        raise NoServer(BINARY_MISSING.format(manifest=shown, path=rel, profile=profile), binary_shown)
     got = sha256_of(binary)
     if got != want:
-        raise Refused(
-            f"sha256 {got[:12]}... is not the {want[:12]}... that {shown} records: the binary was replaced or the build is stale; "
-            f"rebuild with `nox -s build -- --profile {profile}`",
-            binary_shown,
-        )
+        raise Refused(BINARY_REPLACED.format(got=got[:12], want=want[:12], manifest=shown, profile=profile), binary_shown)
     if not os.access(binary, os.X_OK):
         raise NoServer("is not executable; rebuild it", binary_shown)
     stale = staleness(root, (doc.get("pin") or {}).get("commit"), (doc.get("patches") or {}).get("digest"))
     if stale is None:
         return Server(program=str(binary.resolve()), source=shown)
-    why = f"the {profile} build no longer matches {stale}"
+    why = STALE.format(profile=profile, what=stale)
     if not allow_stale:
-        raise Refused(f"{why}; rebuild with `nox -s build -- --profile {profile}`, or pass --allow-stale to run it anyway", shown)
+        raise Refused(STALE_REFUSED.format(stale=why, profile=profile), shown)
     return Server(program=str(binary.resolve()), source=f"{shown} (STALE: {why})", warning=why)
 
 

@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 
-from serve.cli import main
+from serve.cli import ERROR, main
 from tests.support.gguf_files import make
-from tests.support.route import ERROR_PREFIX, DryRun
+from tests.support.route import DryRun
+
+ERROR_PREFIX = ERROR.format(prog="1bit serve", problem="")  # what comes before the problem on serve's one error line
 
 
 @pytest.fixture(autouse=True)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+from serve import cli, route, server
 from serve.cli import main
+from serve.errors import AT, DID_YOU_MEAN
 from tests.support.route import DryRun
 
 DryRunFn = Callable[..., DryRun]
@@ -32,15 +35,16 @@ def test_device_argv(device: str, device_args: list[str], gguf_file: FileFn, dry
 
 
 @pytest.mark.parametrize(("device", "profile"), [("rocm", "gfx1151"), ("vulkan", "vulkan"), ("cuda", "cuda"), ("cpu", "cpu")])
-def test_profile_follows_the_device(device: str, profile: str, gguf_file: FileFn, dry_run: DryRunFn) -> None:
+def test_profile_follows_the_device(device: str, profile: str, gguf_file: FileFn, dry_run: DryRunFn, tmp_path: Path) -> None:
     r = dry_run("-m", gguf_file("plain"), "--device", device)
-    assert f"1bit serve: device {device}, profile {profile}, llama-server from no build yet (dry run)" in r.stderr.splitlines()
-    assert any(f"there is no build for profile {profile}" in note for note in r.notes)
+    assert cli.DECIDED.format(device=device, profile=profile, source=cli.NO_BUILD_YET) in r.stderr.splitlines()
+    no_root = server.NO_ROOT.format(marker="pins.yaml", cwd=tmp_path, variable="ONEBIT_CI_ROOT")
+    assert cli.LAUNCH_WOULD_STOP.format(problem=server.NO_BUILD.format(profile=profile, why=no_root)) in r.notes
 
 
 def test_profile_option_overrides_the_device_default(gguf_file: FileFn, dry_run: DryRunFn) -> None:
     r = dry_run("-m", gguf_file("rotated-dense"), "--profile", "gfx1151-debug")
-    assert "1bit serve: device rocm, profile gfx1151-debug, llama-server from no build yet (dry run)" in r.stderr.splitlines()
+    assert cli.DECIDED.format(device="rocm", profile="gfx1151-debug", source=cli.NO_BUILD_YET) in r.stderr.splitlines()
 
 
 def test_vulkan_with_flash_attention_ctx_host_and_port(gguf_file: FileFn, dry_run: DryRunFn) -> None:
@@ -59,7 +63,7 @@ def test_flash_attn_takes_a_value(gguf_file: FileFn, dry_run: DryRunFn) -> None:
 def test_flash_attn_on_rocm_keeps_the_default_and_says_why(gguf_file: FileFn, dry_run: DryRunFn) -> None:
     r = dry_run("-m", gguf_file("rotated-dense"), "-fa")
     assert "-fa" not in r.argv
-    assert any(note.startswith("-fa on: not passed on rocm") and "337 t/s" in note for note in r.notes)
+    assert route.FLASH_ATTN_ON_ROCM.format(value="on") in r.notes
 
 
 def test_extra_args_pass_through_in_order(gguf_file: FileFn, dry_run: DryRunFn) -> None:
@@ -73,9 +77,9 @@ def test_a_user_flag_after_double_dash_replaces_serve_own(gguf_file: FileFn, dry
         "llama-server", "-m", "rotated-dense.gguf", "--device", "ROCm0", "--host", "127.0.0.1",
         "--n-gpu-layers", "40", "--port", "9000", "--no-jinja",
     ]  # fmt: skip
-    assert '"--n-gpu-layers 40" after -- replaces serve\'s "-ngl 99"' in r.notes
-    assert '"--port 9000" after -- replaces serve\'s "--port 8080"' in r.notes
-    assert '"--no-jinja" after -- replaces serve\'s "--jinja"' in r.notes
+    assert route.REPLACED.format(given="--n-gpu-layers 40", own="-ngl 99") in r.notes
+    assert route.REPLACED.format(given="--port 9000", own="--port 8080") in r.notes
+    assert route.REPLACED.format(given="--no-jinja", own="--jinja") in r.notes
     assert r.env == {"GGML_W4A4_TENSORS": "all"}
 
 
@@ -101,22 +105,31 @@ def test_drafter_on_cpu_stays_on_cpu(gguf_file: FileFn, dry_run: DryRunFn) -> No
 @pytest.mark.parametrize(
     ("args", "code", "line"),
     [
-        (["--device", "rcom"], 2, '--device: unknown device "rcom" (did you mean "rocm"?); choose from auto, rocm, vulkan, cuda, cpu'),
-        (["--devce", "rocm"], 2, '--devce: unknown option (did you mean "--device"?); llama-server\'s own flags go after --'),
-        (["-ub", "1024"], 2, "-ub: unknown option; llama-server's own flags go after --"),
-        (["--port", "http"], 2, "argument --port: invalid int value: 'http' (1bit serve --help)"),
-        (["--port", "70000"], 2, "--port: 70000 is not a TCP port (1-65535)"),
-        (["-c", "-1"], 2, "--ctx-size: -1 is negative (0 takes the model's own context)"),
-        (["-fa", "yes"], 2, '--flash-attn: "yes" is not one of on, off, auto'),
-        (["--mtp-max", "5"], 2, "--mtp-max: sets the draft length of a drafter: give --dflash DRAFT.gguf or --mtp HEAD.gguf"),
-        (["--mtp-p-min", "0.5"], 2, "--mtp-p-min: sets the drafter's minimum probability: give --dflash DRAFT.gguf or --mtp HEAD.gguf"),
-        (["--profile", "../x"], 2, '--profile: "../x" is not a profile name (letters, digits, ".", "_", "-")'),
         (
-            ["--", "-m", "other.gguf"],
+            ["--device", "rcom"],
             2,
-            "-m after --: the model is 1bit serve's -m MODEL.gguf, before --: its GGUF header decides the route",
+            AT.format(
+                where="--device",
+                problem=route.UNKNOWN_DEVICE.format(
+                    device="rcom", suggestion=DID_YOU_MEAN.format(choice="rocm"), choices="auto, rocm, vulkan, cuda, cpu"
+                ),
+            ),
         ),
-        (["extra.gguf"], 2, "unexpected argument 'extra.gguf': the model is -m MODEL.gguf (1bit serve --help)"),
+        (
+            ["--devce", "rocm"],
+            2,
+            AT.format(where="--devce", problem=cli.UNKNOWN_OPTION.format(suggestion=DID_YOU_MEAN.format(choice="--device"))),
+        ),
+        (["-ub", "1024"], 2, AT.format(where="-ub", problem=cli.UNKNOWN_OPTION.format(suggestion=""))),
+        (["--port", "http"], 2, cli.SEE_HELP.format(message="argument --port: invalid int value: 'http'")),  # argparse's message
+        (["--port", "70000"], 2, AT.format(where="--port", problem=route.NOT_A_PORT.format(port=70000))),
+        (["-c", "-1"], 2, AT.format(where="--ctx-size", problem=route.NEGATIVE_CTX_SIZE.format(ctx_size=-1))),
+        (["-fa", "yes"], 2, AT.format(where="--flash-attn", problem=route.NOT_A_CHOICE.format(value="yes", choices="on, off, auto"))),
+        (["--mtp-max", "5"], 2, AT.format(where="--mtp-max", problem=route.DRAFT_LENGTH_WITHOUT_DRAFTER)),
+        (["--mtp-p-min", "0.5"], 2, AT.format(where="--mtp-p-min", problem=route.P_MIN_WITHOUT_DRAFTER)),
+        (["--profile", "../x"], 2, AT.format(where="--profile", problem=route.NOT_A_PROFILE_NAME.format(profile="../x"))),
+        (["--", "-m", "other.gguf"], 2, AT.format(where="-m after --", problem=route.MODEL_AFTER_DOUBLE_DASH)),
+        (["extra.gguf"], 2, cli.SEE_HELP.format(message=cli.UNEXPECTED_ARGUMENT.format(argument="extra.gguf"))),
     ],
 )
 def test_refused_options(args: list[str], code: int, line: str, gguf_file: FileFn, serve_error: ErrorFn) -> None:
@@ -124,10 +137,7 @@ def test_refused_options(args: list[str], code: int, line: str, gguf_file: FileF
 
 
 def test_dflash_and_mtp_together_are_refused_before_any_file_is_read(gguf_file: FileFn, serve_error: ErrorFn) -> None:
-    assert serve_error("-m", gguf_file("plain"), "--dflash", "missing-a.gguf", "--mtp", "missing-b.gguf") == (
-        4,
-        "--dflash and --mtp are two drafters; pick one",
-    )
+    assert serve_error("-m", gguf_file("plain"), "--dflash", "missing-a.gguf", "--mtp", "missing-b.gguf") == (4, route.TWO_DRAFTERS)
 
 
 @pytest.mark.parametrize(("p", "ok"), [("0", True), ("1", True), ("0.75", True), ("1.5", False), ("nan", False), ("low", False)])
@@ -136,21 +146,21 @@ def test_mtp_p_min_is_a_probability(p: str, ok: bool, gguf_file: FileFn, capsys:
     err = capsys.readouterr().err
     assert (code == 0) is ok
     if not ok:
-        assert err == f'1bit serve: error: --mtp-p-min: "{p}" is not a probability (0 to 1)\n'
+        problem = AT.format(where="--mtp-p-min", problem=route.NOT_A_PROBABILITY.format(value=p))
+        assert err == cli.ERROR.format(prog="1bit serve", problem=problem) + "\n"
 
 
 def test_bad_onebit_serve_device(gguf_file: FileFn, serve_error: ErrorFn, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ONEBIT_SERVE_DEVICE", "vulcan")
-    assert serve_error("-m", gguf_file("plain")) == (
-        2,
-        'ONEBIT_SERVE_DEVICE: "vulcan" is not a device (did you mean "vulkan"?); choose from rocm, vulkan, cuda, cpu',
-    )
+    problem = route.NOT_A_DEVICE.format(value="vulcan", suggestion=DID_YOU_MEAN.format(choice="vulkan"), choices="rocm, vulkan, cuda, cpu")
+    assert serve_error("-m", gguf_file("plain")) == (2, AT.format(where="ONEBIT_SERVE_DEVICE", problem=problem))
 
 
 def test_missing_model_option(serve_error: ErrorFn) -> None:
-    assert serve_error() == (2, "the following arguments are required: -m/--model (1bit serve --help)")
+    assert serve_error() == (2, cli.SEE_HELP.format(message="the following arguments are required: -m/--model"))  # argparse's message
 
 
 def test_unknown_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serv", "-m", "x.gguf"]) == 2
-    assert capsys.readouterr().err == "1bit: error: unknown command 'serv' (did you mean \"serve\"?); commands: serve\n"
+    problem = cli.UNKNOWN_COMMAND.format(command="serv", suggestion=DID_YOU_MEAN.format(choice="serve"), commands="serve")
+    assert capsys.readouterr().err == cli.ERROR.format(prog="1bit", problem=problem) + "\n"

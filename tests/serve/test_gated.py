@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from serve import cli, gated
+from serve.errors import AT
 from tests.support.route import DryRun
 
 
@@ -51,10 +53,9 @@ def test_an_upstream_llama_server_is_a_warning_and_dry_run_says_so(
     assert doc["gated"]["state"] == "not gated"
     sha = hashlib.sha256(upstream.read_bytes()).hexdigest()
     warnings = [ln for ln in err.splitlines() if "warning" in ln]
-    assert warnings == [
-        f"1bit serve: warning: llama-server {upstream} (sha256 {sha[:12]}) is not the "
-        f"{hashlib.sha256(gated_server.read_bytes()).hexdigest()[:12]} that the gates of release {'k' * 12} judged; running it anyway (--require-gated refuses it)"
-    ]
+    want = hashlib.sha256(gated_server.read_bytes()).hexdigest()
+    detail = gated.NOT_GATED.format(program=upstream, got=sha[:12], want=want[:12], release="k" * 12)
+    assert warnings == [cli.NOT_GATED_WARNING.format(detail=detail)]
     assert main(["serve", "-m", gguf_file("plain"), "--llama-server", str(gated_server), "--dry-run"]) == 0
     assert json.loads(capsys.readouterr().out)["gated"]["state"] == "gated"
 
@@ -65,8 +66,9 @@ def test_require_gated_refuses_an_upstream_llama_server(
     upstream = binary(tmp_path / "upstream-llama-server", "upstream")
     code, line = serve_error("-m", gguf_file("plain"), "--llama-server", str(upstream), "--require-gated")
     assert code == 4
-    assert line.startswith(f"--require-gated: llama-server {upstream} (sha256 ")
-    assert line.endswith("; run the release's own build, or drop --require-gated")
+    got, want = (hashlib.sha256(path.read_bytes()).hexdigest()[:12] for path in (upstream, gated_server))
+    detail = gated.NOT_GATED.format(program=upstream, got=got, want=want, release="k" * 12)
+    assert line == AT.format(where="--require-gated", problem=cli.NOT_GATED_REFUSED.format(detail=detail))
 
 
 def test_require_gated_without_a_release_refuses(
@@ -74,7 +76,8 @@ def test_require_gated_without_a_release_refuses(
 ) -> None:
     code, line = serve_error("-m", gguf_file("plain"), "--llama-server", str(binary(tmp_path / "llama-server", "x")), "--require-gated")
     assert code == 4
-    assert line.startswith("--require-gated: no release.json: serve runs from a checkout")
+    problem = cli.NO_RELEASE_REFUSED.format(detail=gated.NO_RELEASE, variable="ONEBIT_SERVE_RELEASE")
+    assert line == AT.format(where="--require-gated", problem=problem)
 
 
 def test_a_forged_release_json_is_one_line(
@@ -85,4 +88,4 @@ def test_a_forged_release_json_is_one_line(
     monkeypatch.setenv("ONEBIT_SERVE_RELEASE", str(bad))
     code, line = serve_error("-m", gguf_file("plain"), "--llama-server", str(binary(tmp_path / "llama-server", "x")))
     assert code == 2
-    assert line == f"ONEBIT_SERVE_RELEASE={bad}: build.binaries.llama-server is not a sha256: not a release manifest ship wrote"
+    assert line == AT.format(where=gated.GIVEN_RELEASE.format(variable="ONEBIT_SERVE_RELEASE", path=bad), problem=gated.NOT_A_SHA256)

@@ -9,6 +9,8 @@ import gguf
 import numpy as np
 import pytest
 
+from serve import facts, route
+from serve.errors import AT
 from serve.facts import GGUFFacts, read_facts, read_header
 from tests.support.gguf_files import KINDS, make, write_gguf
 
@@ -83,40 +85,40 @@ def test_header_steps_over_arrays_and_tensors_like_gguf_reader(endianess: gguf.G
 
 
 def test_missing_model(serve_error: ErrorFn) -> None:
-    assert serve_error("-m", "Qwen3.8-27B-H32.gguf") == (2, "Qwen3.8-27B-H32.gguf: no such file")
+    assert serve_error("-m", "Qwen3.8-27B-H32.gguf") == (2, AT.format(where="Qwen3.8-27B-H32.gguf", problem=facts.NO_SUCH_FILE))
 
 
 def test_missing_drafter_is_named(gguf_file: FileFn, serve_error: ErrorFn) -> None:
-    assert serve_error("-m", gguf_file("plain"), "--dflash", "DFlash2.gguf") == (2, "DFlash2.gguf: no such file")
+    assert serve_error("-m", gguf_file("plain"), "--dflash", "DFlash2.gguf") == (
+        2,
+        AT.format(where="DFlash2.gguf", problem=facts.NO_SUCH_FILE),
+    )
 
 
 def test_empty_file(tmp_path: Path, serve_error: ErrorFn) -> None:
     (tmp_path / "empty.gguf").write_bytes(b"")
-    assert serve_error("-m", "empty.gguf") == (2, "empty.gguf: is empty (0 bytes), not a GGUF file")
+    assert serve_error("-m", "empty.gguf") == (2, AT.format(where="empty.gguf", problem=facts.IS_EMPTY))
 
 
 def test_not_a_gguf_file(tmp_path: Path, serve_error: ErrorFn) -> None:
     (tmp_path / "model.safetensors").write_bytes(b'{"__metadata__": {}}' + bytes(64))
-    assert serve_error("-m", "model.safetensors") == (
-        2,
-        "model.safetensors: not a GGUF file (it starts with b'{\"__', a GGUF file with b'GGUF')",
-    )
+    assert serve_error("-m", "model.safetensors") == (2, AT.format(where="model.safetensors", problem=facts.NOT_GGUF.format(start=b'{"__')))
 
 
 def test_directory(tmp_path: Path, serve_error: ErrorFn) -> None:
     (tmp_path / "models").mkdir()
-    assert serve_error("-m", "models") == (2, "models: is a directory, not a GGUF file")
+    assert serve_error("-m", "models") == (2, AT.format(where="models", problem=facts.IS_A_DIRECTORY))
 
 
 @pytest.mark.parametrize(
     ("cut", "inside"),
     [
-        (3, "the header"),  # inside the magic: the first 4 bytes are not all there
-        (6, "the header"),
-        (20, "the header"),
-        (30, "key 1 of 4"),
-        (60, 'the value of "general.architecture"'),
-        (-2, 'the value of "onebit.hadamard_q4_0"'),  # -2: two bytes short of the last key's end
+        (3, facts.IN_HEADER),  # inside the magic: the first 4 bytes are not all there
+        (6, facts.IN_HEADER),
+        (20, facts.IN_HEADER),
+        (30, facts.IN_KEY.format(number=1, count=4)),
+        (60, facts.IN_VALUE.format(key="general.architecture")),
+        (-2, facts.IN_VALUE.format(key="onebit.hadamard_q4_0")),  # -2: two bytes short of the last key's end
     ],
 )
 def test_truncated_header(cut: int, inside: str, tmp_path: Path, serve_error: ErrorFn) -> None:
@@ -129,9 +131,9 @@ def test_truncated_header(cut: int, inside: str, tmp_path: Path, serve_error: Er
     code, line = serve_error("-m", "cut.gguf")
     assert code == 2
     if cut == 3:
-        assert line == "cut.gguf: not a GGUF file (it starts with b'GGU', a GGUF file with b'GGUF')"
+        assert line == AT.format(where="cut.gguf", problem=facts.NOT_GGUF.format(start=b"GGU"))
     else:
-        assert line == f"cut.gguf: truncated: the file ends ({len(data):,} bytes) inside {inside}; re-download or re-convert it"
+        assert line == AT.format(where="cut.gguf", problem=facts.TRUNCATED_INSIDE.format(size=len(data), part=inside))
 
 
 def test_truncated_tensor_data(tmp_path: Path, serve_error: ErrorFn) -> None:
@@ -143,7 +145,7 @@ def test_truncated_tensor_data(tmp_path: Path, serve_error: ErrorFn) -> None:
     path.write_bytes(full[:-100])
     assert serve_error("-m", "partial.gguf") == (
         2,
-        f"partial.gguf: truncated: {len(full) - 100:,} bytes, but its 1 tensors need {len(full):,}; re-download or re-convert it",
+        AT.format(where="partial.gguf", problem=facts.TRUNCATED_DATA.format(size=len(full) - 100, tensors=1, needed=len(full))),
     )
 
 
@@ -159,7 +161,7 @@ def test_unsupported_version(tmp_path: Path, serve_error: ErrorFn) -> None:
     path.write_bytes(bytes(data))
     assert serve_error("-m", "plain.gguf") == (
         2,
-        "plain.gguf: GGUF version 1 (this reader knows versions 2 and 3); not a readable GGUF file (re-download or re-convert it)",
+        AT.format(where="plain.gguf", problem=facts.UNREADABLE.format(problem=facts.UNKNOWN_VERSION.format(version=1))),
     )
 
 
@@ -168,23 +170,26 @@ def test_key_twice(tmp_path: Path, serve_error: ErrorFn) -> None:
     _patch(path, b"expert_couns", b"expert_count")
     assert serve_error("-m", "twice.gguf") == (
         2,
-        'twice.gguf: key "qwen3moe.expert_count" appears twice; not a readable GGUF file (re-download or re-convert it)',
+        AT.format(where="twice.gguf", problem=facts.UNREADABLE.format(problem=facts.KEY_TWICE.format(key="qwen3moe.expert_count"))),
     )
 
 
 def test_no_architecture(tmp_path: Path, serve_error: ErrorFn) -> None:
     path = write_gguf(tmp_path / "noarch.gguf", "qwen35")
     _patch(path, b"general.architecture", b"general.architecturX")
-    assert serve_error("-m", "noarch.gguf") == (2, "noarch.gguf: has no general.architecture key; not a model GGUF llama-server can load")
+    assert serve_error("-m", "noarch.gguf") == (2, AT.format(where="noarch.gguf", problem=facts.NO_ARCHITECTURE))
 
 
 def test_expert_count_not_an_integer(tmp_path: Path, serve_error: ErrorFn) -> None:
     write_gguf(tmp_path / "str.gguf", "qwen3moe", {"qwen3moe.expert_count": "128"})
-    assert serve_error("-m", "str.gguf") == (2, "str.gguf: qwen3moe.expert_count is a string, expected an integer")
+    assert serve_error("-m", "str.gguf") == (
+        2,
+        AT.format(where="str.gguf", problem=facts.NOT_AN_INTEGER.format(key="qwen3moe.expert_count", type="string")),
+    )
 
 
 def test_drafter_that_is_not_dflash_is_refused(gguf_file: FileFn, serve_error: ErrorFn) -> None:
     assert serve_error("-m", gguf_file("rotated-dense"), "--dflash", gguf_file("mtp-head")) == (
         4,
-        'mtp-head.gguf: architecture is "qwen35", not "dflash": --dflash takes a DFlash drafter (an MTP head goes to --mtp)',
+        AT.format(where="mtp-head.gguf", problem=route.NOT_DFLASH.format(architecture="qwen35", expected="dflash", hint=route.MTP_HINT)),
     )

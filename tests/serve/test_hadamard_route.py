@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from serve import route
+from serve.errors import AT
 from tests.support.gguf_files import write_gguf
 from tests.support.route import DryRun
 
@@ -22,16 +24,15 @@ FileFn = Callable[[str], str]
 def test_rotated_file_on_vulkan_or_cpu_is_refused(device: str, gguf_file: FileFn, serve_error: ErrorFn) -> None:
     code, line = serve_error("-m", gguf_file("rotated-dense"), "--device", device)
     assert code == 4
-    assert line.startswith("rotated-dense.gguf: is Hadamard-rotated (onebit.hadamard_q4_0 = 32)")
-    assert "--device rocm" in line
+    assert line == AT.format(where="rotated-dense.gguf", problem=route.ROTATED_REFUSED.format(key="onebit.hadamard_q4_0", group=32))
 
 
 def test_rotated_file_on_auto_takes_rocm0_with_w4a4(gguf_file: FileFn, dry_run: DryRunFn) -> None:
     r = dry_run("-m", gguf_file("rotated-dense"))
     assert r.argv == ["llama-server", "-m", "rotated-dense.gguf", *ROCM]
     assert r.env == {"GGML_W4A4_TENSORS": "all"}
-    assert "lean ROCm route, W4A4 prompt processing" in r.notes
-    assert "--device auto: rocm, the file is Hadamard-rotated" in r.notes
+    assert route.LEAN_ROCM in r.notes
+    assert route.AUTO_DEVICE.format(device="rocm", why=route.AUTO_ROTATED) in r.notes
 
 
 def test_preset_empty_w4a4_is_kept(gguf_file: FileFn, dry_run: DryRunFn, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -39,14 +40,14 @@ def test_preset_empty_w4a4_is_kept(gguf_file: FileFn, dry_run: DryRunFn, monkeyp
     r = dry_run("-m", gguf_file("rotated-dense"))
     assert r.argv == ["llama-server", "-m", "rotated-dense.gguf", *ROCM]
     assert r.env == {}
-    assert 'GGML_W4A4_TENSORS is already set ("", exact int8): kept' in r.notes
+    assert route.W4A4_KEPT.format(variable="GGML_W4A4_TENSORS", value="", meaning=route.EXACT_INT8) in r.notes
 
 
 def test_preset_w4a4_value_is_kept(gguf_file: FileFn, dry_run: DryRunFn, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GGML_W4A4_TENSORS", "ffn_down")
     r = dry_run("-m", gguf_file("rotated-dense"), "--device", "rocm")
     assert r.env == {}
-    assert 'GGML_W4A4_TENSORS is already set ("ffn_down"): kept' in r.notes
+    assert route.W4A4_KEPT.format(variable="GGML_W4A4_TENSORS", value="ffn_down", meaning="") in r.notes
 
 
 def test_plain_file_takes_the_default_device_and_no_ggml_variables(gguf_file: FileFn, dry_run: DryRunFn) -> None:
@@ -54,7 +55,7 @@ def test_plain_file_takes_the_default_device_and_no_ggml_variables(gguf_file: Fi
     assert r.argv == ["llama-server", "-m", "plain.gguf", *VULKAN]
     assert r.env == {}
     assert not [name for name in r.env if name.startswith("GGML_")]
-    assert "--device auto: vulkan, the default device (set ONEBIT_SERVE_DEVICE to change it)" in r.notes
+    assert route.AUTO_DEVICE.format(device="vulkan", why=route.AUTO_DEFAULT.format(variable="ONEBIT_SERVE_DEVICE")) in r.notes
 
 
 def test_plain_file_follows_onebit_serve_device(gguf_file: FileFn, dry_run: DryRunFn, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -62,7 +63,7 @@ def test_plain_file_follows_onebit_serve_device(gguf_file: FileFn, dry_run: DryR
     r = dry_run("-m", gguf_file("plain"))
     assert r.argv == ["llama-server", "-m", "plain.gguf", *ROCM]
     assert r.env == {}, "W4A4 is for rotated files only"
-    assert "--device auto: rocm, from ONEBIT_SERVE_DEVICE" in r.notes
+    assert route.AUTO_DEVICE.format(device="rocm", why=route.AUTO_FROM_VARIABLE.format(variable="ONEBIT_SERVE_DEVICE")) in r.notes
 
 
 def test_rotated_file_wins_over_onebit_serve_device(gguf_file: FileFn, dry_run: DryRunFn, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -94,7 +95,7 @@ def test_dflash_without_block_size_stays_on_rocm0_with_n_max_16_and_p_min_0(gguf
     ]  # fmt: skip
     assert r.env == {"GGML_W4A4_TENSORS": "all"}
     assert r.recipes == ["dflash-p-min-0"]
-    assert "draft length 16: the drafter has no block size to follow" in r.notes
+    assert route.DRAFT_LENGTH.format(length=16, why=route.NO_BLOCK_SIZE) in r.notes
 
 
 def test_dflash_block_size_8_drafts_7(gguf_file: FileFn, dry_run: DryRunFn) -> None:
@@ -102,7 +103,7 @@ def test_dflash_block_size_8_drafts_7(gguf_file: FileFn, dry_run: DryRunFn) -> N
     n_max = r.argv.index("--spec-draft-n-max")
     assert r.argv[n_max + 1] == "7"
     assert r.argv.count("--spec-draft-n-max") == 1
-    assert "draft length 7: the drafter's dflash.block_size 8 minus its anchor token" in r.notes
+    assert route.DRAFT_LENGTH.format(length=7, why=route.FROM_BLOCK_SIZE.format(architecture="dflash", block_size=8)) in r.notes
 
 
 def test_dflash_block_size_1_falls_back_to_16(dry_run: DryRunFn, gguf_file: FileFn) -> None:
@@ -115,7 +116,7 @@ def test_mtp_max_5_sets_the_draft_length(gguf_file: FileFn, dry_run: DryRunFn) -
     r = dry_run("-m", gguf_file("rotated-dense"), "--dflash", gguf_file("dflash-b8"), "--mtp-max", "5")
     assert r.argv[r.argv.index("--spec-draft-n-max") + 1] == "5"
     assert r.argv.count("--spec-draft-n-max") == 1
-    assert "draft length 5: --mtp-max" in r.notes
+    assert route.DRAFT_LENGTH.format(length=5, why="--mtp-max") in r.notes
 
 
 def test_rotated_moe_with_dflash_gets_both_recipes_in_file_order(gguf_file: FileFn, dry_run: DryRunFn) -> None:
@@ -139,11 +140,11 @@ def test_other_hadamard_stamp_is_not_treated_as_rotated(dry_run: DryRunFn) -> No
     write_gguf(Path("h16.gguf"), "qwen35", {"onebit.hadamard_q4_0": 16})
     r = dry_run("-m", "h16.gguf", "--device", "vulkan")
     assert r.argv == ["llama-server", "-m", "h16.gguf", *VULKAN]
-    assert "onebit.hadamard_q4_0 is 16, not 32: not treated as Hadamard-rotated" in r.notes
+    assert route.OTHER_STAMP.format(key="onebit.hadamard_q4_0", stamp=16, group=32) in r.notes
 
 
 def test_rotated_file_on_cuda_runs_without_w4a4_and_says_so(gguf_file: FileFn, dry_run: DryRunFn) -> None:
     r = dry_run("-m", gguf_file("rotated-dense"), "--device", "cuda")
     assert r.argv[3:7] == ["--device", "CUDA0", "-ngl", "99"]
     assert r.env == {}
-    assert "Hadamard-rotated file on cuda: the engine measured this route on ROCm (gfx1151) only" in r.notes
+    assert route.ROTATED_ELSEWHERE.format(device="cuda") in r.notes

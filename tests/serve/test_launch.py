@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -12,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from serve import cli, identity, server
 from serve.cli import main
-from tests.support.route import ERROR_PREFIX, DryRun
+from serve.errors import AT
+from tests.support.route import DryRun
 from tests.support.stand_in import EXIT_ON_SIGNAL, free_port, is_running, wait_until_healthy, write_manifest, write_stand_in
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,8 +75,8 @@ def test_launch_with_stand_in_server_forwards_sigterm_and_exits_with_its_status(
     assert json.loads((tmp_path / "record.json.signal").read_text()) == {"signal": "SIGTERM"}
     assert not is_running(child), "the launcher reaped its child before it exited"
     assert not is_running(launcher.pid)
-    assert "1bit serve: recipe rotated-moe-ub1024: -ub 1024" in stderr.splitlines()
-    assert f"1bit serve: llama-server pid {child}, http://127.0.0.1:{port} (Ctrl-C stops it)" in stderr.splitlines()
+    assert cli.RECIPE_APPLIED.format(id="rotated-moe-ub1024", added="-ub 1024") in stderr.splitlines()
+    assert cli.STARTED.format(pid=child, host="127.0.0.1", port=port) in stderr.splitlines()
 
 
 def test_launch_with_stand_in_server_from_the_build_manifest_forwards_sigint(tmp_path: Path, gguf_file: FileFn, dry_run: DryRunFn) -> None:
@@ -101,7 +104,7 @@ def test_launch_with_stand_in_server_from_the_build_manifest_forwards_sigint(tmp
     assert json.loads((tmp_path / "record.json.signal").read_text()) == {"signal": "SIGINT"}
     assert not is_running(child)
     assert not is_running(launcher.pid)
-    assert "1bit serve: device rocm, profile gfx1151, llama-server from build/gfx1151/build.json" in stderr.splitlines()
+    assert cli.DECIDED.format(device="rocm", profile="gfx1151", source="build/gfx1151/build.json") in stderr.splitlines()
 
 
 def test_launch_with_stand_in_server_in_process_returns_the_status_it_exits_with(
@@ -124,19 +127,16 @@ def test_launch_with_stand_in_server_in_process_returns_the_status_it_exits_with
 
 def test_no_build_stops_a_launch_with_how_to_make_one(tmp_path: Path, gguf_file: FileFn, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "-m", gguf_file("rotated-dense")]) == 5
-    assert capsys.readouterr().err.splitlines()[-1] == (
-        f"{ERROR_PREFIX}there is no build for profile gfx1151 (no pins.yaml above {tmp_path} and no $ONEBIT_CI_ROOT): "
-        "make one with `nox -s build -- --profile gfx1151`, or pass --llama-server PATH"
-    )
+    no_root = server.NO_ROOT.format(marker="pins.yaml", cwd=tmp_path, variable="ONEBIT_CI_ROOT")
+    problem = server.NO_BUILD.format(profile="gfx1151", why=no_root)
+    assert capsys.readouterr().err.splitlines()[-1] == cli.ERROR.format(prog="1bit serve", problem=problem)
 
 
 def test_no_manifest_under_the_root(tmp_path: Path, gguf_file: FileFn, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "pins.yaml").write_text("")
     assert main(["serve", "-m", gguf_file("plain"), "--device", "cpu"]) == 5
-    assert capsys.readouterr().err.splitlines()[-1] == (
-        f"{ERROR_PREFIX}there is no build for profile cpu (no build/cpu/build.json): "
-        "make one with `nox -s build -- --profile cpu`, or pass --llama-server PATH"
-    )
+    problem = server.NO_BUILD.format(profile="cpu", why=server.NO_MANIFEST.format(manifest="build/cpu/build.json"))
+    assert capsys.readouterr().err.splitlines()[-1] == cli.ERROR.format(prog="1bit serve", problem=problem)
 
 
 def test_root_is_found_upwards_and_from_onebit_ci_root(tmp_path: Path, dry_run: DryRunFn, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -161,24 +161,29 @@ def test_replaced_binary_is_refused(tmp_path: Path, gguf_file: FileFn, serve_err
     manifest = write_manifest(tmp_path, "gfx1151", binary)
     want = json.loads(manifest.read_text())["binaries"]["llama-server"]["sha256"]
     binary.write_text(binary.read_text() + "# rebuilt since\n")
+    got = hashlib.sha256(binary.read_bytes()).hexdigest()
     code, line = serve_error("-m", gguf_file("rotated-dense"))
     assert code == 4
-    assert line.startswith("build/gfx1151/llama-server: sha256 ")
-    assert line.endswith(
-        f"is not the {want[:12]}... that build/gfx1151/build.json records: the binary was replaced or the build is stale; "
-        "rebuild with `nox -s build -- --profile gfx1151`"
-    )
+    problem = server.BINARY_REPLACED.format(got=got[:12], want=want[:12], manifest="build/gfx1151/build.json", profile="gfx1151")
+    assert line == AT.format(where="build/gfx1151/llama-server", problem=problem)
+
+
+MANIFEST = "build/cpu/build.json"
 
 
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ("{not json", "build/cpu/build.json: not JSON: Expecting property name enclosed in double quotes at line 1 column 2; rebuild with `nox -s build -- --profile cpu`"),
-        ('{"binaries": {}}', "build/cpu/build.json: has no binaries.llama-server; rebuild with `nox -s build -- --profile cpu`"),
-        ('{"binaries": {"llama-server": {"path": "bin/llama-server", "sha256": "abc"}}}', "build/cpu/build.json: binaries.llama-server.sha256 is not 64 lowercase hex digits"),
-        ('{"binaries": {"llama-server": {"sha256": "' + "0" * 64 + '"}}}', "build/cpu/build.json: binaries.llama-server.path is not a path"),
+        ("{not json", AT.format(where=MANIFEST, problem=server.MANIFEST_NOT_JSON.format(
+            error="Expecting property name enclosed in double quotes", line=1, column=2, profile="cpu"))),  # json's own words
+        ('{"binaries": {}}', AT.format(where=MANIFEST, problem=server.NO_BINARY_ENTRY.format(binary="llama-server", profile="cpu"))),
+        ('{"binaries": {"llama-server": {"path": "bin/llama-server", "sha256": "abc"}}}',
+         AT.format(where=MANIFEST, problem=server.NO_BINARY_SHA256.format(binary="llama-server"))),
+        ('{"binaries": {"llama-server": {"sha256": "' + "0" * 64 + '"}}}',
+         AT.format(where=MANIFEST, problem=server.NO_BINARY_PATH.format(binary="llama-server"))),
         ('{"binaries": {"llama-server": {"path": "bin/llama-server", "sha256": "' + "0" * 64 + '"}}}',
-         "build/cpu/bin/llama-server: build/cpu/build.json records bin/llama-server, which is not there; rebuild with `nox -s build -- --profile cpu`"),
+         AT.format(where="build/cpu/bin/llama-server",
+                   problem=server.BINARY_MISSING.format(manifest=MANIFEST, path="bin/llama-server", profile="cpu"))),
     ],
 )  # fmt: skip
 def test_malformed_manifest(text: str, problem: str, tmp_path: Path, gguf_file: FileFn, serve_error: ErrorFn) -> None:
@@ -191,8 +196,11 @@ def test_malformed_manifest(text: str, problem: str, tmp_path: Path, gguf_file: 
 @pytest.mark.parametrize(
     ("value", "problem"),
     [
-        ("./no-such-server", "--llama-server: ./no-such-server: no such file"),
-        ("no-such-llama-server-on-path", "--llama-server: no-such-llama-server-on-path: not found on PATH; give its path"),
+        ("./no-such-server", AT.format(where="--llama-server", problem=server.NO_SUCH_PROGRAM.format(path="./no-such-server"))),
+        (
+            "no-such-llama-server-on-path",
+            AT.format(where="--llama-server", problem=server.NOT_ON_PATH.format(name="no-such-llama-server-on-path")),
+        ),
     ],
 )
 def test_llama_server_option_must_exist(value: str, problem: str, gguf_file: FileFn, serve_error: ErrorFn) -> None:
@@ -203,7 +211,7 @@ def test_llama_server_option_must_be_executable(tmp_path: Path, gguf_file: FileF
     (tmp_path / "llama-server").write_text("#!/bin/sh\n")
     assert serve_error("-m", gguf_file("plain"), "--llama-server", "./llama-server") == (
         5,
-        "--llama-server: ./llama-server: not executable (chmod +x it)",
+        AT.format(where="--llama-server", problem=server.NOT_EXECUTABLE.format(path="./llama-server")),
     )
 
 
@@ -238,13 +246,16 @@ def test_a_stale_build_is_refused_and_runs_only_when_allowed(tmp_path: Path, ggu
     (tmp_path / "patches" / "series").write_text("fix.patch\n")
     code, line = serve_error("-m", gguf_file("rotated-dense"))
     assert code == 4
-    assert line.startswith("build/gfx1151/build.json: the gfx1151 build no longer matches patches/ (the series is ")
-    assert line.endswith("rebuild with `nox -s build -- --profile gfx1151`, or pass --allow-stale to run it anyway")
+    current, built = identity.series_digest([("fix.patch", b"a patch\n")]), identity.series_digest([])  # the build had no patches
+    moved = identity.SERIES_MOVED.format(current=current[:12], built=built[:12])
+    stale = server.STALE.format(profile="gfx1151", what=moved)
+    assert line == AT.format(where="build/gfx1151/build.json", problem=server.STALE_REFUSED.format(stale=stale, profile="gfx1151"))
     allowed = dry_run("-m", gguf_file("rotated-dense"), "--allow-stale")
     assert allowed.argv[0] == str(binary.resolve())
-    assert "1bit serve: warning: the gfx1151 build no longer matches patches/" in allowed.stderr
+    assert cli.STALE_WARNING.format(stale=stale) in allowed.stderr.splitlines()
     # a pin moved on
     (tmp_path / "patches" / "series").write_text("")
     (tmp_path / "pins.yaml").write_text("fork:\n  commit: " + "b" * 40 + "\n")
     code, line = serve_error("-m", gguf_file("rotated-dense"))
-    assert "no longer matches pins.yaml (the pin is bbbbbbb, the build's aaaaaaa)" in line
+    stale = server.STALE.format(profile="gfx1151", what=identity.PIN_MOVED.format(pinned="bbbbbbb", built="aaaaaaa"))
+    assert line == AT.format(where="build/gfx1151/build.json", problem=server.STALE_REFUSED.format(stale=stale, profile="gfx1151"))

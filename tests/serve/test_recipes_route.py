@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -9,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from serve import recipes
+from serve import cli, recipes, route
+from serve.errors import AT, DID_YOU_MEAN
+from serve.recipes import RECIPE, UNKNOWN
 from tests.support.route import DryRun
 
 ROCM = ["--device", "ROCm0", "-ngl", "99", "--jinja", "--host", "127.0.0.1", "--port", "8080"]
@@ -17,6 +20,18 @@ ROCM = ["--device", "ROCm0", "-ngl", "99", "--jinja", "--host", "127.0.0.1", "--
 DryRunFn = Callable[..., DryRun]
 ErrorFn = Callable[..., tuple[int, str]]
 FileFn = Callable[[str], str]
+
+
+def at(*parts: str) -> str:
+    """A problem after the places it is in, the way serve names them (serve.errors.AT): ``at("x.json", MINE, "args", problem)``."""
+    return functools.reduce(lambda where, problem: AT.format(where=where, problem=problem), parts)
+
+
+def did_you_mean(choice: str) -> str:
+    return DID_YOU_MEAN.format(choice=choice)
+
+
+MINE = RECIPE.format(id="mine")
 
 
 def write_recipes(path: Path, doc: object) -> str:
@@ -44,7 +59,7 @@ def a_recipe(**fields: Any) -> dict[str, Any]:
 def test_moe_gets_ub_1024_and_the_recipe_line(gguf_file: FileFn, dry_run: DryRunFn) -> None:
     r = dry_run("-m", gguf_file("rotated-moe"))
     assert r.argv == ["llama-server", "-m", "rotated-moe.gguf", *ROCM, "-ub", "1024"]
-    assert r.recipe_lines() == ["1bit serve: recipe rotated-moe-ub1024: -ub 1024"]
+    assert r.recipe_lines() == [cli.RECIPE_APPLIED.format(id="rotated-moe-ub1024", added="-ub 1024")]
     assert r.recipes == ["rotated-moe-ub1024"]
 
 
@@ -66,14 +81,14 @@ def test_moe_with_no_recipes_adds_nothing(gguf_file: FileFn, dry_run: DryRunFn) 
     assert r.env == {"GGML_W4A4_TENSORS": "all"}, "the Hadamard environment follows from the file, not a recipe"
     assert r.recipes == []
     assert r.recipe_lines() == []
-    assert "recipes off (--no-recipes)" in r.notes
+    assert route.RECIPES_OFF in r.notes
 
 
 def test_dflash_gets_p_min_0_exactly_once(gguf_file: FileFn, dry_run: DryRunFn) -> None:
     r = dry_run("-m", gguf_file("plain"), "--dflash", gguf_file("dflash-b8"))
     assert r.argv.count("--spec-draft-p-min") == 1
     assert r.argv[r.argv.index("--spec-draft-p-min") + 1] == "0"
-    assert r.recipe_lines() == ["1bit serve: recipe dflash-p-min-0: --spec-draft-p-min 0"]
+    assert r.recipe_lines() == [cli.RECIPE_APPLIED.format(id="dflash-p-min-0", added="--spec-draft-p-min 0")]
 
 
 def test_user_mtp_p_min_beats_the_recipe(gguf_file: FileFn, dry_run: DryRunFn) -> None:
@@ -90,7 +105,7 @@ def test_user_ub_after_double_dash_is_kept_and_the_recipe_adds_nothing(given: li
     assert r.argv == ["llama-server", "-m", "rotated-moe.gguf", *ROCM, *given]
     assert r.recipes == []
     assert r.recipe_lines() == []
-    assert "recipe rotated-moe-ub1024 matches, but -ub is already given: adds nothing" in r.notes
+    assert recipes.ALREADY_GIVEN.format(id="rotated-moe-ub1024", given="-ub", rest=recipes.ADDS_NO_MORE) in r.notes
 
 
 def test_user_draft_p_min_alias_after_double_dash_beats_the_recipe(gguf_file: FileFn, dry_run: DryRunFn) -> None:
@@ -126,7 +141,7 @@ def test_recipes_file_replaces_the_builtins(tmp_path: Path, gguf_file: FileFn, d
     assert "--spec-draft-p-min" not in r.argv, "dflash-p-min-0 is gone"
     assert r.env == {"GGML_W4A4_TENSORS": "all", "ONEBIT_TEST_KNOB": "1"}
     assert r.recipes == ["mine"]
-    assert r.recipe_lines() == ["1bit serve: recipe mine: -b 4096 ONEBIT_TEST_KNOB=1"]
+    assert r.recipe_lines() == [cli.RECIPE_APPLIED.format(id="mine", added="-b 4096 ONEBIT_TEST_KNOB=1")]
 
 
 def test_recipe_env_never_overrides_the_environment(
@@ -137,8 +152,8 @@ def test_recipe_env_never_overrides_the_environment(
     r = dry_run("-m", gguf_file("plain-moe"), "--recipes", mine)
     assert r.env == {}
     assert r.argv[-2:] == ["-b", "4096"]
-    assert r.recipe_lines() == ["1bit serve: recipe mine: -b 4096"]
-    assert "recipe mine matches, but ONEBIT_TEST_KNOB is already given: adds the rest" in r.notes
+    assert r.recipe_lines() == [cli.RECIPE_APPLIED.format(id="mine", added="-b 4096")]
+    assert recipes.ALREADY_GIVEN.format(id="mine", given="ONEBIT_TEST_KNOB", rest=recipes.ADDS_THE_REST) in r.notes
 
 
 def test_recipe_env_never_overrides_serve_own_w4a4(tmp_path: Path, gguf_file: FileFn, dry_run: DryRunFn) -> None:
@@ -158,7 +173,10 @@ def test_first_recipe_to_add_a_flag_wins(tmp_path: Path, gguf_file: FileFn, dry_
     r = dry_run("-m", gguf_file("plain-moe"), "--recipes", write_recipes(tmp_path / "two.json", doc))
     assert r.argv[-4:] == ["--batch-size", "2048", "-t", "8"]
     assert r.recipes == ["first", "second"]
-    assert r.recipe_lines() == ["1bit serve: recipe first: --batch-size 2048", "1bit serve: recipe second: -t 8"]
+    assert r.recipe_lines() == [
+        cli.RECIPE_APPLIED.format(id="first", added="--batch-size 2048"),
+        cli.RECIPE_APPLIED.format(id="second", added="-t 8"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -183,80 +201,84 @@ def test_match_keys(match: dict[str, Any], kind: str, applies: bool, tmp_path: P
 
 def test_recipes_and_no_recipes_together_are_refused(tmp_path: Path, gguf_file: FileFn, serve_error: ErrorFn) -> None:
     mine = write_recipes(tmp_path / "mine.json", {"recipes": [a_recipe()]})
-    assert serve_error("-m", gguf_file("plain"), "--recipes", mine, "--no-recipes") == (2, "--recipes FILE and --no-recipes: pick one")
+    assert serve_error("-m", gguf_file("plain"), "--recipes", mine, "--no-recipes") == (2, cli.RECIPES_AND_NO_RECIPES)
 
 
 # -- malformed files: each stops serve with one line naming the file and the problem --------------------------
 
 MALFORMED: list[tuple[str, object, str]] = [
     ("unknown-key", {"recipes": [a_recipe(mesured="x")]},
-     'recipe "mine": unknown key "mesured" (did you mean "measured"?); known: id, match, args, env, why, measured, source, check'),
+     at(MINE, UNKNOWN.format(what="key", name="mesured", suggestion=did_you_mean("measured"),
+                             known="id, match, args, env, why, measured, source, check"))),
     ("unknown-top-key", {"recipes": [], "recipe": []},
-     'unknown key "recipe" (did you mean "recipes"?); known: about, recipes'),
+     UNKNOWN.format(what="key", name="recipe", suggestion=did_you_mean("recipes"), known="about, recipes")),
     ("unknown-match-key", {"recipes": [a_recipe(match={"archtecture": ["qwen3moe"]})]},
-     'recipe "mine": unknown match key "archtecture" (did you mean "architecture"?); known: device, architecture, drafter, moe, hadamard_q4_0'),
+     at(MINE, UNKNOWN.format(what="match key", name="archtecture", suggestion=did_you_mean("architecture"),
+                             known="device, architecture, drafter, moe, hadamard_q4_0"))),
     ("unknown-device", {"recipes": [a_recipe(match={"device": ["rcom"]})]},
-     'recipe "mine": match.device: unknown device "rcom" (did you mean "rocm"?); known: rocm, vulkan, cuda, cpu'),
+     at(MINE, "match.device",
+        UNKNOWN.format(what="device", name="rcom", suggestion=did_you_mean("rocm"), known="rocm, vulkan, cuda, cpu"))),
     ("unknown-drafter", {"recipes": [a_recipe(match={"drafter": ["dflsh"]})]},
-     'recipe "mine": match.drafter: unknown drafter "dflsh" (did you mean "dflash"?); known: dflash, mtp, none'),
+     at(MINE, "match.drafter",
+        UNKNOWN.format(what="drafter", name="dflsh", suggestion=did_you_mean("dflash"), known="dflash, mtp, none"))),
     ("id-twice", {"recipes": [a_recipe(), a_recipe(args=["-t", "4"])]},
-     'id "mine" is listed twice (recipes[0] and recipes[1])'),
+     recipes.ID_TWICE.format(id="mine", first=0, second=1)),
     ("adds-nothing", {"recipes": [a_recipe(args=None, env=None)]},
-     'recipe "mine": adds nothing: give it args or env'),
+     at(MINE, recipes.ADDS_NOTHING)),
     ("adds-nothing-empty", {"recipes": [a_recipe(args=[], env={})]},
-     'recipe "mine": adds nothing: give it args or env'),
+     at(MINE, recipes.ADDS_NOTHING)),
     ("args-no-flag", {"recipes": [a_recipe(args=["1024", "-ub"])]},
-     'recipe "mine": args must start with a flag (-x or --xy), not "1024"'),
+     at(MINE, recipes.ARGS_NOT_A_FLAG.format(value='"1024"'))),
     ("args-negative-number", {"recipes": [a_recipe(args=["-1"])]},
-     'recipe "mine": args must start with a flag (-x or --xy), not "-1"'),
+     at(MINE, recipes.ARGS_NOT_A_FLAG.format(value='"-1"'))),
     ("no-measured", {"recipes": [a_recipe(measured=None)]},
-     'recipe "mine": has no "measured": a recipe without a measurement does not load'),
+     at(MINE, recipes.NO_MEASURED)),
     ("empty-measured", {"recipes": [a_recipe(measured="")]},
-     'recipe "mine": "measured" is empty: a recipe without a measurement does not load'),
+     at(MINE, recipes.EMPTY_MEASURED)),
     ("blank-measured", {"recipes": [a_recipe(measured="  \t ")]},
-     'recipe "mine": "measured" is empty: a recipe without a measurement does not load'),
+     at(MINE, recipes.EMPTY_MEASURED)),
     ("measured-not-string", {"recipes": [a_recipe(measured=2158)]},
-     'recipe "mine": measured: 2158 is a non-string; expected a string'),
+     at(MINE, "measured", recipes.NOT_A_STRING.format(value=2158))),
     ("recipes-not-list", {"recipes": {"id": "mine"}},
-     "recipes: an object is not a list"),
+     at("recipes", recipes.NOT_A_LIST.format(value="an object"))),
     ("args-not-list", {"recipes": [a_recipe(args="-ub 1024")]},
-     'recipe "mine": args: "-ub 1024" is not a list'),
+     at(MINE, "args", recipes.NOT_A_LIST.format(value='"-ub 1024"'))),
     ("match-list-not-list", {"recipes": [a_recipe(match={"device": "rocm"})]},
-     'recipe "mine": match.device: "rocm" is not a list'),
+     at(MINE, "match.device", recipes.NOT_A_LIST.format(value='"rocm"'))),
     ("args-non-string", {"recipes": [a_recipe(args=["-ub", 1024])]},
-     'recipe "mine": args[1]: 1024 is a non-string; every entry must be a string'),
+     at(MINE, "args[1]", recipes.ENTRY_NOT_A_STRING.format(value=1024))),
     ("match-non-string", {"recipes": [a_recipe(match={"architecture": [7]})]},
-     'recipe "mine": match.architecture[0]: 7 is a non-string; every entry must be a string'),
+     at(MINE, "match.architecture[0]", recipes.ENTRY_NOT_A_STRING.format(value=7))),
     ("env-value-non-string", {"recipes": [a_recipe(env={"GGML_W4A4_TENSORS": 1})]},
-     'recipe "mine": env.GGML_W4A4_TENSORS: 1 is a non-string; expected a string'),
+     at(MINE, "env.GGML_W4A4_TENSORS", recipes.NOT_A_STRING.format(value=1))),
     ("why-non-string", {"recipes": [a_recipe(why=["a", "b"])]},
-     'recipe "mine": why: a list is a non-string; expected a string'),
+     at(MINE, "why", recipes.NOT_A_STRING.format(value="a list"))),
     ("env-not-object", {"recipes": [a_recipe(env=["GGML_W4A4_TENSORS=all"])]},
-     'recipe "mine": env is a list, not an object ({"NAME": "value"})'),
+     at(MINE, recipes.ENV_NOT_AN_OBJECT.format(value="a list"))),
     ("env-bad-name", {"recipes": [a_recipe(env={"GGML W4A4": "all"})]},
-     'recipe "mine": env: "GGML W4A4" is not an environment variable name'),
+     at(MINE, "env", recipes.NOT_A_VARIABLE_NAME.format(value='"GGML W4A4"'))),
     ("moe-not-boolean", {"recipes": [a_recipe(match={"moe": "true"})]},
-     'recipe "mine": match.moe: "true" is not a boolean (true or false)'),
+     at(MINE, "match.moe", recipes.NOT_A_BOOLEAN.format(value='"true"'))),
     ("hadamard-not-boolean", {"recipes": [a_recipe(match={"hadamard_q4_0": 32})]},
-     'recipe "mine": match.hadamard_q4_0: 32 is not a boolean (true or false)'),
+     at(MINE, "match.hadamard_q4_0", recipes.NOT_A_BOOLEAN.format(value=32))),
     ("match-not-object", {"recipes": [a_recipe(match=["rocm"])]},
-     'recipe "mine": match: a list is not an object'),
+     at(MINE, "match", recipes.NOT_AN_OBJECT.format(value="a list"))),
     ("empty-match-list", {"recipes": [a_recipe(match={"device": []})]},
-     'recipe "mine": match.device: is an empty list, which matches nothing; omit the key to match anything'),
+     at(MINE, "match.device", recipes.EMPTY_MATCH_LIST)),
     ("no-id", {"recipes": [a_recipe(id=None)]},
-     'recipes[0]: has no "id"'),
+     at("recipes[0]", recipes.NO_ID)),
     ("blank-id", {"recipes": [a_recipe(id=" ")]},
-     "recipes[0].id: is empty"),
+     at("recipes[0].id", recipes.IS_EMPTY)),
     ("id-with-space", {"recipes": [a_recipe(id="my recipe")]},
-     "recipes[0].id: \"my recipe\": an id is letters, digits, '.', '_' and '-'"),
+     at("recipes[0].id", recipes.BAD_ID.format(value='"my recipe"'))),
     ("recipe-not-object", {"recipes": ["rotated-moe-ub1024"]},
-     'recipes[0]: "rotated-moe-ub1024" is not an object'),
+     at("recipes[0]", recipes.NOT_AN_OBJECT.format(value='"rotated-moe-ub1024"'))),
     ("no-recipes-key", {"about": "nothing"},
-     'has no "recipes" list'),
+     recipes.NO_RECIPES_LIST),
     ("top-not-object", [a_recipe()],
-     'a list is not an object; expected {"about": ..., "recipes": [...]}'),
+     recipes.NOT_A_RECIPES_OBJECT.format(value="a list")),
     ("about-non-string", {"about": 1, "recipes": []},
-     "about: 1 is a non-string; expected a string"),
+     at("about", recipes.NOT_A_STRING.format(value=1))),
 ]  # fmt: skip
 
 
@@ -265,40 +287,40 @@ def test_malformed_recipes_file_stops_serve(
     name: str, doc: object, problem: str, tmp_path: Path, gguf_file: FileFn, serve_error: ErrorFn
 ) -> None:
     path = write_recipes(tmp_path / f"{name}.json", doc)
-    assert serve_error("-m", gguf_file("plain"), "--recipes", path) == (2, f"{name}.json: {problem}")
+    assert serve_error("-m", gguf_file("plain"), "--recipes", path) == (2, at(f"{name}.json", problem))
 
 
 def test_recipes_file_that_is_not_json(tmp_path: Path, gguf_file: FileFn, serve_error: ErrorFn) -> None:
     (tmp_path / "broken.json").write_text('{"recipes": [}\n')
     assert serve_error("-m", gguf_file("plain"), "--recipes", "broken.json") == (
         2,
-        "broken.json: not JSON: Expecting value at line 1 column 14",
+        at("broken.json", recipes.NOT_JSON.format(error="Expecting value", line=1, column=14)),  # json's own words
     )
 
 
 def test_recipes_file_with_a_key_twice(tmp_path: Path, gguf_file: FileFn, serve_error: ErrorFn) -> None:
     (tmp_path / "twice.json").write_text('{"recipes": [{"id": "a", "args": ["-t", "1"], "args": ["-t", "2"], "measured": "m"}]}')
-    assert serve_error("-m", gguf_file("plain"), "--recipes", "twice.json") == (2, 'twice.json: key "args" is given twice in one object')
+    assert serve_error("-m", gguf_file("plain"), "--recipes", "twice.json") == (2, at("twice.json", recipes.KEY_TWICE.format(key="args")))
 
 
 def test_recipes_file_that_is_missing(gguf_file: FileFn, serve_error: ErrorFn) -> None:
-    assert serve_error("-m", gguf_file("plain"), "--recipes", "mine.json") == (2, "mine.json: no such file")
+    assert serve_error("-m", gguf_file("plain"), "--recipes", "mine.json") == (2, at("mine.json", recipes.NO_SUCH_FILE))
 
 
 def test_recipes_file_that_is_a_directory(tmp_path: Path, gguf_file: FileFn, serve_error: ErrorFn) -> None:
     (tmp_path / "recipes.d").mkdir()
-    assert serve_error("-m", gguf_file("plain"), "--recipes", "recipes.d") == (2, "recipes.d: is a directory, not a recipes file")
+    assert serve_error("-m", gguf_file("plain"), "--recipes", "recipes.d") == (
+        2,
+        at("recipes.d", recipes.NOT_A_RECIPES_FILE.format(kind="a directory")),
+    )
 
 
 def test_recipes_file_that_is_not_utf8(tmp_path: Path, gguf_file: FileFn, serve_error: ErrorFn) -> None:
     (tmp_path / "latin1.json").write_bytes('{"about": "caf\u00e9", "recipes": []}'.encode("latin-1"))
-    assert serve_error("-m", gguf_file("plain"), "--recipes", "latin1.json") == (2, "latin1.json: is not UTF-8 (byte 14)")
+    assert serve_error("-m", gguf_file("plain"), "--recipes", "latin1.json") == (2, at("latin1.json", recipes.NOT_UTF8.format(byte=14)))
 
 
 def test_a_malformed_file_stops_serve_even_when_no_recipe_would_match(tmp_path: Path, gguf_file: FileFn, serve_error: ErrorFn) -> None:
     doc = {"recipes": [a_recipe(match={"device": ["cuda"]}), a_recipe(id="bad", measured=None)]}
     path = write_recipes(tmp_path / "later.json", doc)
-    assert serve_error("-m", gguf_file("plain"), "--recipes", path) == (
-        2,
-        'later.json: recipe "bad": has no "measured": a recipe without a measurement does not load',
-    )
+    assert serve_error("-m", gguf_file("plain"), "--recipes", path) == (2, at("later.json", RECIPE.format(id="bad"), recipes.NO_MEASURED))
