@@ -24,6 +24,11 @@ INTERNAL_ERROR = 70  # EX_SOFTWARE: a bug here, not a problem the user can fix
 IO_ERROR = 74  # EX_IOERR
 CRASH_LOG = "onebit-ci-crash.log"
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+ERROR = PROG + ": error: {message}"  # each line of an error's message
+INTERRUPTED = PROG + ": interrupted"
+INTERRUPTED_BY = PROG + ": interrupted by {signal}"
+
 
 # each command's module under ci/commands/ and its function there: imported when dispatched, so --help stays quick
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -76,24 +81,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, CommandFailed) and exc.tail.strip():
             sys.stderr.write(exc.tail if exc.tail.endswith("\n") else exc.tail + "\n")
         for line in exc.message.splitlines() or [""]:
-            print(f"{PROG}: error: {line}", file=sys.stderr)
+            print(ERROR.format(message=line), file=sys.stderr)
         return exc.exit_code
     except Terminated as exc:
-        print(f"{PROG}: interrupted by {exc}", file=sys.stderr)
+        print(INTERRUPTED_BY.format(signal=exc), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
+        print(INTERRUPTED, file=sys.stderr)
         return 130
     except ModuleNotFoundError as exc:  # run outside nox's environment, by a Python without the project's packages
         if args.debug:
             raise
-        print(f"{PROG}: error: the Python package {exc.name} is not installed for {sys.executable}; run through nox (nox -s <session>) or pip install -e .", file=sys.stderr)
+        missing = f"the Python package {exc.name} is not installed for {sys.executable}"
+        print(ERROR.format(message=f"{missing}; run through nox (nox -s <session>) or pip install -e ."), file=sys.stderr)
         return ToolchainError.exit_code
     except OSError as exc:  # the disk, not the code: a full disk, a read-only or vanished directory
         if args.debug:
             raise
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"{PROG}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(ERROR.format(message=f"{where}{exc.strerror or exc}"), file=sys.stderr)
         return IO_ERROR
     except Exception as exc:  # a bug: one line, the traceback in a file (or on the terminal with --debug)
         if args.debug:

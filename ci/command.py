@@ -30,6 +30,9 @@ log = logging.getLogger("onebit-ci")
 
 TAIL_LINES = 40
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+NOT_ON_PATH = "{program}: not found on PATH; install it or put it on PATH"
+
 
 @dataclass(frozen=True)
 class Completed:
@@ -48,7 +51,7 @@ def resolve(program: str | os.PathLike[str], path: str | None = None) -> str:
         raise ToolchainError(f"{name}: not an executable file")
     found = shutil.which(name, path=path)
     if found is None:
-        raise ToolchainError(f"{name}: not found on PATH; install it or put it on PATH")
+        raise ToolchainError(NOT_ON_PATH.format(program=name))
     return found
 
 

@@ -7,6 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+EXITED = "{program} exited with {status}"
+STATUS = "status {code}"  # an exit status in words (describe_returncode)
+KILLED_BY = "{name} (killed by signal {number})"
+
 
 class OnebitError(Exception):
     """Something the user can act on; the message names the file, key, commit or command."""
@@ -52,7 +57,7 @@ class CommandFailed(OnebitError):
         self.returncode = returncode
         self.tail = tail
         name = what or self.argv[0]
-        super().__init__(f"{name} exited with {describe_returncode(returncode)}")
+        super().__init__(EXITED.format(program=name, status=describe_returncode(returncode)))
 
 
 class GateFailed(OnebitError):
@@ -70,7 +75,7 @@ def describe_returncode(returncode: int) -> str:
             name = signal.Signals(-returncode).name
         except ValueError:
             name = f"signal {-returncode}"
-        return f"{name} (killed by signal {-returncode})"
+        return KILLED_BY.format(name=name, number=-returncode)
     if returncode > 128:
         import signal
 
@@ -78,7 +83,7 @@ def describe_returncode(returncode: int) -> str:
             return f"status {returncode} ({signal.Signals(returncode - 128).name}?)"
         except ValueError:
             pass
-    return f"status {returncode}"
+    return STATUS.format(code=returncode)
 
 
 class ServerFailed(OnebitError):

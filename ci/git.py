@@ -23,6 +23,11 @@ _FAILED_AT_RE = re.compile(r"^error: patch failed: (.+):(\d+)$", re.MULTILINE)
 _OBJECT_RE = re.compile(r"\A(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")
 _LOCK_RE = re.compile(r"Unable to create '([^']+\.lock)': File exists")
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+LOCKED = "{lock} exists: another git is working in {where}; wait for it, or remove the lock if none runs"
+HUNK_AT_OFFSET = "{path}: hunk {number} at offset {offset:+d} lines"
+HUNK_DOES_NOT_MATCH = "{path}: hunk {number} ({header}) does not match"
+
 
 @dataclass(frozen=True)
 class Git:
@@ -49,9 +54,7 @@ class Git:
         except CommandFailed as exc:
             lock = _LOCK_RE.search(exc.tail)
             if lock:
-                raise GitError(
-                    f"{lock.group(1)} exists: another git is working in {self.worktree or self.gitdir}; wait for it, or remove the lock if none runs"
-                ) from None
+                raise GitError(LOCKED.format(lock=lock.group(1), where=self.worktree or self.gitdir)) from None
             raise GitError(f"git {' '.join(argv[1:3])} failed in {self.worktree or self.gitdir}: {first_error(exc.tail)}") from None
 
     def text(self, *args: str | os.PathLike[str]) -> str:
@@ -117,7 +120,7 @@ def _offsets(output: str) -> Iterator[str]:
         if line.startswith("Checking patch ") and line.endswith("..."):
             path = line[len("Checking patch ") : -3]
         elif (m := _OFFSET_RE.match(line)) is not None:
-            yield f"{path}: hunk {m.group(1)} at offset {int(m.group(3)):+d} lines"
+            yield HUNK_AT_OFFSET.format(path=path, number=m.group(1), offset=int(m.group(3)))
 
 
 def _apply_error(output: str, patch: Path) -> str:
@@ -128,7 +131,7 @@ def _apply_error(output: str, patch: Path) -> str:
         for n, header in hunks_of(patch.read_text(encoding="utf-8", errors="replace"), path):
             start = int(header.split()[1].split(",")[0].lstrip("-"))
             if start == line:
-                return f"{path}: hunk {n} ({header}) does not match"
+                return HUNK_DOES_NOT_MATCH.format(path=path, number=n, header=header)
         return f"{path}: the hunk at line {line} does not match"
     return first_error(output)
 

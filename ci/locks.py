@@ -26,10 +26,20 @@ from ci.errors import ConfigError, Refused
 HOLDER_RE = re.compile(rb"\A(?:pid \d+ on [^\n]* since [^\n]*\n?)?\Z")
 LOCK_NAME = ".onebit.lock"
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+HOLDER = "pid {pid} on {host} since {since}"  # the lock file's line
+WITH_PURPOSE = "{holder}: {purpose}"
+UNKNOWN_HOLDER = "another process"  # a lock file with no line
+IS_A_LINK = "{what} {path}: a symbolic link; give a lock file of its own"
+NOT_A_LOCK_FILE = "{what} {path}: exists and is not a lock file ({size} bytes); it is left as it is: give a path of its own"
+HELD = "{who}: {what} is held by {holder}; wait for it to finish, one at a time (lock file {path})"
+WAITING = "{who}: waiting for the lock {path} (held by {holder})"
+GOT_IT = "{who}: got the lock {path} after {seconds:.1f} s"
+
 
 def _holder(fd: int) -> str:
     text = os.pread(fd, 300, 0).decode(errors="replace").strip()
-    return text or "another process"
+    return text or UNKNOWN_HOLDER
 
 
 @contextlib.contextmanager
@@ -43,30 +53,30 @@ def held_lock(
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise ConfigError(f"{what} {path}: a symbolic link; give a lock file of its own") from None
+            raise ConfigError(IS_A_LINK.format(what=what, path=path)) from None
         raise ConfigError(f"{what} {path}: cannot be opened as a lock file: {exc.strerror}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise ConfigError(f"{what} {path}: not a regular file; give a lock file of its own")
         if st.st_size > 300 or not HOLDER_RE.match(os.pread(fd, 301, 0)):
-            raise ConfigError(
-                f"{what} {path}: exists and is not a lock file ({st.st_size} bytes); it is left as it is: give a path of its own"
-            )
+            raise ConfigError(NOT_A_LOCK_FILE.format(what=what, path=path, size=st.st_size))
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = _holder(fd)
             if not wait:
-                raise Refused(f"{who}: {what} is held by {holder}; wait for it to finish, one at a time (lock file {path})") from None
+                raise Refused(HELD.format(who=who, what=what, holder=holder, path=path)) from None
             if say is not None:
-                say(f"{who}: waiting for the lock {path} (held by {holder})")
+                say(WAITING.format(who=who, path=path, holder=holder))
             t0 = time.monotonic()
             fcntl.flock(fd, fcntl.LOCK_EX)
             if say is not None:
-                say(f"{who}: got the lock {path} after {time.monotonic() - t0:.1f} s")
+                say(GOT_IT.format(who=who, path=path, seconds=time.monotonic() - t0))
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        line = f"pid {os.getpid()} on {platform.node()} since {stamp}{': ' + purpose if purpose else ''}"
+        line = HOLDER.format(pid=os.getpid(), host=platform.node(), since=stamp)
+        if purpose:
+            line = WITH_PURPOSE.format(holder=line, purpose=purpose)
         line = line.replace("\n", " ")[:250] + "\n"
         os.ftruncate(fd, 0)  # ours now: the previous holder's line goes
         os.pwrite(fd, line.encode(), 0)

@@ -16,11 +16,17 @@ from ci.errors import ConfigError
 # the rule of serve/recipes.py's ids: a letter or digit first, then letters, digits, ".", "_", "-"
 ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+ID_RULE = "letters, digits, '.', '_', '-', a letter or digit first, at most 100 characters (it names a directory)"
+ABSOLUTE = "an absolute path; give it relative to the fork's root"
+HAS_DOTDOT = "has '..'; give it relative to the fork's root, inside it"
+OUTSIDE = "{what} {path}: resolves to {real}, outside {area}; it must stay inside it"
+
 
 def id_problem(value: str) -> str | None:
     """Why ``value`` cannot name a directory, or None."""
     if not ID_RE.match(value) or value in (".", ".."):
-        return "letters, digits, '.', '_', '-', a letter or digit first, at most 100 characters (it names a directory)"
+        return ID_RULE
     return None
 
 
@@ -30,9 +36,9 @@ def relative_problem(value: str) -> str | None:
         return "not a relative path"
     p = PurePosixPath(value)
     if p.is_absolute():
-        return "an absolute path; give it relative to the fork's root"
+        return ABSOLUTE
     if any(part == ".." for part in p.parts):
-        return "has '..'; give it relative to the fork's root, inside it"
+        return HAS_DOTDOT
     return None
 
 
@@ -41,5 +47,5 @@ def inside(area: Path, path: Path, what: str) -> Path:
     real_area = Path(os.path.realpath(area))
     real = Path(os.path.realpath(path))
     if real != real_area and real_area not in real.parents:
-        raise ConfigError(f"{what} {path}: resolves to {real}, outside {area}; it must stay inside it")
+        raise ConfigError(OUTSIDE.format(what=what, path=path, real=real, area=area))
     return real

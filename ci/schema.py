@@ -20,10 +20,26 @@ from ci.errors import ConfigError
 T = TypeVar("T")
 _MISSING = object()
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+IN_FILE = "{file}: {problem}"
+AT_KEY = "{file}: {key}: {problem}"
+AT_LINE = "{file}:{line}: {problem}"
+DID_YOU_MEAN = ' (did you mean "{word}"?)'
+EXPECTED_MAPPING = "expected a mapping, got {value}"
+UNKNOWN_KEY = "unknown key{suggestion}"  # a DID_YOU_MEAN, or nothing
+REQUIRED = "is required"
+NOT_AN_INTEGER = "{value} is not an integer"
+BELOW_MINIMUM = "{value} is below the minimum {minimum}"
+NOT_A_LIST_OF_STRINGS = "{value} is not a list of strings"
+VALUE_PROBLEM = "{value} {problem}"  # a check's problem with the value it found
+DUPLICATE_KEY = 'the key "{key}" is given twice (line {line}, first at line {first})'
+NOT_YAML = "{file}: not valid YAML{where}: {problem}"
+YAML_AT_LINE = " at line {line}"
+
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f' (did you mean "{close[0]}"?)' if close else ""
+    return DID_YOU_MEAN.format(word=close[0]) if close else ""
 
 
 def describe(value: object) -> str:
@@ -47,7 +63,7 @@ class Section:
         self.file = file
         self.path = path
         if not isinstance(data, Mapping):
-            raise self.error(f"expected a mapping, got {describe(data)}")
+            raise self.error(EXPECTED_MAPPING.format(value=describe(data)))
         self.data: Mapping[str, Any] = data
         self._known: list[str] = []
 
@@ -56,7 +72,9 @@ class Section:
 
     def error(self, message: str, key: str | None = None) -> ConfigError:
         where = self.key(key) if key is not None else self.path
-        return ConfigError(f"{self.file}: {where}: {message}" if where else f"{self.file}: {message}")
+        if where:
+            return ConfigError(AT_KEY.format(file=self.file, key=where, problem=message))
+        return ConfigError(IN_FILE.format(file=self.file, problem=message))
 
     def _get(self, name: str, required: bool) -> Any:
         self._known.append(name)
@@ -64,8 +82,8 @@ class Section:
             if required:
                 for other in self.data:  # a misspelt required key: name the typo, not the absence
                     if difflib.get_close_matches(str(other), [name], n=1, cutoff=0.6):
-                        raise self.error(f'unknown key (did you mean "{name}"?)', str(other))
-                raise self.error("is required", name)
+                        raise self.error(UNKNOWN_KEY.format(suggestion=DID_YOU_MEAN.format(word=name)), str(other))
+                raise self.error(REQUIRED, name)
             return _MISSING
         return self.data[name]
 
@@ -83,7 +101,7 @@ class Section:
         if check is not None:
             problem = check(value)
             if problem:
-                raise self.error(f"{describe(value)} {problem}", name)
+                raise self.error(VALUE_PROBLEM.format(value=describe(value), problem=problem), name)
         return value
 
     def integer(self, name: str, *, required: bool = True, default: int = 0, minimum: int | None = None) -> int:
@@ -91,9 +109,9 @@ class Section:
         if value is _MISSING:
             return default
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.error(f"{describe(value)} is not an integer", name)
+            raise self.error(NOT_AN_INTEGER.format(value=describe(value)), name)
         if minimum is not None and value < minimum:
-            raise self.error(f"{value} is below the minimum {minimum}", name)
+            raise self.error(BELOW_MINIMUM.format(value=value, minimum=minimum), name)
         return value
 
     def number(
@@ -105,7 +123,7 @@ class Section:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise self.error(f"{describe(value)} is not a number", name)
         if minimum is not None and value < minimum:
-            raise self.error(f"{value} is below the minimum {minimum}", name)
+            raise self.error(BELOW_MINIMUM.format(value=value, minimum=minimum), name)
         if maximum is not None and value > maximum:
             raise self.error(f"{value} is above the maximum {maximum}", name)
         return float(value)
@@ -115,7 +133,7 @@ class Section:
         if value is _MISSING:
             return default
         if not isinstance(value, list):
-            raise self.error(f"{describe(value)} is not a list of strings", name)
+            raise self.error(NOT_A_LIST_OF_STRINGS.format(value=describe(value)), name)
         for i, item in enumerate(value):
             if not isinstance(item, str) or not item:
                 raise self.error(f"{describe(item)} is not a non-empty string", f"{name}[{i}]")
@@ -139,7 +157,7 @@ class Section:
     def done(self) -> None:
         for name in self.data:
             if name not in self._known:
-                raise self.error(f"unknown key{did_you_mean(str(name), self._known)}", str(name))
+                raise self.error(UNKNOWN_KEY.format(suggestion=did_you_mean(str(name), self._known)), str(name))
 
 
 # -- strict loaders: a key given twice is an error in every file the project reads ------------------------------
@@ -161,7 +179,7 @@ def load_json(path: Path, limit: int | None = None) -> Any:
 
 class _DuplicateKey(ValueError):
     def __init__(self, key: object, line: int, first: int) -> None:
-        super().__init__(f'the key "{key}" is given twice (line {line}, first at line {first})')
+        super().__init__(DUPLICATE_KEY.format(key=key, line=line, first=first))
         self.line = line
 
 
@@ -190,7 +208,7 @@ def parse_yaml(text: str, name: str) -> Any:
     try:
         return yaml.load(text, Loader=_StrictLoader)
     except _DuplicateKey as exc:
-        raise ConfigError(f"{name}:{exc.line}: {exc}") from None
+        raise ConfigError(AT_LINE.format(file=name, line=exc.line, problem=exc)) from None
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or str(exc)
         context = getattr(exc, "context", None)
@@ -198,7 +216,7 @@ def parse_yaml(text: str, name: str) -> Any:
         opened = getattr(exc, "context_mark", None)
         if opened is not None and "end of stream" in str(problem):  # something opened and never closed: name where
             mark = opened
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{name}: not valid YAML{where}: {context + ': ' if context else ''}{problem}") from None
+        where = YAML_AT_LINE.format(line=mark.line + 1) if mark is not None else ""
+        raise ConfigError(NOT_YAML.format(file=name, where=where, problem=f"{context + ': ' if context else ''}{problem}")) from None
     except RecursionError:
         raise ConfigError(f"{name}: nested too deeply to be a configuration file") from None

@@ -27,13 +27,25 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+ERROR = "rocm_root: error: {message}"
+LACKS = "this Python lacks {module}: run it with one that has the project's dependencies (e.g. .nox/tests/bin/python)"
+NOT_A_FORK_CLONE = "--fork-git {path}: not a git repository; name a clone of the fork (a bare mirror or a checkout)"
+CHANGED_BOTH_WAYS = (
+    "{copy}: changed inside the root and by the new HEAD: {files}; keep the change with git -C {copy} stash, "
+    "or drop it with git -C {copy} checkout HEAD -- {paths}, then make again"
+)
+STEP_LINE = "{name}: {command}"  # a step of --dry-run's plan
+SKIPPED_WHEN = "  (skipped when {path} exists)"
+SESSION_STEP = "nox -s {session}"
+SKIPPED = "rocm_root: {step}: skipped ({path} exists)"
+INTERRUPTED_BY = "rocm_root: interrupted by {signal}"
+
 try:
     from ci.command import Terminated, run, signals_as_interrupt  # the project's one way to run a program, from a checkout
     from ci.errors import ConfigError, OnebitError
 except ImportError as exc:  # a Python without the project's dependencies: one line, not a traceback
-    sys.exit(
-        f"rocm_root: error: this Python lacks {exc.name}: run it with one that has the project's dependencies (e.g. .nox/tests/bin/python)"
-    )
+    sys.exit(ERROR.format(message=LACKS.format(module=exc.name)))
 
 SUITE = "sid"
 MIRROR = "http://deb.debian.org/debian"
@@ -66,7 +78,8 @@ class Step:
     skip_when: str = ""  # a path under the root whose existence makes the step unnecessary
 
     def line(self) -> str:
-        return f"{self.name}: {shlex.join(self.argv)}" + (f"  (skipped when {self.skip_when} exists)" if self.skip_when else "")
+        skipped = SKIPPED_WHEN.format(path=self.skip_when) if self.skip_when else ""
+        return STEP_LINE.format(name=self.name, command=shlex.join(self.argv)) + skipped
 
 
 def in_root(root: Path, *argv: str, cwd: str = "/") -> tuple[str, ...]:
@@ -114,7 +127,8 @@ def make_plan(
 
 def run_plan(root: Path, session: str, args: Sequence[str]) -> list[Step]:
     """What ``run`` runs: nox in the project's copy inside the root; pure."""
-    return [Step(f"nox -s {session}", in_root(root, f"{VENV_IN_ROOT}/bin/nox", "-s", session, "--", *args, cwd=PROJECT_IN_ROOT))]
+    nox = in_root(root, f"{VENV_IN_ROOT}/bin/nox", "-s", session, "--", *args, cwd=PROJECT_IN_ROOT)
+    return [Step(SESSION_STEP.format(session=session), nox)]
 
 
 @contextlib.contextmanager
@@ -151,14 +165,11 @@ def _show(line: str) -> None:
 def execute(root: Path, steps: Sequence[Step]) -> None:
     for step in steps:
         if step.skip_when and (root / step.skip_when).exists():
-            print(f"rocm_root: {step.name}: skipped ({step.skip_when} exists)", flush=True)
+            print(SKIPPED.format(step=step.name, path=step.skip_when), flush=True)
             continue
         t = time.monotonic()
         if step.name == "project checkout" and (in_the_way := changes_in_the_way(Path(step.argv[2]))):
-            raise ConfigError(
-                f"{step.argv[2]}: changed inside the root and by the new HEAD: {', '.join(in_the_way)}; keep the change with "
-                f"git -C {step.argv[2]} stash, or drop it with git -C {step.argv[2]} checkout HEAD -- {' '.join(in_the_way)}, then make again"
-            )
+            raise ConfigError(CHANGED_BOTH_WAYS.format(copy=step.argv[2], files=", ".join(in_the_way), paths=" ".join(in_the_way)))
         if step.name == "apt update":  # the root resolves names and trusts certificates as this machine does
             shutil.copyfile("/etc/resolv.conf", root / "etc" / "resolv.conf")
             if CA_BUNDLE.is_file():
@@ -203,25 +214,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n".join(s.line() for s in steps))
         return 0
     if os.geteuid() != 0:
-        print("rocm_root: error: chroot and mount need root; run it as root (sudo)", file=sys.stderr)
+        print(ERROR.format(message="chroot and mount need root; run it as root (sudo)"), file=sys.stderr)
         return 2
     if args.command == "make" and args.fork_git and not ((args.fork_git / "HEAD").is_file() or (args.fork_git / ".git").exists()):
-        print(
-            f"rocm_root: error: --fork-git {args.fork_git}: not a git repository; name a clone of the fork (a bare mirror or a checkout)",
-            file=sys.stderr,
-        )
+        print(ERROR.format(message=NOT_A_FORK_CLONE.format(path=args.fork_git)), file=sys.stderr)
         return 2
     if args.command == "run" and not (root / PROJECT_IN_ROOT.lstrip("/")).is_dir():
-        print(f"rocm_root: error: {root} has no {PROJECT_IN_ROOT}: run tools/rocm_root.py make {args.root} first", file=sys.stderr)
+        print(ERROR.format(message=f"{root} has no {PROJECT_IN_ROOT}: run tools/rocm_root.py make {args.root} first"), file=sys.stderr)
         return 2
     try:
         with signals_as_interrupt():  # SIGTERM and SIGHUP unbind /proc and /dev as Ctrl-C does
             execute(root, steps)
     except OnebitError as exc:
-        print(f"rocm_root: error: {exc.message}", file=sys.stderr)
+        print(ERROR.format(message=exc.message), file=sys.stderr)
         return exc.exit_code
     except Terminated as exc:
-        print(f"rocm_root: interrupted by {exc}", file=sys.stderr)
+        print(INTERRUPTED_BY.format(signal=exc), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("rocm_root: interrupted", file=sys.stderr)

@@ -51,6 +51,43 @@ _FROM_RE = re.compile(r"^- From: `([0-9a-f]{40})`", re.MULTILINE)
 _FIRST_BAD_RE = re.compile(r"^([0-9a-f]{40}) is the first bad commit$", re.MULTILINE)
 _ONLY_SKIPPED = "There are only 'skip'ped commits left to test."
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+# the run, line by line
+START = "bisect: {gate} on {profile}, {good} (good) .. {bad} (bad): {commits}, about {steps}"
+STEP_START = "bisect: step {step} (of about {expected}): {commit} {subject}"
+STEP_DONE = "bisect: step {step}: {result}"
+STEP_RESULT = "{commit} {outcome}: {reason} [{times}]"
+PUT_BACK = "bisect: the checkout is back at the pin {commit} + the series"
+# the end: the headline and what follows it
+FOUND = "bisect: {commit} is the first bad commit for {gate} ({subject}), {steps}, {seconds:.1f} s"
+ONLY_SKIPPED_LEFT = "bisect: only skipped commits left; the first bad commit for {gate} is one of {commits} ({steps}, {seconds:.1f} s)"
+STOPPED = "bisect: stopped after {steps} (--max-steps) with {left} left: {commits}"
+FIRST_BAD_FILES = "  files: {files}"
+FIRST_BAD_PROBLEM = "  {gate}: {problem}"
+LAST_GOOD_LINE = "  last good: {commit} {subject}"
+# why a step is a skip
+PERF_INCONCLUSIVE = "perf inconclusive after re-measuring with more rounds: {summary}"
+SERIES_DOES_NOT_APPLY = "the series does not apply: {problems}"
+# the report (markdown)
+FIRST_BAD_HEADING = "**First bad commit: `{sha}`** {subject}"
+FILES_TOUCHED = "Files touched: {files}"
+FILES_MORE = " and {count} more"
+PROBLEM_ITEM = "- {problem}"
+ONLY_SKIPPED_SECTION = "Only skipped commits are left; the first bad commit is one of:"
+CANDIDATE_ITEM = "- `{sha}` {subject}"
+STOPPED_SECTION = "Stopped by --max-steps with {left} left: {commits}"
+LAST_GOOD = "Last good: `{sha}` {subject}: {reason}"
+LEDGER_LINE = " (ledger line {line})"
+STEP_ROW = "| {step} | `{commit}` {subject} | {verdict} | {build:.1f} | {gate:.1f} | {total:.1f} | {why} |"
+LOG_BLOCK = "<details><summary>git bisect log</summary>\n\n```\n{log}\n```\n\n</details>"
+# refusals
+NO_BAD = "no --bad given and no bump report at {report} names a target (- To: `SHA`); give --bad SHA"
+NOT_ANCESTOR = "--good {good} is not an ancestor of --bad {bad} ({relation}); give a good commit older than the bad one"
+NO_GATE = "no --gate given and the ledger has no failed gate record for profile {profile}; give --gate backend_ops|equivalence|perf|route"
+UNDER_WAY = "a git bisect is already under way in {name}'s store; end it with git -C {name} bisect reset, then retry"
+GOOD_END_FAILS = "--check-good: the good end {commit} is {outcome} for {gate} ({reason}); give an older --good"
+MAX_STEPS_TOO_FEW = "--max-steps {max_steps}: must be 1 or more"
+
 
 class Outcome(Enum):
     GOOD = "good"
@@ -99,7 +136,7 @@ class Step:
 
     def line(self) -> str:
         times = f"{self.seconds:.1f} s (build {self.build_seconds:.1f} s, gate {self.gate_seconds:.1f} s)"
-        return f"{self.commit.short} {self.outcome.value}: {self.reason} [{times}]"
+        return STEP_RESULT.format(commit=self.commit.short, outcome=self.outcome.value, reason=self.reason, times=times)
 
 
 @dataclass(frozen=True)
@@ -133,10 +170,12 @@ class BisectAnswer:
     def headline(self) -> str:
         steps = count(len([s for s in self.steps if s.number > 0]), "step")
         if self.first_bad is not None:
-            return f"bisect: {self.first_bad.short} is the first bad commit for {self.gate} ({self.first_bad.subject}), {steps}, {self.seconds:.1f} s"
+            first_bad = self.first_bad
+            return FOUND.format(commit=first_bad.short, gate=self.gate, subject=first_bad.subject, steps=steps, seconds=self.seconds)
         if self.candidates:
-            return f"bisect: only skipped commits left; the first bad commit for {self.gate} is one of {', '.join(c.short for c in self.candidates)} ({steps}, {self.seconds:.1f} s)"
-        return f"bisect: stopped after {steps} (--max-steps) with {count(len(self.left), 'commit')} left: {', '.join(s[:7] for s in self.left[:10])}"
+            commits = ", ".join(c.short for c in self.candidates)
+            return ONLY_SKIPPED_LEFT.format(gate=self.gate, commits=commits, steps=steps, seconds=self.seconds)
+        return STOPPED.format(steps=steps, left=count(len(self.left), "commit"), commits=", ".join(s[:7] for s in self.left[:10]))
 
 
 # -- pure parts: how many steps, what a gate's result means, what git bisect said ------------------------------------
@@ -157,7 +196,7 @@ def outcome_of(result: GateResult) -> tuple[Outcome, str]:
     if result.gate == perf.GATE:
         decisive = [c for c in result.cases if c.status is Status.FAILED and not c.message.endswith(perf.INCONCLUSIVE)]
         if not decisive and any(c.message.endswith(perf.INCONCLUSIVE) for c in result.cases):
-            return Outcome.SKIP, f"perf inconclusive after re-measuring with more rounds: {result.summary}"
+            return Outcome.SKIP, PERF_INCONCLUSIVE.format(summary=result.summary)
     return Outcome.BAD, result.summary
 
 
@@ -191,44 +230,46 @@ def markdown(answer: BisectAnswer) -> str:
     ]
     if answer.first_bad is not None:
         fb = answer.first_bad
-        lines += [f"**First bad commit: `{fb.sha}`** {fb.subject}", ""]
+        lines += [FIRST_BAD_HEADING.format(sha=fb.sha, subject=fb.subject), ""]
         if fb.files:
             lines += [
-                "Files touched: "
-                + ", ".join(f"`{f}`" for f in fb.files[:20])
-                + (f" and {len(fb.files) - 20} more" if len(fb.files) > 20 else ""),
+                FILES_TOUCHED.format(files=", ".join(f"`{f}`" for f in fb.files[:20]))
+                + (FILES_MORE.format(count=len(fb.files) - 20) if len(fb.files) > 20 else ""),
                 "",
             ]
         step = answer.step_at(fb.sha)
         if step is not None:
             lines += [f"The gate there: {step.reason}"]
-            lines += [f"- {p.splitlines()[0] if p else p}" for p in step.problems[:5]]
+            lines += [PROBLEM_ITEM.format(problem=p.splitlines()[0] if p else p) for p in step.problems[:5]]
             lines.append("")
     elif answer.candidates:
-        lines += ["Only skipped commits are left; the first bad commit is one of:", ""]
-        lines += [f"- `{c.sha}` {c.subject}" for c in answer.candidates]
+        lines += [ONLY_SKIPPED_SECTION, ""]
+        lines += [CANDIDATE_ITEM.format(sha=c.sha, subject=c.subject) for c in answer.candidates]
         lines.append("")
     else:
         lines += [
-            f"Stopped by --max-steps with {count(len(answer.left), 'commit')} left: " + ", ".join(f"`{s[:7]}`" for s in answer.left[:20]),
+            STOPPED_SECTION.format(left=count(len(answer.left), "commit"), commits=", ".join(f"`{s[:7]}`" for s in answer.left[:20])),
             "",
         ]
     good = answer.last_good
     if good is not None:
         lines += [
-            f"Last good: `{good.commit.sha}` {good.commit.subject}: {good.reason}"
-            + (f" (ledger line {good.ledger_line})" if good.ledger_line else ""),
+            LAST_GOOD.format(sha=good.commit.sha, subject=good.commit.subject, reason=good.reason)
+            + (LEDGER_LINE.format(line=good.ledger_line) if good.ledger_line else ""),
             "",
         ]
     lines += ["| step | commit | verdict | build s | gate s | total s | why |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for s in answer.steps:
         n = "check-good" if s.number == 0 else str(s.number)
         why = s.reason.replace("|", "\\|").replace("\n", " ")
-        lines.append(
-            f"| {n} | `{s.commit.short}` {s.commit.subject.replace('|', '/')} | {s.outcome.value} | {s.build_seconds:.1f} | {s.gate_seconds:.1f} | {s.seconds:.1f} | {why} |"
-        )
+        subject = s.commit.subject.replace("|", "/")
+        row = STEP_ROW.format(
+            step=n, commit=s.commit.short, subject=subject, verdict=s.outcome.value,
+            build=s.build_seconds, gate=s.gate_seconds, total=s.seconds, why=why,
+        )  # fmt: skip
+        lines.append(row)
     if answer.log:
-        lines += ["", "<details><summary>git bisect log</summary>", "", "```", answer.log.rstrip(), "```", "", "</details>"]
+        lines += ["", LOG_BLOCK.format(log=answer.log.rstrip())]
     return "\n".join(lines) + "\n"
 
 
@@ -260,7 +301,7 @@ def resolve(base: Job, request: BisectRequest, say: Callable[[str], None]) -> _J
     report = request.bump_report or base.root / BUMP_REPORT
     start, target = bump_ends(report.read_text(encoding="utf-8")) if report.is_file() else (None, None)
     if request.bad is None and target is None:
-        raise ConfigError(f"no --bad given and no bump report at {shown(report, base.root)} names a target (- To: `SHA`); give --bad SHA")
+        raise ConfigError(NO_BAD.format(report=shown(report, base.root)))
     bad = str(store.resolve(request.bad).id) if request.bad else str(target)
     good_spec = request.good or (start if source.commit == bad and start else source.commit)
     good = str(store.resolve(good_spec).id) if good_spec else source.commit
@@ -268,14 +309,10 @@ def resolve(base: Job, request: BisectRequest, say: Callable[[str], None]) -> _J
         raise ConfigError(f"--bad {bad[:12]}: not in the fork store; pass --remote with a mirror that has it")
     relation = store.move(good, bad).relation
     if relation is not Relation.AHEAD:
-        raise ConfigError(
-            f"--good {good[:7]} is not an ancestor of --bad {bad[:7]} ({relation.value}); give a good commit older than the bad one"
-        )
+        raise ConfigError(NOT_ANCESTOR.format(good=good[:7], bad=bad[:7], relation=relation.value))
     gate = registry.select([request.gate or default_gate(base.root, request.profile, bad)], base.pins)[0]
     if (source.gitdir / "BISECT_START").exists():
-        raise Refused(
-            f"a git bisect is already under way in {source.name}'s store; end it with git -C {source.name} bisect reset, then retry"
-        )
+        raise Refused(UNDER_WAY.format(name=source.name))
     prepare(source, store)  # refuses, untouched, a checkout holding changes this tool did not make
     results = ledger.default_results_dir(base.root)
     return _Job(base, request, source, store, good, bad, gate, results)
@@ -290,9 +327,7 @@ def default_gate(root: Path, profile: str, bad: str) -> str:
     at_bad = [r for r in failed if r.data.get("pin") == bad]
     chosen = (at_bad or failed)[-1] if failed else None
     if chosen is None or chosen.gate not in registry.runnable():
-        raise ConfigError(
-            f"no --gate given and the ledger has no failed gate record for profile {profile}; give --gate backend_ops|equivalence|perf|route"
-        )
+        raise ConfigError(NO_GATE.format(profile=profile))
     return chosen.gate
 
 
@@ -321,7 +356,7 @@ def run_step(job: _Job, number: int, sha: str, say: Callable[[str], None]) -> St
     plan = classify(job.source.gitdir, sha, stepped.series)
     if not plan.clean:
         bad = "; ".join(f"patches/{v.line()}" for v in plan.verdicts if v.fate is not Fate.APPLIES)
-        return Step(number, commit, Outcome.SKIP, f"the series does not apply: {bad}", seconds=time.monotonic() - t0)
+        return Step(number, commit, Outcome.SKIP, SERIES_DOES_NOT_APPLY.format(problems=bad), seconds=time.monotonic() - t0)
     quiet: list[str] = []
     try:
         build_plan = stepped.build_plan(BuildRequest(job.request.profile))  # the step's key, derived once
@@ -413,7 +448,7 @@ def put_back(job: _Job, git: Git, started: bool, say: Callable[[str], None]) -> 
         if started:
             git.run("bisect", "reset", check=False)
         execute(prepare(job.source, job.store))
-        say(f"bisect: the checkout is back at the pin {job.source.short} + the series")
+        say(PUT_BACK.format(commit=job.source.short))
 
 
 @contextmanager
@@ -435,14 +470,16 @@ def bisect(job: _Job, say: Callable[[str], None]) -> BisectAnswer:
     git = Git(job.source.gitdir, job.source.workdir)
     n = int(git.text("rev-list", "--count", f"{job.good}..{job.bad}"))
     expected = expected_steps(n)
-    say(
-        f"bisect: {job.gate.name} on {job.request.profile}, {job.good[:7]} (good) .. {job.bad[:7]} (bad): {count(n, 'commit')}, about {count(expected, 'step')}"
-    )
+    start = START.format(
+        gate=job.gate.name, profile=job.request.profile, good=job.good[:7], bad=job.bad[:7],
+        commits=count(n, "commit"), steps=count(expected, "step"),
+    )  # fmt: skip
+    say(start)
     steps: list[Step] = []
 
     def show(step: Step, total: str) -> None:
         steps.append(step)
-        say(f"bisect: step {total}: {step.line()}")
+        say(STEP_DONE.format(step=total, result=step.line()))
 
     started = False
     answer: BisectAnswer | None = None
@@ -455,7 +492,7 @@ def bisect(job: _Job, say: Callable[[str], None]) -> BisectAnswer:
                 show(first, "check-good")
                 if first.outcome is not Outcome.GOOD:
                     raise Refused(
-                        f"--check-good: the good end {job.good[:7]} is {first.outcome.value} for {job.gate.name} ({first.reason}); give an older --good"
+                        GOOD_END_FAILS.format(commit=job.good[:7], outcome=first.outcome.value, gate=job.gate.name, reason=first.reason)
                     )
             said = git.run("bisect", "start", "--no-checkout", job.bad, job.good).output
             started = True
@@ -469,7 +506,7 @@ def bisect(job: _Job, say: Callable[[str], None]) -> BisectAnswer:
                     break
                 number += 1
                 sha = next_commit(git, skipped) or git.text("rev-parse", "BISECT_HEAD")
-                say(f"bisect: step {number} (of about {expected}): {sha[:7]} {_commit(job.store, sha).subject}")
+                say(STEP_START.format(step=number, expected=expected, commit=sha[:7], subject=_commit(job.store, sha).subject))
                 step = run_step(job, number, sha, say)
                 show(step, f"{number}/{expected}")
                 if step.outcome is Outcome.SKIP:
@@ -493,20 +530,20 @@ def bisect(job: _Job, say: Callable[[str], None]) -> BisectAnswer:
 def session(base: Job, request: BisectRequest, say: Callable[[str], None]) -> int:
     """``nox -s bisect``: 0 when the first bad commit is named, 1 otherwise (only skipped commits, --max-steps)."""
     if request.max_steps is not None and request.max_steps < 1:
-        raise ConfigError(f"--max-steps {request.max_steps}: must be 1 or more")
+        raise ConfigError(MAX_STEPS_TOO_FEW.format(max_steps=request.max_steps))
     job = resolve(base, request, say)
     answer = bisect(job, say)
     out = request.out or base.root / "build" / "bisect" / "report.md"
     write_atomic(out, markdown(answer))
     say(answer.headline())
     if answer.first_bad is not None:
-        say(f"  files: {', '.join(answer.first_bad.files[:10])}" + (" ..." if len(answer.first_bad.files) > 10 else ""))
+        say(FIRST_BAD_FILES.format(files=", ".join(answer.first_bad.files[:10])) + (" ..." if len(answer.first_bad.files) > 10 else ""))
         step = answer.step_at(answer.first_bad.sha)
         if step is not None:
             for p in step.problems[:3]:
-                say(f"  {job.gate.name}: {p.splitlines()[0] if p else p}")
+                say(FIRST_BAD_PROBLEM.format(gate=job.gate.name, problem=p.splitlines()[0] if p else p))
     if answer.last_good is not None:
-        say(f"  last good: {answer.last_good.commit.short} {answer.last_good.commit.subject}")
+        say(LAST_GOOD_LINE.format(commit=answer.last_good.commit.short, subject=answer.last_good.commit.subject))
     say(
         f"bisect: report for the bump PR: {shown(out, base.root)}; the {request.profile} build dir now holds the last step's build (nox -s build brings it back to the pin)"
     )

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 import psutil
 import pytest
 
-from ci import command
+from ci import command, errors
 from ci.errors import CommandFailed, ToolchainError
 
 
@@ -24,11 +25,11 @@ def test_a_failure_carries_argv_status_and_tail() -> None:
         command.run([sys.executable, "-c", "print('last words'); raise SystemExit(3)"], quiet=True)
     assert exc.value.returncode == 3
     assert "last words" in exc.value.tail
-    assert exc.value.message.endswith("exited with status 3")
+    assert exc.value.message == errors.EXITED.format(program=sys.executable, status=errors.STATUS.format(code=3))
 
 
 def test_a_missing_program_is_one_line() -> None:
-    with pytest.raises(ToolchainError, match="no-such-program-here: not found on PATH"):
+    with pytest.raises(ToolchainError, match=re.escape(command.NOT_ON_PATH.format(program="no-such-program-here"))):
         command.run(["no-such-program-here"])
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ci import cli
 from ci.errors import ConfigError
 from ci.gates import backend_ops, bench
 from ci.gates.backend_ops_output import parse_console
@@ -26,10 +27,9 @@ DATA = Path(__file__).resolve().parents[1] / "gates" / "backend_ops" / "data"
 def test_from_log_dev_zero_is_one_line_and_reads_nothing(project: Project) -> None:
     r = project.ci("gpu-tests", "--profile", "cpu", "--from-log", "/dev/zero")
     assert r.code == 2
-    assert (
-        r.err
-        == "onebit-ci: error: --from-log /dev/zero: cannot be read: a character device, where a regular file is expected; give a saved test-backend-ops output\n"
-    )
+    # the gate's message (ci/gates/backend_ops.py) around the reader's reason (serve/bounded.py)
+    message = "--from-log /dev/zero: cannot be read: a character device, where a regular file is expected; give a saved test-backend-ops output"  # fmt: skip
+    assert r.err == cli.ERROR.format(message=message) + "\n"
 
 
 def test_from_log_fifo_is_named_not_waited_on(project: Project, tmp_path: Path) -> None:
@@ -56,7 +56,8 @@ def test_pins_yaml_that_is_a_fifo_is_one_line(project: Project) -> None:
     os.mkfifo(pins)
     r = project.ci("verify-pin")
     assert r.code == 2
-    assert r.err == "onebit-ci: error: pins.yaml: cannot be read (a FIFO, where a regular file is expected)\n"
+    # pins.yaml's reader (ci/pin/pins.py) around the reader's reason (serve/bounded.py)
+    assert r.err == cli.ERROR.format(message="pins.yaml: cannot be read (a FIFO, where a regular file is expected)") + "\n"
 
 
 def test_a_log_repeating_one_case_line_is_a_failure(tmp_path: Path) -> None:

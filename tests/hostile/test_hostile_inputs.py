@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from ci import cli, schema
 from ci.errors import ServerFailed
 from ci.gates.llama import LlamaServer, ServerLaunch
 from serve.cli import main as serve_main
 from tests.support.fixtures import MakePatch
 from tests.support.gguf_files import make
 from tests.support.http import answering
+from tests.support.messages import said
 from tests.support.project import DELTA_AT_C1, Project
 
 BINARY = bytes(range(256)) * 8  # NUL, control codes, bytes that are not UTF-8
@@ -60,9 +62,9 @@ def test_pins_yaml(project: Project, kind: str) -> None:
     content = pins_yaml(kind, project.pins.read_bytes())
     project.pins.write_bytes(content)
     r = project.ci("verify-pin")
-    line = one_error_line(Outcome(r.code, r.out, r.err), "onebit-ci: error: ", "pins.yaml")
+    line = one_error_line(Outcome(r.code, r.out, r.err), cli.ERROR.format(message=""), "pins.yaml")
     if kind == "duplicated-key":
-        assert 'the key "commit" is given twice' in line
+        assert said(schema.DUPLICATE_KEY, line, key="commit")
     assert project.pins.read_bytes() == content
 
 
@@ -109,7 +111,7 @@ def test_patch_series(project: Project, add_patch: MakePatch, kind: str) -> None
         assert r.code == 0, r.err
         assert "0 patches" in r.out
     else:
-        one_error_line(Outcome(r.code, r.out, r.err), "onebit-ci: error: ", "patches/series")
+        one_error_line(Outcome(r.code, r.out, r.err), cli.ERROR.format(message=""), "patches/series")
     assert path.read_bytes() == content
 
 
@@ -130,7 +132,7 @@ def test_patch_file(project: Project, add_patch: MakePatch, kind: str) -> None:
     content = patch_file(kind, path.read_bytes())
     path.write_bytes(content)
     r = project.ci("patches", "--check", "--remote", str(project.fork.path))
-    line = one_error_line(Outcome(r.code, r.out, r.err), "onebit-ci: error: ", "patches/fix.patch")
+    line = one_error_line(Outcome(r.code, r.out, r.err), cli.ERROR.format(message=""), "patches/fix.patch")
     if kind == "duplicated-key":
         assert "Upstream: is given twice" in line
     assert path.read_bytes() == content
@@ -218,7 +220,7 @@ def test_ledger_lines(project: Project, kind: str) -> None:
     content = ledger_text(kind, path.read_bytes())
     path.write_bytes(content)
     r = project.ci("gpu-tests", "--profile", "cpu", "--from-log", str(log))
-    one_error_line(Outcome(r.code, r.out, r.err), "onebit-ci: error: ", "ledger.jsonl")
+    one_error_line(Outcome(r.code, r.out, r.err), cli.ERROR.format(message=""), "ledger.jsonl")
     assert path.read_bytes() == content
 
 

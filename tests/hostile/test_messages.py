@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
 
+from ci import cli, git, schema
 from ci.errors import ConfigError, ToolchainError
 from ci.pin.pins import parse
 from ci.release.ship import _require_pypa_build
 from ci.source.series import load_series
 from tests.support.fixtures import MakePatch
+from tests.support.messages import pattern
 from tests.support.project import DELTA_AT_C1, Project, pins_text
 
 FIX = {"ggml/src/delta.c": DELTA_AT_C1.replace("x + 1;", "x + 100;")}
@@ -24,12 +27,15 @@ def test_a_yaml_error_names_the_line_it_is_on() -> None:
     lines[n] = '  date: "2026-09-28\n'  # a quote opened on this line, never closed
     with pytest.raises(ConfigError) as exc:
         parse("".join(lines), Path("pins.yaml"))
-    assert exc.value.message.startswith(f"pins.yaml: not valid YAML at line {n + 1}: while scanning a quoted scalar")
+    where = schema.YAML_AT_LINE.format(line=n + 1)
+    # PyYAML's own words after it
+    assert exc.value.message.startswith(schema.NOT_YAML.format(file="pins.yaml", where=where, problem="while scanning a quoted scalar"))
 
 
 def test_a_key_given_twice_names_both_lines() -> None:
     text = pins_text("a" * 40).replace("  branch: main\n", "  branch: main\n  branch: dev\n")
-    with pytest.raises(ConfigError, match=r'^pins\.yaml:5: the key "branch" is given twice \(line 5, first at line 4\)'):
+    twice = schema.AT_LINE.format(file="pins.yaml", line=5, problem=schema.DUPLICATE_KEY.format(key="branch", line=5, first=4))
+    with pytest.raises(ConfigError, match="^" + re.escape(twice)):
         parse(text, Path("pins.yaml"))
 
 
@@ -62,7 +68,7 @@ def test_a_submodule_index_held_by_another_git_is_one_line(project: Project, add
         before = project.state()
         r = project.ci(*args)
         assert r.code == 3, r.err
-        assert r.err.startswith(f"onebit-ci: error: {lock} exists: another git is working in"), r.err
+        assert pattern(cli.ERROR.format(message=git.LOCKED), lock=lock).match(r.err), r.err
         assert r.err.count("\n") == 1
         assert project.state() == before
     lock.unlink()

@@ -6,15 +6,17 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 
-from ci import locks
+from ci import cli, locks, places, schema
 from ci.errors import ConfigError
 from ci.gates import bench, selftest
 from ci.source.series import load_series
 from tests.support.build import build_cpu
+from tests.support.messages import pattern, said
 from tests.support.project import Project
 
 FAULT = """\
@@ -36,7 +38,9 @@ def test_a_fault_id_that_is_a_path_is_refused(tmp_path: Path, fault_id: str) -> 
     faults.write_text(FAULT.format(id=f'"{fault_id}"', file="tools/server/server.cpp"))
     with pytest.raises(ConfigError) as exc:
         selftest.load_faults(faults)
-    assert exc.value.message.startswith(f'{faults}: faults[0].id: "{fault_id}" is not a fault id (letters, digits,')
+    # the self-test's words (ci/gates/selftest.py) around the rule for ids
+    problem = f'"{fault_id}" is not a fault id ({places.ID_RULE})'
+    assert exc.value.message == schema.AT_KEY.format(file=faults, key="faults[0].id", problem=problem)
 
 
 def test_an_absolute_fault_id_removes_nothing_outside_the_checkout(build_project: Project, tmp_path: Path) -> None:
@@ -55,11 +59,12 @@ def test_an_absolute_fault_id_removes_nothing_outside_the_checkout(build_project
     assert sorted(p.name for p in victim.iterdir()) == ["keep"]
 
 
-@pytest.mark.parametrize(("file", "why"), [("/etc/passwd", "an absolute path"), ("../../../outside.txt", "has '..'")])
+@pytest.mark.parametrize(("file", "why"), [("/etc/passwd", places.ABSOLUTE), ("../../../outside.txt", places.HAS_DOTDOT)])
 def test_a_fault_file_outside_the_fork_is_refused(tmp_path: Path, file: str, why: str) -> None:
     faults = tmp_path / "faults.yaml"
     faults.write_text(FAULT.format(id="ok", file=file))
-    with pytest.raises(ConfigError, match=f'faults\\[0\\].file: "{file}": {why}'):
+    # the self-test's words (ci/gates/selftest.py) around the path's problem
+    with pytest.raises(ConfigError, match=re.escape(schema.AT_KEY.format(file=faults, key="faults[0].file", problem=f'"{file}": {why}'))):
         selftest.load_faults(faults)
 
 
@@ -81,8 +86,9 @@ def test_the_inner_selftest_refuses_a_work_directory_outside_its_area(build_proj
     victim.mkdir()
     r = build_project.ci("selftest-fault", "--profile", "cpu", "--fault", "server-benign", "--work", str(victim))
     assert r.code == 2
-    assert "--work (the fault's directory, under build/selftest/cpu) " in r.err
-    assert "outside" in r.err
+    # what names the directory is the command's (ci/commands/gate_selftest.py)
+    what = "--work (the fault's directory, under build/selftest/cpu)"
+    assert said(cli.ERROR.format(message=places.OUTSIDE), r.err, what=what, path=victim)
     assert r.err.count("\n") == 1
     assert list(victim.iterdir()) == []
 
@@ -92,11 +98,11 @@ def test_bench_lock_never_truncates_an_existing_file(tmp_path: Path) -> None:
     precious.write_text("a,b\n1,2\n")
     with pytest.raises(ConfigError) as exc, bench.box_lock(precious, print):
         pass
-    assert exc.value.message == f"--lock {precious}: exists and is not a lock file (8 bytes); it is left as it is: give a path of its own"
+    assert exc.value.message == locks.NOT_A_LOCK_FILE.format(what="--lock", path=precious, size=8)
     assert precious.read_text() == "a,b\n1,2\n"
     link = tmp_path / "link.lock"
     link.symlink_to(precious)
-    with pytest.raises(ConfigError, match="a symbolic link"), bench.box_lock(link, print):
+    with pytest.raises(ConfigError, match=re.escape(locks.IS_A_LINK.format(what="--lock", path=link))), bench.box_lock(link, print):
         pass
     assert precious.read_text() == "a,b\n1,2\n"
 
@@ -107,8 +113,10 @@ def test_a_second_build_of_one_build_directory_is_refused_naming_the_holder(buil
     with locks.held_lock(lock, "test", "the build directory", purpose="the first build"):
         r = build_project.ci("build", "--profile", "cpu", "--remote", str(build_project.fork.path))
     assert r.code == 4, r.err
-    assert r.err.startswith(f"onebit-ci: error: build: the build directory build/cpu is held by pid {os.getpid()} on ")
-    assert ": the first build; wait for it to finish, one at a time" in r.err
+    # what the lock guards is the build stage's (ci/compile/stage.py)
+    holder = locks.WITH_PURPOSE.format(holder=locks.HOLDER, purpose="the first build")
+    held = cli.ERROR.format(message=locks.HELD.format(who="build", what="the build directory build/cpu", holder=holder, path=lock))
+    assert pattern(held, pid=os.getpid()).match(r.err), r.err
     assert not (build_project.root / "build" / "cpu" / "build.json").exists()
 
 
@@ -124,14 +132,15 @@ def test_a_second_sync_of_one_checkout_is_refused(build_project: Project) -> Non
     finally:
         os.close(fd)
     assert r.code == 4, r.err
-    assert "patches: the checkout llama.cpp-rocmfpx is held by another process" in r.err
+    # what the lock guards is the sync's (ci/source/sync.py)
+    assert said(locks.HELD, r.err, who="patches", what="the checkout llama.cpp-rocmfpx", holder=locks.UNKNOWN_HOLDER)
 
 
 def test_a_lock_held_by_a_killed_run_holds_nothing(tmp_path: Path) -> None:
     lock = tmp_path / "x.lock"
     lock.write_text("pid 999999 on elsewhere since 2026-01-01T00:00:00Z\n")  # the line stays; the flock went with it
     with locks.held_lock(lock, "test", "x"):
-        assert lock.read_text().startswith(f"pid {os.getpid()} ")
+        assert pattern(locks.HOLDER, pid=os.getpid()).match(lock.read_text())
 
 
 def test_a_series_that_is_a_directory_or_a_dangling_link_is_an_error(tmp_path: Path) -> None:
@@ -178,9 +187,9 @@ def test_bench_recipe_refuses_a_recipe_that_does_not_apply_to_the_launch(tmp_pat
     )
     err = capsys.readouterr().err
     assert code == 2, err
-    assert err.startswith(
-        "onebit-ci: error: --recipe vk-ub: does not apply to this launch (the model, drafter and device given match none of its match keys"
-    )
+    # the bench's message (ci/commands/bench.py)
+    refused = "--recipe vk-ub: does not apply to this launch (the model, drafter and device given match none of its match keys"
+    assert err.startswith(cli.ERROR.format(message=refused))
     assert not (tmp_path / "logs").exists()  # nothing measured
 
 
@@ -191,8 +200,7 @@ def test_gitmodules_include_is_refused(project: Project, tmp_path: Path) -> None
     gm.write_text(gm.read_text() + f"[include]\n\tpath = {other}\n")
     r = project.ci("verify-pin")
     assert r.code == 2
-    assert (
-        r.err.splitlines()[0]
-        == "onebit-ci: error: .gitmodules:5: an [include] section: git ignores it in .gitmodules and libgit2 does not; write the submodule here"
-    )
+    # the .gitmodules reader's message (ci/pin/project.py)
+    include = ".gitmodules:5: an [include] section: git ignores it in .gitmodules and libgit2 does not; write the submodule here"
+    assert r.err.splitlines()[0] == cli.ERROR.format(message=include)
     assert "evil.example" not in r.err + r.out

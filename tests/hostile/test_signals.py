@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ci import files
+from ci import cli, files
 from tests.support.build import build_cpu
 from tests.support.project import Project
 
@@ -53,7 +53,7 @@ def test_a_signal_to_the_build_alone_ends_cmake_and_ninja(build_project: Project
     os.kill(proc.pid, sig)  # the runner's cancel: this process alone, not its group
     rest = proc.communicate(timeout=60)[0]
     assert proc.returncode == 128 + sig, "".join(seen) + rest
-    assert f"onebit-ci: interrupted by {sig.name}" in rest
+    assert cli.INTERRUPTED_BY.format(signal=sig.name) in rest
     assert "Traceback" not in rest
     assert not (build_project.root / "build" / "cpu" / "build.json").exists()
     assert group_gone(proc)  # cmake, ninja and the sleep went with it
@@ -70,7 +70,7 @@ def test_sigterm_during_the_route_gate_ends_its_pytest(build_project: Project) -
     os.kill(proc.pid, signal.SIGTERM)
     out = proc.communicate(timeout=60)[0]
     assert proc.returncode == 143, out
-    assert "onebit-ci: interrupted by SIGTERM" in out
+    assert cli.INTERRUPTED_BY.format(signal="SIGTERM") in out
     assert group_gone(proc)
 
 
@@ -87,7 +87,7 @@ def test_sigterm_half_way_through_a_bump_restores_the_pin_and_the_gitlink(projec
     monkeypatch.setattr("ci.commands.bump_pin.write_atomic", terminated)
     r = project.ci("bump-pin", project.fork.c5[:7], "--branch", "many", "--remote", str(project.fork.path))
     assert r.code == 143, r.err
-    assert r.err == "onebit-ci: interrupted by SIGTERM\n"
+    assert r.err == cli.INTERRUPTED_BY.format(signal="SIGTERM") + "\n"
     assert project.state() == before
     assert project.gitlink() == gitlink
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is this command's alone

@@ -13,6 +13,8 @@ from types import ModuleType
 
 import pytest
 
+from tests.support.messages import pattern
+
 SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "rocm_root.py"
 
 
@@ -106,7 +108,7 @@ def test_a_skipped_step_runs_nothing(tmp_path: Path, capsys: pytest.CaptureFixtu
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc" / "debian_version").write_text("forky/sid\n")
     rocm_root.execute(tmp_path, rocm_root.make_plan(tmp_path, tmp_path)[:1])
-    assert capsys.readouterr().out == "rocm_root: debootstrap: skipped (etc/debian_version exists)\n"
+    assert capsys.readouterr().out == rocm_root.SKIPPED.format(step="debootstrap", path="etc/debian_version") + "\n"
 
 
 def test_dry_run_prints_the_plan_and_session_arguments_after_the_double_dash() -> None:
@@ -116,10 +118,11 @@ def test_dry_run_prints_the_plan_and_session_arguments_after_the_double_dash() -
         text=True,
         check=True,
     )
-    assert r.stdout == (
-        "nox -s gpu_tests: chroot /srv/sid /usr/bin/env -C /src/onebit-ci DEBIAN_FRONTEND=noninteractive HOME=/root "
-        "/opt/onebit-nox/bin/nox -s gpu_tests -- --profile gfx1151\n"
+    command = (
+        "chroot /srv/sid /usr/bin/env -C /src/onebit-ci DEBIAN_FRONTEND=noninteractive HOME=/root "
+        "/opt/onebit-nox/bin/nox -s gpu_tests -- --profile gfx1151"
     )
+    assert r.stdout == rocm_root.STEP_LINE.format(name=rocm_root.SESSION_STEP.format(session="gpu_tests"), command=command) + "\n"
 
 
 def test_sigterm_during_a_run_ends_it_as_ctrl_c_does_and_unbinds(
@@ -150,7 +153,7 @@ def test_sigterm_during_a_run_ends_it_as_ctrl_c_does_and_unbinds(
     monkeypatch.setattr(rocm_root.os, "geteuid", lambda: 0)
     assert rocm_root.main(["run", str(tmp_path), "build"]) == 128 + signal.SIGTERM
     assert events == ["bind", "unbind"]
-    assert capsys.readouterr().err == "rocm_root: interrupted by SIGTERM\n"
+    assert capsys.readouterr().err == rocm_root.INTERRUPTED_BY.format(signal="SIGTERM") + "\n"
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
@@ -183,10 +186,7 @@ def test_refreshing_the_copy_keeps_a_change_made_inside_and_names_one_the_new_he
     _git(project, "commit", "-qam", "three")
     with pytest.raises(rocm_root.ConfigError) as caught:
         rocm_root.execute(root, refresh)
-    assert caught.value.message == (
-        f"{copy}: changed inside the root and by the new HEAD: pins.yaml; keep the change with git -C {copy} stash, "
-        f"or drop it with git -C {copy} checkout HEAD -- pins.yaml, then make again"
-    )
+    assert caught.value.message == rocm_root.CHANGED_BOTH_WAYS.format(copy=copy, files="pins.yaml", paths="pins.yaml")
     assert ((copy / "README.md").read_text(), (copy / "pins.yaml").read_text()) == ("two\n", "commit: bumped inside\n")
     _git(copy, "checkout", "HEAD", "--", "pins.yaml")  # the way out it names works
     rocm_root.execute(root, refresh)
@@ -197,7 +197,7 @@ def test_a_python_without_the_projects_dependencies_gets_one_line(tmp_path: Path
     """tools/rocm_root.py run by a bare python3 (no psutil): one line naming what is missing and which Python to use."""
     r = subprocess.run([sys.executable, "-I", "-S", str(SCRIPT), "--help"], capture_output=True, text=True, check=False)
     assert (r.returncode, r.stderr.count("\n")) == (1, 1)
-    assert r.stderr.startswith("rocm_root: error: this Python lacks ")
+    assert pattern(rocm_root.ERROR.format(message=rocm_root.LACKS)).match(r.stderr), r.stderr
 
 
 def test_a_fork_git_that_is_no_repository_is_named_before_anything_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -205,7 +205,5 @@ def test_a_fork_git_that_is_no_repository_is_named_before_anything_runs(tmp_path
     if rocm_root.os.geteuid() != 0:
         pytest.skip("make checks its arguments after the root check; this machine's tests run as root")
     assert rocm_root.main(["make", str(tmp_path / "root"), "--fork-git", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == (
-        f"rocm_root: error: --fork-git {tmp_path}: not a git repository; name a clone of the fork (a bare mirror or a checkout)\n"
-    )
+    assert capsys.readouterr().err == rocm_root.ERROR.format(message=rocm_root.NOT_A_FORK_CLONE.format(path=tmp_path)) + "\n"
     assert not (tmp_path / "root").exists()

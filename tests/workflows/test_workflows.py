@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from ci import cli, schema
 from ci.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -173,12 +174,12 @@ def test_the_matrix_comes_from_the_profile_table(capsys: pytest.CaptureFixture[s
 
 @pytest.mark.parametrize(
     ("profiles", "message"),
-    [
-        ("gfx1115", 'onebit-ci: error: --profile gfx1115: unknown profile (did you mean "gfx1151"?)'),
-        ("cuda,cuda", "onebit-ci: error: --profiles: cuda given twice"),
-        (" , ", "onebit-ci: error: --profiles: no profile given"),
+    [  # the profile table's messages (ci/compile/profiles.py)
+        ("gfx1115", "--profile gfx1115: unknown profile" + schema.DID_YOU_MEAN.format(word="gfx1151")),
+        ("cuda,cuda", "--profiles: cuda given twice"),
+        (" , ", "--profiles: no profile given"),
     ],
 )
 def test_a_bad_profile_list_is_one_line(profiles: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["matrix", "--profiles", profiles]) == 2
-    assert capsys.readouterr().err.startswith(message)
+    assert capsys.readouterr().err.startswith(cli.ERROR.format(message=message))

@@ -12,14 +12,30 @@ from pathlib import Path
 
 import pytest
 
+from ci import cli
+from ci import git as ci_git
+from ci.commands import bisect as bisect_
 from ci.git import Git
 from ci.release import ledger
+from ci.words import count
 from tests.support.bisect_fork import CONFLICT, PATCH_NEW, REGRESSION, SERVER, BisectFork
 from tests.support.build import build_cpu, manifest, replay_flags
+from tests.support.messages import pattern, said
 from tests.support.processes import live_processes_naming
 from tests.support.project import Project
 
 pytestmark = pytest.mark.slow
+
+
+class _Open(dict[str, object]):
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def partly(template: str, **known: object) -> str:
+    """``template`` with the fields in ``known`` filled in and the others left as fields: a value that is itself a
+    template (a gate's summary whose end the test does not know) keeps its own fields for :func:`said`."""
+    return template.format_map(_Open(known))
 
 
 def bisect(project: Project, fork: BisectFork, *args: str) -> tuple[int, str, str]:
@@ -43,24 +59,29 @@ def test_bisect_names_the_planted_regression_and_skips_the_commit_the_series_doe
     code, out, err = bisect(bisect_project, bisect_fork)
     assert code == 0, out + err
     first_bad = bisect_fork.c(REGRESSION)
-    assert "bisect: 32 commits, about 5 steps" in out.replace(
-        f"backend_ops on cpu, {bisect_fork.fork.f0[:7]} (good) .. {bisect_fork.c(32)[:7]} (bad): ", ""
+    subject = "ggml: fold the answer's rounding into the kernel"
+    start = bisect_.START.format(
+        gate="backend_ops", profile="cpu", good=bisect_fork.fork.f0[:7], bad=bisect_fork.c(32)[:7], commits="32 commits", steps="5 steps"
     )
-    assert f"bisect: {first_bad[:7]} is the first bad commit for backend_ops (ggml: fold the answer's rounding into the kernel), " in out
-    steps = [ln for ln in out.splitlines() if ln.startswith("bisect: step ") and "/" in ln.split()[2]]
+    assert start in out
+    steps = [ln for ln in out.splitlines() if pattern(bisect_.STEP_DONE).match(ln) and "/" in ln.split()[2]]
     assert 1 <= len(steps) <= 6, "\n".join(steps)
-    skipped = [ln for ln in steps if " skip: " in ln]
+    assert said(bisect_.FOUND, out, commit=first_bad[:7], gate="backend_ops", subject=subject, steps=count(len(steps), "step"))
+    skipped = [ln for ln in steps if said(bisect_.STEP_RESULT, ln, outcome=bisect_.Outcome.SKIP.value)]
     assert len(skipped) == 1
-    assert skipped[0].split()[3] == bisect_fork.c(CONFLICT)[:7]
-    assert "the series does not apply: patches/banner.patch: conflicts (tools/server/server.cpp: hunk 1" in skipped[0]
-    assert "  files: ggml/ggml.c, notes/c21.txt" in out
-    assert "  backend_ops: GATED_DELTA_NET: 36 expected, 36 ran, 35 passed" in out
-    assert f"  last good: {bisect_fork.c(REGRESSION - 1)[:7]} notes: commit 20" in out
+    assert said(bisect_.STEP_RESULT, skipped[0], commit=bisect_fork.c(CONFLICT)[:7], outcome="skip")
+    # the classification's verdict on the patch (ci/source/classify.py), around git's hunk
+    conflict = bisect_.SERIES_DOES_NOT_APPLY.format(problems="patches/banner.patch: conflicts (" + ci_git.HUNK_DOES_NOT_MATCH + ")")
+    assert said(conflict, skipped[0], path="tools/server/server.cpp", number=1)
+    assert bisect_.FIRST_BAD_FILES.format(files="ggml/ggml.c, notes/c21.txt") in out
+    # the backend_ops gate's problem (ci/gates/backend_ops_judge.py)
+    assert bisect_.FIRST_BAD_PROBLEM.format(gate="backend_ops", problem="GATED_DELTA_NET: 36 expected, 36 ran, 35 passed") in out
+    assert bisect_.LAST_GOOD_LINE.format(commit=bisect_fork.c(REGRESSION - 1)[:7], subject="notes: commit 20") in out
     assert_at_pin_and_series(bisect_project, bisect_fork)
     report = (bisect_project.root / "build" / "bisect" / "report.md").read_text()
-    assert f"**First bad commit: `{first_bad}`** ggml: fold the answer's rounding into the kernel" in report
-    assert "Files touched: `ggml/ggml.c`, `notes/c21.txt`" in report
-    assert f"Last good: `{bisect_fork.c(REGRESSION - 1)}` notes: commit 20" in report
+    assert bisect_.FIRST_BAD_HEADING.format(sha=first_bad, subject=subject) in report
+    assert bisect_.FILES_TOUCHED.format(files="`ggml/ggml.c`, `notes/c21.txt`") in report
+    assert said(bisect_.LAST_GOOD, report, sha=bisect_fork.c(REGRESSION - 1), subject="notes: commit 20")
     assert report.count("\n| ") == len(steps) + 2  # the header, its rule and a row per step
     assert "git bisect start" in report
     assert f"# first bad commit: [{first_bad}]" in report
@@ -75,9 +96,10 @@ def test_ship_never_counts_a_step_even_at_the_pins_own_build(bisect_project: Pro
     record is the bisection's, not the pin's."""
     code, out, err = bisect(bisect_project, bisect_fork, "--check-good", "--max-steps", "1")
     assert code == 1, out + err
-    assert "bisect: step check-good: " in out
-    assert " good: PASSED on CPU" in out
-    assert "bisect: stopped after 1 step (--max-steps) with " in out
+    # the backend_ops gate's summary (ci/gates/backend_ops_judge.py) as the step's reason, its end unknown here
+    check_good = partly(bisect_.STEP_DONE, step="check-good", result=bisect_.STEP_RESULT)
+    assert said(partly(check_good, commit=bisect_fork.fork.f0[:7], outcome="good", reason="PASSED on CPU{more}"), out)
+    assert said(bisect_.STOPPED, out, steps="1 step")
     assert_at_pin_and_series(bisect_project, bisect_fork)
     assert build_cpu(bisect_project).code == 0
     key = manifest(bisect_project)["key"]
@@ -93,11 +115,11 @@ def test_ship_never_counts_a_step_even_at_the_pins_own_build(bisect_project: Pro
 def test_max_steps_stops_with_the_range_left(bisect_project: Project, bisect_fork: BisectFork) -> None:
     code, out, err = bisect(bisect_project, bisect_fork, "--max-steps", "2")
     assert code == 1, out + err
-    line = next(ln for ln in out.splitlines() if ln.startswith("bisect: stopped after 2 steps (--max-steps) with "))
+    line = next(ln for ln in out.splitlines() if pattern(bisect_.STOPPED, steps="2 steps").match(ln))
     left = int(line.split(" with ")[1].split()[0])
     assert 1 < left < 32
     assert_at_pin_and_series(bisect_project, bisect_fork)
-    assert "Stopped by --max-steps with" in (bisect_project.root / "build" / "bisect" / "report.md").read_text()
+    assert said(bisect_.STOPPED_SECTION, (bisect_project.root / "build" / "bisect" / "report.md").read_text())
 
 
 def in_session(sid: int, text: str) -> list[str]:
@@ -132,7 +154,7 @@ def test_a_signal_mid_step_leaves_the_checkout_at_pin_and_series(
             assert proc.poll() is None, log.read_text()
             time.sleep(0.2)
         assert sleeping, log.read_text()
-        assert "bisect: step 1 (of about 5)" in log.read_text()
+        assert said(bisect_.STEP_START, log.read_text(), step=1, expected=5)
         if sig is signal.SIGINT:
             os.killpg(proc.pid, sig)  # Ctrl-C: the terminal signals the whole foreground group
         else:
@@ -144,8 +166,8 @@ def test_a_signal_mid_step_leaves_the_checkout_at_pin_and_series(
             proc.wait()
     text = log.read_text()
     assert code == 130, text
-    assert "onebit-ci: interrupted" in text
-    assert f"bisect: the checkout is back at the pin {bisect_fork.fork.f0[:7]} + the series" in text
+    assert cli.INTERRUPTED in text
+    assert bisect_.PUT_BACK.format(commit=bisect_fork.fork.f0[:7]) in text
     assert_at_pin_and_series(bisect_project, bisect_fork)
     assert live_processes_naming(str(bisect_project.root)) == []
     assert in_session(proc.pid, "") == []  # the build's whole tree ended with it
@@ -159,12 +181,13 @@ def test_check_good_refuses_a_good_end_that_fails_and_expect_replaces_the_pins_c
     bisect_project.pins.write_text(bisect_project.pins.read_text().replace("GATED_DELTA_NET: 36", "GATED_DELTA_NET: 54"))
     code, out, err = bisect(bisect_project, bisect_fork, "--check-good")
     assert code == 4, out + err
-    assert (
-        f"onebit-ci: error: --check-good: the good end {bisect_fork.fork.f0[:7]} is bad for backend_ops (FAILED on CPU: GATED_DELTA_NET 36/54 passed"
-        in err
-    )
+    # the backend_ops gate's summary (ci/gates/backend_ops_judge.py) as the reason, its end unknown here
+    refused = partly(cli.ERROR, message=bisect_.GOOD_END_FAILS)
+    failed = "FAILED on CPU: GATED_DELTA_NET 36/54 passed{more}"
+    assert said(partly(refused, commit=bisect_fork.fork.f0[:7], outcome="bad", gate="backend_ops", reason=failed), err)
     assert_at_pin_and_series(bisect_project, bisect_fork)
     code, out, err = bisect(bisect_project, bisect_fork, "--check-good", "--expect", "GATED_DELTA_NET=36", "--max-steps", "1")
     assert code == 1, out + err
-    assert "bisect: step check-good: " in out
-    assert " good: PASSED on CPU: GATED_DELTA_NET 36/36 passed" in out
+    check_good = partly(bisect_.STEP_DONE, step="check-good", result=bisect_.STEP_RESULT)
+    passed = "PASSED on CPU: GATED_DELTA_NET 36/36 passed{more}"
+    assert said(partly(check_good, commit=bisect_fork.fork.f0[:7], outcome="good", reason=passed), out)
