@@ -19,6 +19,11 @@ from ci.gates.results import GateResult
 from ci.gates.target import BuildUnderTest, GateOptions
 from ci.release import binding, compile_record, ledger, records, ship
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+ON_BUILD = "gpu_tests: {profile} build {key} (pin {pin}, patches {patches}), device {device}"
+GATE_DONE = "gpu_tests: {gate}: {status}: {summary} (ledger line {line})"
+TITLE = "gpu_tests, profile {profile}"  # the job summary's heading
+
 
 @dataclass(frozen=True)
 class GpuTestsRequest:
@@ -44,7 +49,7 @@ def run_gates(job: Job, build: CurrentBuild, request: GpuTestsRequest, say: Call
     results_dir = ledger.default_results_dir(job.root)
     out = request.out or results_dir / key[:12]
     out.mkdir(parents=True, exist_ok=True)
-    say(f"gpu_tests: {manifest.profile} build {key[:12]} (pin {manifest.pin_commit[:7]}, patches {manifest.series_digest[:12]}), device {manifest.device}")
+    say(ON_BUILD.format(profile=manifest.profile, key=key[:12], pin=manifest.pin_commit[:7], patches=manifest.series_digest[:12], device=manifest.device))
     if not request.gates and compile_record.lacks_device(build, job.profile(manifest.profile).backend):
         compiled = compile_record.result(build)  # a HIP build on a machine without its GPU: the compile is the evidence
         line = records.record(
@@ -62,7 +67,7 @@ def run_gates(job: Job, build: CurrentBuild, request: GpuTestsRequest, say: Call
             result, out, {"build_key": key, "profile": manifest.profile}, ledger_path=ledger.ledger_path(results_dir),
             build=binding.context_of(job.pins, manifest), root=job.root,
         )  # fmt: skip
-        say(f"gpu_tests: {gate.name}: {result.status.value}: {result.summary} (ledger line {line.line if line else '?'})")
+        say(GATE_DONE.format(gate=gate.name, status=result.status.value, summary=result.summary, line=line.line if line else "?"))
         if getattr(gate, "shows_cases", False):  # the perf gate: each check's figures, and where its chart is
             for case in result.cases:
                 say(f"  {case.message}")
@@ -96,5 +101,5 @@ def main(args: argparse.Namespace) -> int:
             raise ConfigError("--model and --drafter go together (the equivalence gate's target and drafter)")
         options = GateOptions(timeout=args.timeout, rounds=args.rounds, model=absolute(args.model), drafter=absolute(args.drafter), tokens=args.tokens)
         done = run_gates(job, current(job, args.profile), GpuTestsRequest(args.profile, tuple(args.gate), absolute(args.out), options), say)
-    records.report(done, f"gpu_tests, profile {args.profile}", say)
+    records.report(done, TITLE.format(profile=args.profile), say)
     return 0

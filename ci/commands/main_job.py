@@ -13,7 +13,7 @@ from collections.abc import Callable
 from ci.commands import job_of, say
 from ci.commands.build import build
 from ci.commands.gate_selftest import session as selftest_session
-from ci.commands.gpu_tests import GpuTestsRequest, run_gates
+from ci.commands.gpu_tests import TITLE, GpuTestsRequest, run_gates
 from ci.commands.job import Job
 from ci.commands.ship import session as ship_session
 from ci.compile.cmake import BuildRequest
@@ -23,6 +23,10 @@ from ci.gates.registry import SELFTEST, required
 from ci.gates.route import route_gate
 from ci.pin.verify import verify
 from ci.release import ledger, records
+
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+NO_TOOLCHAIN = "main job: no {profile} toolchain here ({missing})"
+ROUTE_ONLY = "main job: the build and the GPU gates need it; running the gate that needs no GPU: the route tests"
 
 
 def run(job: Job, profile_name: str, remote: str | None, say: Callable[[str], None]) -> int:
@@ -38,15 +42,15 @@ def run(job: Job, profile_name: str, remote: str | None, say: Callable[[str], No
     outcome = build(job, BuildRequest(profile=profile.name, remote=remote), say, verified=True)
     current = current_build(outcome.plan, job.root)  # the plan the build ran: its key, not a second derivation
     done = run_gates(job, current, GpuTestsRequest(profile.name), say)
-    records.report(done, f"gpu_tests, profile {profile.name}", say)
+    records.report(done, TITLE.format(profile=profile.name), say)
     if SELFTEST in required(job.pins):
         selftest_session(job, current, None, (), say)
     return ship_session(job, current, None, False, say)
 
 
 def _no_toolchain(job: Job, profile: str, missing: str, say: Callable[[str], None]) -> int:
-    say(f"main job: no {profile} toolchain here ({missing})")
-    say("main job: the build and the GPU gates need it; running the gate that needs no GPU: the route tests")
+    say(NO_TOOLCHAIN.format(profile=profile, missing=missing))
+    say(ROUTE_ONLY)
     results_dir = ledger.default_results_dir(job.root)
     out = results_dir / "no-build"
     result = route_gate(out)

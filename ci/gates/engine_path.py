@@ -47,6 +47,23 @@ GPU_ACCEPTANCE_SLACK = 0.02
 # the per-prompt floors are halved beside the near leg's hundreds.
 DFLASH_FLOORS = Floors(accepted=defaults.FLOOR_ACCEPTED // 2, rejected=defaults.FLOOR_REJECTED, acceptance=defaults.FLOOR_ACCEPTANCE)
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+SUMMARY = "{status}: {legs}"
+LEG_SUMMARY = "{kind}: {summary}"
+DRAFTED_DIFFERENTLY_COUNT = "{kind}: {count} prompt(s) drafted differently"
+NOT_COMPARED = "not compared: the {leg} leg did not pass"
+DRAFTS = "drafted {split_drafted}, {split_accepted} accepted with 16-token micro-batches; {whole_drafted}, {whole_accepted} with the prompt in one"
+DRAFTED_DIFFERENTLY = (
+    "{drafts}: the DFlash drafter was given other layer inputs when the prompt spanned micro-batches "
+    "(stale or misplaced; llama_context::extract_layer_inputs writes them, docs/gates.md)"
+)
+NO_DRAFTER_LINES = "tokens/step and acceptance per drafter kind: {why}"
+NO_RECORD = "no equivalence record beside this one"
+DRAFTER_LINE = (
+    "{kind} ({spec}) on the {target} target: {tokens_per_step:.2f} tokens/step, acceptance {accepted}/{drafted} ({percent:.1f}%), "
+    "from the equivalence gate"
+)
+
 
 @dataclass(frozen=True)
 class EngineLeg:
@@ -151,9 +168,10 @@ def combine(results: Sequence[tuple[str, GateResult]], seconds: float = 0.0, ext
     else:
         status = Status.FAILED
     properties.append(("drafter_kinds", ",".join(k for k, _ in results)))
-    summary = f"{status.value.upper()}: " + "; ".join(f"{kind}: {r.summary.split(': ', 1)[-1]}" for kind, r in results)
+    legs = "; ".join(LEG_SUMMARY.format(kind=kind, summary=r.summary.split(": ", 1)[-1]) for kind, r in results)
+    summary = SUMMARY.format(status=status.value.upper(), legs=legs)
     if failed:
-        summary += f"; {CONTEXT}: {len(failed)} prompt(s) drafted differently"
+        summary += "; " + DRAFTED_DIFFERENTLY_COUNT.format(kind=CONTEXT, count=len(failed))
     return GateResult(
         gate=GATE,
         status=status,
@@ -171,25 +189,21 @@ def context_cases(split: GateResult, whole: GateResult, device: str) -> tuple[Ca
     """Per prompt, the DFlash drafter's drafts with 16-token micro-batches (``split``) against one micro-batch
     (``whole``); pure. Equal on the CPU; within :data:`GPU_ACCEPTANCE_SLACK` of acceptance on another device."""
     if not (split.status.ok and whole.status.ok):
-        why = f"not compared: the {DFLASH if not split.status.ok else DFLASH_WHOLE} leg did not pass"
+        why = NOT_COMPARED.format(leg=DFLASH if not split.status.ok else DFLASH_WHOLE)
         return (CaseResult(CONTEXT, Status.SKIPPED, why, classname=f"{GATE}.{CONTEXT}"),)
     a, b = dict(split.metrics), dict(whole.metrics)
     cases = []
     for c in split.cases:
         n16, a16 = int(a.get(f"{c.name}.draft_n", 0)), int(a.get(f"{c.name}.draft_n_accepted", 0))
         n1, a1 = int(b.get(f"{c.name}.draft_n", 0)), int(b.get(f"{c.name}.draft_n_accepted", 0))
-        said = f"drafted {n16}, {a16} accepted with 16-token micro-batches; {n1}, {a1} with the prompt in one"
+        drafts = DRAFTS.format(split_drafted=n16, split_accepted=a16, whole_drafted=n1, whole_accepted=a1)
         gap = abs(a16 / max(n16, 1) - a1 / max(n1, 1))
         if (n16, a16) == (n1, a1):
-            status, text = Status.PASSED, said
+            status, text = Status.PASSED, drafts
         elif device != "cpu" and gap <= GPU_ACCEPTANCE_SLACK:
-            status, text = Status.PASSED, f"{said}: within the {GPU_ACCEPTANCE_SLACK:g} of acceptance allowed off the CPU"
+            status, text = Status.PASSED, f"{drafts}: within the {GPU_ACCEPTANCE_SLACK:g} of acceptance allowed off the CPU"
         else:
-            status = Status.FAILED
-            text = (
-                f"{said}: the DFlash drafter was given other layer inputs when the prompt spanned micro-batches "
-                "(stale or misplaced; llama_context::extract_layer_inputs writes them, docs/gates.md)"
-            )
+            status, text = Status.FAILED, DRAFTED_DIFFERENTLY.format(drafts=drafts)
         cases.append(CaseResult(f"{CONTEXT}/{c.name}", status, text, classname=f"{GATE}.{CONTEXT}"))
     return tuple(cases)
 
@@ -244,12 +258,8 @@ def drafter_lines(record: Mapping[str, Any] | None) -> tuple[CaseResult, ...]:
     props = (record or {}).get("properties") or {}
     kinds = [k for k in str(props.get("drafter_kinds", "")).split(",") if k]
     if not kinds:
-        why = (
-            "no equivalence record beside this one"
-            if record is None
-            else "the equivalence record has no drafter kinds (not the tiny engine-path models)"
-        )
-        return (CaseResult("drafters", Status.SKIPPED, f"tokens/step and acceptance per drafter kind: {why}", classname="perf.drafters"),)
+        why = NO_RECORD if record is None else "the equivalence record has no drafter kinds (not the tiny engine-path models)"
+        return (CaseResult("drafters", Status.SKIPPED, NO_DRAFTER_LINES.format(why=why), classname="perf.drafters"),)
     cases = []
     cases_of = {c.get("name", ""): c.get("status") for c in (record or {}).get("cases") or []}
     for kind in kinds:
@@ -257,7 +267,7 @@ def drafter_lines(record: Mapping[str, Any] | None) -> tuple[CaseResult, ...]:
         tps, acc = float(metrics.get(f"{kind}.tokens_per_step", 0.0)), float(metrics.get(f"{kind}.acceptance", 0.0))
         spec = props.get(f"{kind}.spec_type", "?")
         target = "llama" if kind == LLAMA else "qwen35"
-        text = f"{kind} ({spec}) on the {target} target: {tps:.2f} tokens/step, acceptance {accepted}/{drafted} ({100 * acc:.1f}%), from the equivalence gate"
+        text = DRAFTER_LINE.format(kind=kind, spec=spec, target=target, tokens_per_step=tps, accepted=accepted, drafted=drafted, percent=100 * acc)
         passed = any(n.startswith(f"{kind}/") for n in cases_of) and all(
             s == Status.PASSED.value for n, s in cases_of.items() if n.startswith(f"{kind}/")
         )

@@ -61,6 +61,18 @@ RELEASE_MODELS = "release models"
 TINY_MODELS = "tiny generated models only"
 GIVEN_MODELS = "given models"
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+NO_PROMPTS = "{where}: no *.txt prompt files"
+EMPTY_PROMPT = "{where}/{name}.txt: the prompt is empty"
+NOT_GGUF = "{path}: not a GGUF model file ({problem})"
+TOO_FEW_TOKENS = "--tokens {tokens}: must be at least 1"
+NEGATIVE_NEAR_TIE = "--near-tie {near_tie:g}: must be 0 or more nats"
+NO_SUCH_MODEL = "{option} {path}: no such file"
+PROBLEM = "{prompt}: {message}"
+WITH_LOG_TAIL = "{problem}; log tail:\n{log_tail}"
+SUMMARY = "{status}: {passed}/{prompts} prompts equal over {tokens} tokens ({near_ties} near-tie(s) at <= {near_tie:g} nats)"
+SUMMARY_ACCEPTANCE = ", acceptance {accepted}/{drafted} ({percent:.1f}%), {tokens_per_step:.2f} tokens/step"
+
 
 # -- prompts ----------------------------------------------------------------------------------------------------
 
@@ -77,10 +89,10 @@ def load_prompts(directory: Path | None = None) -> tuple[Prompt, ...]:
     prompts = tuple(Prompt(name.removesuffix(".txt"), text) for name, text in sorted(files))
     where = directory or "ci/prompts"
     if not prompts:
-        raise ConfigError(f"{where}: no *.txt prompt files")
+        raise ConfigError(NO_PROMPTS.format(where=where))
     for p in prompts:
         if not p.text.strip():
-            raise ConfigError(f"{where}/{p.name}.txt: the prompt is empty")
+            raise ConfigError(EMPTY_PROMPT.format(where=where, name=p.name))
     return prompts
 
 
@@ -203,7 +215,7 @@ def gguf_architecture(path: Path) -> str:
     try:
         return read_facts(str(path)).architecture
     except ServeError as exc:
-        raise ConfigError(f"{path}: not a GGUF model file ({exc.problem})") from None
+        raise ConfigError(NOT_GGUF.format(path=path, problem=exc.problem)) from None
 
 
 def drafter_leg(drafter: Path, spec_type: str | None, model: Path) -> tuple[Leg, str, int]:
@@ -234,12 +246,12 @@ def plan(
     floors: Floors | None = None,
 ) -> EquivalencePlan:
     if tokens < 1:
-        raise ConfigError(f"--tokens {tokens}: must be at least 1")
+        raise ConfigError(TOO_FEW_TOKENS.format(tokens=tokens))
     if near_tie < 0:
-        raise ConfigError(f"--near-tie {near_tie:g}: must be 0 or more nats")
+        raise ConfigError(NEGATIVE_NEAR_TIE.format(near_tie=near_tie))
     for what, path in (("--model", model), ("--drafter", drafter)):
         if not path.is_file():
-            raise ConfigError(f"{what} {path}: no such file")
+            raise ConfigError(NO_SUCH_MODEL.format(option=what, path=path))
     leg, kind, draft_max = drafter_leg(drafter, spec_type, model)
     if device == "auto":
         device = devices.auto(llama_server)
@@ -381,7 +393,7 @@ def gate_result(
         )
         for v in verdicts
     ]
-    problems = [f"{v.prompt}: {v.message}" for v in verdicts if not v.status.ok]
+    problems = [PROBLEM.format(prompt=v.prompt, message=v.message) for v in verdicts if not v.status.ok]
     if failure is not None:
         # the prompt that was running gets the error and the log's tail; those after it never ran
         pending = [p for p in equivalence_plan.prompts if p.name not in {v.prompt for v in verdicts}]
@@ -390,7 +402,8 @@ def gate_result(
                 cases.append(CaseResult(p.name, Status.ERROR, failure.message, classname=GATE, detail=failure.log_tail))
             else:
                 cases.append(CaseResult(p.name, Status.SKIPPED, "not run: a server failed first", classname=GATE))
-        problems.append(failure.message + (f"; log tail:\n{failure.log_tail.rstrip()}" if failure.log_tail.strip() else ""))
+        tail = failure.log_tail.rstrip()
+        problems.append(WITH_LOG_TAIL.format(problem=failure.message, log_tail=tail) if tail.strip() else failure.message)
 
     base = sum((v.baseline for v in verdicts), Timings())
     drafted = sum((v.drafted for v in verdicts), Timings())
@@ -468,10 +481,14 @@ def _overall(cases: Sequence[CaseResult], failure: ServerFailed | None) -> Statu
 def _summary(status: Status, verdicts: Sequence[PromptVerdict], equivalence_plan: EquivalencePlan, drafted: Timings, failure: ServerFailed | None) -> str:
     passed = sum(v.status.ok for v in verdicts)
     ties = sum(len(v.near_ties) for v in verdicts)
-    head = f"{status.value.upper()}: {passed}/{len(equivalence_plan.prompts)} prompts equal over {equivalence_plan.tokens} tokens"
-    head += f" ({ties} near-tie(s) at <= {equivalence_plan.near_tie:g} nats)"
+    head = SUMMARY.format(
+        status=status.value.upper(), passed=passed, prompts=len(equivalence_plan.prompts), tokens=equivalence_plan.tokens, near_ties=ties,
+        near_tie=equivalence_plan.near_tie,
+    )  # fmt: skip
     if drafted.draft_n:
-        head += f", acceptance {drafted.draft_n_accepted}/{drafted.draft_n} ({100 * drafted.acceptance:.1f}%), {drafted.tokens_per_step:.2f} tokens/step"
+        head += SUMMARY_ACCEPTANCE.format(
+            accepted=drafted.draft_n_accepted, drafted=drafted.draft_n, percent=100 * drafted.acceptance, tokens_per_step=drafted.tokens_per_step
+        )
     if failure is not None:
         head += f"; {failure.message}"
     return head

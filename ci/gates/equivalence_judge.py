@@ -21,6 +21,41 @@ from ci.pin.pins import Floors
 CONTEXT_CHARS = 60  # text shown either side of a divergence
 AFTER_TOKENS = 12
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+NO_TOKEN_IDS = '{leg} server: the /completion answer has no token ids ("tokens"): this llama-server ignores return_tokens'
+PROBABILITIES_ELSEWHERE = "{leg} server: token {index} is id {id} but its probabilities are for id {other}"
+SEGMENT_ASTRAY = "segment {segment} starts at token {start}, the common prefix is {common} tokens"
+TOKEN = "{text!r} (id {id})"
+NEAR_TIE = "token {position}: baseline {baseline} vs drafter {drafted}, margin {margin:.4f} nats"
+DIVERGED = "diverged at token {position}: baseline {baseline} vs drafter {drafted}, {margin}"
+NO_MARGIN = "no top-2 logprobs to judge by"
+MARGIN_ABOVE = "baseline top-2 margin {margin:.4f} nats > near-tie {near_tie:g}"
+EVIDENCE = "…{before!r} → baseline {baseline!r} | drafter {drafted!r}"
+RUNNER_UP = " (the drafter took the baseline's runner-up)"
+IDENTICAL = "identical over {tokens} tokens"
+IDENTICAL_AFTER_NEAR_TIES = "identical over {tokens} tokens after {count} near-tie(s): {near_ties}"
+TRUNCATED = "truncated: the {leg} leg stopped after {stopped} tokens (stop: {stop}) where the other went on to {other}"
+NEVER_DRAFTED = "drafter loaded but never drafted"
+NEVER_ACCEPTED = "no draft was accepted"
+NEVER_REJECTED = "no draft was rejected"
+INSUFFICIENT = "insufficient evidence"
+DRAFTED_NOTHING = NEVER_DRAFTED + " (timings.draft_n absent or 0 in {requests} request(s)); {verdict}"
+TOO_FEW_COMPARED = INSUFFICIENT + ": {compared} of {requested} tokens compared (both legs stopped: {stop}); raise -c or lower --tokens"
+SOME_ACCEPTED = "{accepted} drafted tokens accepted"
+SOME_REJECTED = "{rejected} drafted tokens rejected"
+TOO_FEW_ACCEPTED = (
+    INSUFFICIENT + ": {what} ({accepted} of {drafted} drafted tokens in {requests} request(s)), below the floor {floor} "
+    "(equivalence.floors.accepted): the accept path ran too little"
+)
+TOO_FEW_REJECTED = (
+    INSUFFICIENT + ": {what} ({rejected} of {drafted} drafted tokens in {requests} request(s)), below the floor {floor} "
+    "(equivalence.floors.rejected): the rollback path ran too little"
+)
+RUN_TOO_FEW = (
+    INSUFFICIENT + ": the run's acceptance {accepted}/{drafted} ({percent:.1f}%) is below the floor {floor:g}% "
+    "(equivalence.floors.acceptance): a drafter that almost never drafts right proves little"
+)
+
 
 @dataclass(frozen=True)
 class Prompt:
@@ -54,7 +89,7 @@ class Token:
         return self.top[0].logprob - self.top[1].logprob
 
     def show(self) -> str:
-        return f"{self.text!r} (id {self.id})"
+        return TOKEN.format(text=self.text, id=self.id)
 
 
 @dataclass(frozen=True)
@@ -113,7 +148,7 @@ def parse_completion(answer: Mapping[str, Any], leg: str = "server", draft_max: 
     """A ``/completion`` answer with ``return_tokens`` and ``n_probs``; :class:`ServerFailed` names what is missing."""
     ids = answer.get("tokens")
     if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
-        raise ServerFailed(f"{leg} server: the /completion answer has no token ids (\"tokens\"): this llama-server ignores return_tokens")
+        raise ServerFailed(NO_TOKEN_IDS.format(leg=leg))
     probs = answer.get("completion_probabilities") or []
     if probs and len(probs) != len(ids):
         raise ServerFailed(f"{leg} server: {len(ids)} token ids but {len(probs)} completion_probabilities in one answer")
@@ -124,7 +159,7 @@ def parse_completion(answer: Mapping[str, Any], leg: str = "server", draft_max: 
             continue
         p = probs[k]
         if p.get("id") != tok_id:
-            raise ServerFailed(f"{leg} server: token {k} is id {tok_id} but its probabilities are for id {p.get('id')}")
+            raise ServerFailed(PROBABILITIES_ELSEWHERE.format(leg=leg, index=k, id=tok_id, other=p.get("id")))
         top = tuple(Candidate(int(c["id"]), str(c.get("token", "")), float(c["logprob"])) for c in p.get("top_logprobs", []))
         tokens.append(Token(tok_id, str(p.get("token", "")), tuple(sorted(top, key=lambda c: -c.logprob))))
     t = answer.get("timings") or {}
@@ -168,7 +203,7 @@ class NearTie:
     margin: float
 
     def describe(self) -> str:
-        return f"token {self.position}: baseline {self.baseline.show()} vs drafter {self.drafted.show()}, margin {self.margin:.4f} nats"
+        return NEAR_TIE.format(position=self.position, baseline=self.baseline.show(), drafted=self.drafted.show(), margin=self.margin)
 
 
 @dataclass(frozen=True)
@@ -189,13 +224,11 @@ class Divergence:
         return len(self.baseline.top) >= 2 and self.baseline.top[1].id == self.drafted.id
 
     def describe(self, near_tie: float) -> str:
-        margin = "no top-2 logprobs to judge by" if self.margin is None else f"baseline top-2 margin {self.margin:.4f} nats > near-tie {near_tie:g}"
-        return f"diverged at token {self.position}: baseline {self.baseline.show()} vs drafter {self.drafted.show()}, {margin}"
+        margin = NO_MARGIN if self.margin is None else MARGIN_ABOVE.format(margin=self.margin, near_tie=near_tie)
+        return DIVERGED.format(position=self.position, baseline=self.baseline.show(), drafted=self.drafted.show(), margin=margin)
 
     def evidence(self) -> str:
-        return f"…{self.before!r} → baseline {self.baseline_after!r} | drafter {self.drafted_after!r}" + (
-            " (the drafter took the baseline's runner-up)" if self.runner_up else ""
-        )
+        return EVIDENCE.format(before=self.before, baseline=self.baseline_after, drafted=self.drafted_after) + (RUNNER_UP if self.runner_up else "")
 
 
 @dataclass(frozen=True)
@@ -214,12 +247,6 @@ class PromptVerdict:
     seconds: float = 0.0
 
 
-NEVER_DRAFTED = "drafter loaded but never drafted"
-NEVER_ACCEPTED = "no draft was accepted"
-NEVER_REJECTED = "no draft was rejected"
-INSUFFICIENT = "insufficient evidence"
-
-
 DEFAULT_FLOORS = Floors()
 
 
@@ -232,7 +259,7 @@ def judge(prompt: Prompt, segments: Sequence[Segment], requested: int, near_tie:
     base_t, draft_t = Timings(), Timings()
     for k, seg in enumerate(segments):
         if seg.start != len(common):
-            raise ValueError(f"segment {k} starts at token {seg.start}, the common prefix is {len(common)} tokens")
+            raise ValueError(SEGMENT_ASTRAY.format(segment=k, start=seg.start, common=len(common)))
         last = k == len(segments) - 1
         base_t, draft_t = base_t + seg.baseline.timings, draft_t + seg.drafted.timings
         want = requested - seg.start
@@ -251,19 +278,17 @@ def judge(prompt: Prompt, segments: Sequence[Segment], requested: int, near_tie:
                 n_short, n_long = seg.start + min(len(a), len(b)), seg.start + max(len(a), len(b))
                 return verdict(
                     Status.FAILED,
-                    f"truncated: the {short} leg stopped after {n_short} tokens (stop: {stop}) where the other went on to {n_long}",
+                    TRUNCATED.format(leg=short, stopped=n_short, stop=stop, other=n_long),
                     compared=n_short,
                 )
             if len(a) < want:
                 # the end of generation is ignored, so this is a full context or a stop word: too little to certify
                 return verdict(
                     Status.FAILED,
-                    f"{INSUFFICIENT}: {covered} of {requested} tokens compared (both legs stopped: {seg.baseline.stop_type}); raise -c or lower --tokens",
+                    TOO_FEW_COMPARED.format(compared=covered, requested=requested, stop=seg.baseline.stop_type),
                     compared=covered,
                 )
-            what = f"identical over {covered} tokens"
-            if near_ties:
-                what += f" after {len(near_ties)} near-tie(s): " + "; ".join(n.describe() for n in near_ties)
+            what = _identical(covered, near_ties)
             return verdict(Status.PASSED, what, compared=covered)
 
         base_tok, draft_tok = a[i], b[i]
@@ -275,7 +300,7 @@ def judge(prompt: Prompt, segments: Sequence[Segment], requested: int, near_tie:
             if not last:
                 continue
             if len(common) >= requested:
-                what = f"identical over {len(common)} tokens after {len(near_ties)} near-tie(s): " + "; ".join(n.describe() for n in near_ties)
+                what = _identical(len(common), near_ties)
                 return verdict(Status.PASSED, what, compared=len(common))
             return Resume(tuple(t.id for t in common), requested - len(common))
 
@@ -291,6 +316,12 @@ def judge(prompt: Prompt, segments: Sequence[Segment], requested: int, near_tie:
         )
         return verdict(Status.FAILED, div.describe(near_tie), div, div.evidence(), compared=position)
     raise AssertionError("unreachable: the last segment always decides")
+
+
+def _identical(tokens: int, near_ties: Sequence[NearTie]) -> str:
+    if not near_ties:
+        return IDENTICAL.format(tokens=tokens)
+    return IDENTICAL_AFTER_NEAR_TIES.format(tokens=tokens, count=len(near_ties), near_ties="; ".join(n.describe() for n in near_ties))
 
 
 def _finish(
@@ -310,7 +341,7 @@ def _finish(
 ) -> PromptVerdict:
     if drafted.draft_n == 0:
         # greedy equality proves nothing about a drafter that never drafted (`-md` without --spec-type, facts)
-        message = f"{NEVER_DRAFTED} (timings.draft_n absent or 0 in {requests} request(s)); {message}"
+        message = DRAFTED_NOTHING.format(requests=requests, verdict=message)
         if status is Status.PASSED:
             status = Status.FAILED
     else:
@@ -326,22 +357,18 @@ def _finish(
 def evidence_shortfall(drafted: Timings, requests: int, floors: Floors) -> str:
     """Why one prompt's drafter leg proves too little (pins.yaml ``equivalence.floors``), or "": the accept path and
     the rollback path must each have run at least the floor's number of drafted tokens."""
-    rejected = drafted.draft_n - drafted.draft_n_accepted
-    where = f"of {drafted.draft_n} drafted tokens in {requests} request(s)"
-    if drafted.draft_n_accepted < floors.accepted:
-        what = NEVER_ACCEPTED if drafted.draft_n_accepted == 0 else f"{drafted.draft_n_accepted} drafted tokens accepted"
-        return f"{INSUFFICIENT}: {what} ({drafted.draft_n_accepted} {where}), below the floor {floors.accepted} (equivalence.floors.accepted): the accept path ran too little"
+    accepted, rejected = drafted.draft_n_accepted, drafted.draft_n - drafted.draft_n_accepted
+    if accepted < floors.accepted:
+        what = NEVER_ACCEPTED if accepted == 0 else SOME_ACCEPTED.format(accepted=accepted)
+        return TOO_FEW_ACCEPTED.format(what=what, accepted=accepted, drafted=drafted.draft_n, requests=requests, floor=floors.accepted)
     if rejected < floors.rejected:
-        what = NEVER_REJECTED if rejected == 0 else f"{rejected} drafted tokens rejected"
-        return f"{INSUFFICIENT}: {what} ({rejected} {where}), below the floor {floors.rejected} (equivalence.floors.rejected): the rollback path ran too little"
+        what = NEVER_REJECTED if rejected == 0 else SOME_REJECTED.format(rejected=rejected)
+        return TOO_FEW_REJECTED.format(what=what, rejected=rejected, drafted=drafted.draft_n, requests=requests, floor=floors.rejected)
     return ""
 
 
 def run_shortfall(drafted: Timings, floors: Floors) -> str:
     """Why the whole run's acceptance proves too little, or ""."""
     if drafted.draft_n and drafted.acceptance < floors.acceptance:
-        return (
-            f"{INSUFFICIENT}: the run's acceptance {drafted.draft_n_accepted}/{drafted.draft_n} ({100 * drafted.acceptance:.1f}%) is below the floor "
-            f"{100 * floors.acceptance:g}% (equivalence.floors.acceptance): a drafter that almost never drafts right proves little"
-        )
+        return RUN_TOO_FEW.format(accepted=drafted.draft_n_accepted, drafted=drafted.draft_n, percent=100 * drafted.acceptance, floor=100 * floors.acceptance)
     return ""

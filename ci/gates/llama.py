@@ -42,6 +42,19 @@ LAUNCHER = ("-m", "serve", "serve")  # after the interpreter: ``python -m serve 
 LOG_TAIL_LINES = 25
 BODY_LIMIT = 2000
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+EXITED_EARLY = "{leg} server exited with {code} before it was healthy"
+NOT_HEALTHY = "{leg} server not healthy on {url} after {seconds:g} s"
+LLAMA_SERVER_GONE = "its llama-server is gone"
+PORT_HELD = "{leg} server exited ({why}), yet port {port} answered /health: another server holds port {port}"
+DIED = "{leg} server died ({why}) on port {port}"
+ANOTHER_SERVER = "port {port} is answered by another server: its /props names {named}, not {model} that the {leg} server was started with"
+NO_ANSWER = "{leg} server: POST {path} got no answer in {seconds:g} s"
+DIED_DURING = "{leg} server died during POST {path}: {code}"
+HTTP_ERROR = "{leg} server: POST {path}: HTTP {status}: {body}"
+BAD_ANSWER = "{leg} server: POST {path}: the answer is {why}: {content!r}"
+NOT_AN_OBJECT = "{leg} server: POST {path}: the answer is not a JSON object"
+
 
 @dataclass(frozen=True)
 class ServerLaunch:
@@ -174,7 +187,7 @@ class LlamaServer:
         while True:
             code = self.poll()
             if code is not None:
-                raise ServerFailed(f"{self.launch.name} server exited with {describe_returncode(code)} before it was healthy", self.log_tail())
+                raise ServerFailed(EXITED_EARLY.format(leg=self.launch.name, code=describe_returncode(code)), self.log_tail())
             try:
                 r = self._http.get(f"{self.url}/health", timeout=2)
                 if r.status_code == 200:
@@ -186,7 +199,7 @@ class LlamaServer:
             except requests.RequestException:
                 pass
             if time.monotonic() >= deadline:
-                raise ServerFailed(f"{self.launch.name} server not healthy on {self.url} after {self.health_timeout:g} s", self.log_tail())
+                raise ServerFailed(NOT_HEALTHY.format(leg=self.launch.name, url=self.url, seconds=self.health_timeout), self.log_tail())
             time.sleep(0.01)
 
     def check_own(self, answered: bool = False) -> None:
@@ -198,10 +211,10 @@ class LlamaServer:
         if code is None and self._tree and not any(p.alive() for p in self._tree):
             code = -1
         if code is not None:
-            why = describe_returncode(code) if code >= 0 else "its llama-server is gone"
+            why = describe_returncode(code) if code >= 0 else LLAMA_SERVER_GONE
             if answered:
-                raise ServerFailed(f"{self.launch.name} server exited ({why}), yet port {port} answered /health: another server holds port {port}", self.log_tail())
-            raise ServerFailed(f"{self.launch.name} server died ({why}) on port {port}", self.log_tail())
+                raise ServerFailed(PORT_HELD.format(leg=self.launch.name, why=why, port=port), self.log_tail())
+            raise ServerFailed(DIED.format(leg=self.launch.name, why=why, port=port), self.log_tail())
         if not self.launch.model:
             return
         try:
@@ -211,7 +224,7 @@ class LlamaServer:
             props = {}
         named = props.get("model_path") if isinstance(props, dict) else None
         if isinstance(named, str) and named and Path(named).resolve() != Path(self.launch.model).resolve():
-            raise ServerFailed(f"port {port} is answered by another server: its /props names {named}, not {self.launch.model} that the {self.launch.name} server was started with", self.log_tail())
+            raise ServerFailed(ANOTHER_SERVER.format(port=port, named=named, model=self.launch.model, leg=self.launch.name), self.log_tail())
 
     def poll(self) -> int | None:
         if self._proc is None:
@@ -284,24 +297,24 @@ class LlamaServer:
         try:
             r = self._http.post(f"{self.url}{path}", json=dict(body), timeout=timeout)
         except requests.Timeout:
-            raise ServerFailed(f"{self.launch.name} server: POST {path} got no answer in {timeout:g} s", self.log_tail()) from None
+            raise ServerFailed(NO_ANSWER.format(leg=self.launch.name, path=path, seconds=timeout), self.log_tail()) from None
         except requests.ConnectionError as exc:
             code = self._wait_exit(2.0)
             if code is not None:
-                raise ServerFailed(f"{self.launch.name} server died during POST {path}: {describe_returncode(code)}", self.log_tail()) from None
+                raise ServerFailed(DIED_DURING.format(leg=self.launch.name, path=path, code=describe_returncode(code)), self.log_tail()) from None
             raise ServerFailed(f"{self.launch.name} server: POST {path}: {exc}", self.log_tail()) from None
         if r.status_code != 200:
             text = r.text.strip()
             if len(text) > BODY_LIMIT:
                 text = text[:BODY_LIMIT] + " [...]"
-            raise ServerFailed(f"{self.launch.name} server: POST {path}: HTTP {r.status_code}: {text}", self.log_tail())
+            raise ServerFailed(HTTP_ERROR.format(leg=self.launch.name, path=path, status=r.status_code, body=text), self.log_tail())
         try:
             answer = parse_json(r.content)
         except (ValueError, RecursionError) as exc:
             why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc) if "twice" in str(exc) else "not JSON"
-            raise ServerFailed(f"{self.launch.name} server: POST {path}: the answer is {why}: {r.content[:200]!r}", self.log_tail()) from None
+            raise ServerFailed(BAD_ANSWER.format(leg=self.launch.name, path=path, why=why, content=r.content[:200]), self.log_tail()) from None
         if not isinstance(answer, dict):
-            raise ServerFailed(f"{self.launch.name} server: POST {path}: the answer is not a JSON object", self.log_tail())
+            raise ServerFailed(NOT_AN_OBJECT.format(leg=self.launch.name, path=path), self.log_tail())
         return answer
 
     def _wait_exit(self, seconds: float) -> int | None:

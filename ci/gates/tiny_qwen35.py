@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from ci.files import sha256_file
 from ci.gates import tinymodels
 from ci.gates.tinymodels import BOS_ID, CONTROLS, EOS_ID, UNK_ID, vocab
 
@@ -392,7 +391,7 @@ class Qwen35Models:
 
     def describe(self) -> str:
         files = (self.target, self.near_drafter, self.dflash)
-        return "\n".join(f"{p.name}: {p.stat().st_size / 1e6:.2f} MB, sha256 {sha256_file(p)[:16]}" for p in files)
+        return "\n".join(tinymodels.describe_file(p) for p in files)
 
 
 def write_qwen35_models(directory: Path) -> Qwen35Models:

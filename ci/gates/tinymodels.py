@@ -28,6 +28,9 @@ UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
 # gguf.TokenType values (llama.cpp's LLAMA_TOKEN_TYPE_*); spelled out so the vocab is readable data
 NORMAL, UNKNOWN, CONTROL, BYTE = 1, 2, 3, 6
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+MODEL_FILE = "{name}: {megabytes:.2f} MB, sha256 {sha256}"
+
 
 @dataclass(frozen=True)
 class TinyModelSpec:
@@ -205,7 +208,12 @@ class TinyModels:
 
     def describe(self) -> str:
         files = (self.target, self.near_drafter, self.drafter, self.other_target)
-        return "\n".join(f"{p.name}: {p.stat().st_size / 1e6:.2f} MB, sha256 {sha256_file(p)[:16]}" for p in files)
+        return "\n".join(describe_file(p) for p in files)
+
+
+def describe_file(path: Path) -> str:
+    """One model file's line: its name, size and sha256 (the first 16 digits)."""
+    return MODEL_FILE.format(name=path.name, megabytes=path.stat().st_size / 1e6, sha256=sha256_file(path)[:16])
 
 
 def write_tiny_models(directory: Path) -> TinyModels:

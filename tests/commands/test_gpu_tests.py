@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 from junitparser import JUnitXml
 
+from ci.commands import gpu_tests
 from ci.release import ledger
 from tests.support.build import BuildFork, add_fixture_patch, build_cpu
 from tests.support.project import Project
 
-DATA = Path(__file__).parent / "backend_ops" / "data"
+DATA = Path(__file__).parents[1] / "gates" / "backend_ops" / "data"
 
 
 def test_without_a_build_it_refuses_and_says_how_to_make_one(build_project: Project) -> None:
@@ -84,7 +85,8 @@ def test_on_github_actions_the_table_goes_to_the_job_summary(build_project: Proj
     r = build_project.ci("gpu-tests", "--profile", "cuda", "--from-log", str(DATA / "h200-cuda0.console.txt"))
     assert r.code == 7
     text = summary.read_text()
-    assert text.startswith("earlier step\n### gpu_tests, profile cuda\n\n| gate | verdict | passed | failed | skipped | error | seconds | summary |\n")
+    heading = gpu_tests.TITLE.format(profile="cuda")
+    assert text.startswith(f"earlier step\n### {heading}\n\n| gate | verdict | passed | failed | skipped | error | seconds | summary |\n")
     row = next(line for line in text.splitlines() if line.startswith("| backend_ops |"))
     assert row.startswith("| backend_ops | **FAILED** | 36 | 0 | 0 | 0 | ")
     assert "- backend_ops: GATED_DELTA_NET: 54 expected, 36 ran and passed" in text

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from ci.gates import engine_path, tiny_qwen35
+from ci.gates import engine_path, equivalence, tiny_qwen35
+from ci.gates import equivalence_judge as ej
 from ci.gates.results import CaseResult, GateResult, Status, write_json
 from tests.support.binaries import llama_binary
+from tests.support.messages import said
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +34,7 @@ def test_both_legs_run_the_qwen35_target_on_micro_batches(models: tiny_qwen35.Qw
         assert leg.plan.baseline.extra == ("-b", "64", "-ub", "16")
         assert leg.plan.drafter.extra[-4:] == ("-b", "64", "-ub", "16")
         assert leg.plan.identity is not None
-        assert leg.plan.identity.models == "tiny generated models only"
+        assert leg.plan.identity.models == equivalence.TINY_MODELS
     assert near.plan.spec_type == "draft-simple"
     assert near.plan.drafter.extra[:4] == ("-md", str(models.near_drafter), "--spec-type", "draft-simple")
     # the DFlash drafter goes through the launcher's --dflash: its route sets the draft length from dflash.block_size
@@ -78,7 +80,11 @@ def test_combine_prefixes_each_leg_and_takes_the_worst() -> None:
     assert props["model_sha256"] == "a" * 64
     assert props["near.drafter_sha256"] == props["dflash.drafter_sha256"] == "d" * 64
     assert props["drafter_kinds"] == "near,dflash"
-    assert both.summary.startswith("FAILED: near: 3/3 prompts equal over 256 tokens, acceptance 0.39; dflash: ")
+    legs = "; ".join(
+        engine_path.LEG_SUMMARY.format(kind=kind, summary=f"3/3 prompts equal over 256 tokens, acceptance {acceptance}")
+        for kind, acceptance in (("near", 0.39), ("dflash", 0.02))
+    )
+    assert both.summary == engine_path.SUMMARY.format(status="FAILED", legs=legs)
     assert both.seconds == 4.0
     assert engine_path.combine([("near", result(Status.PASSED, 0.4)), ("dflash", result(Status.ERROR, 0))]).status is Status.ERROR
     assert engine_path.combine([]).status is Status.ERROR
@@ -119,18 +125,14 @@ def test_the_perf_table_has_a_line_per_drafter_kind() -> None:
     record = json.loads((DATA / "engine_path_equivalence.json").read_text())
     near, dflash = engine_path.drafter_lines(record)
     assert near.status is dflash.status is Status.PASSED
-    assert (
-        near.message == "near (draft-simple) on the qwen35 target: 2.62 tokens/step, acceptance 475/1214 (39.1%), from the equivalence gate"
-    )
-    assert (
-        dflash.message
-        == "dflash (draft-dflash) on the qwen35 target: 1.33 tokens/step, acceptance 191/1141 (16.7%), from the equivalence gate"
-    )
+    line = engine_path.DRAFTER_LINE
+    assert near.message == line.format(kind="near", spec="draft-simple", target="qwen35", tokens_per_step=2.62, accepted=475, drafted=1214, percent=39.1)
+    assert dflash.message == line.format(kind="dflash", spec="draft-dflash", target="qwen35", tokens_per_step=1.33, accepted=191, drafted=1141, percent=16.7)
     record["cases"][-1]["status"] = "failed"
     assert engine_path.drafter_lines(record)[1].status is Status.SKIPPED
     (none,) = engine_path.drafter_lines(None)
     assert none.status is Status.SKIPPED
-    assert "no equivalence record" in none.message
+    assert none.message == engine_path.NO_DRAFTER_LINES.format(why=engine_path.NO_RECORD)
 
 
 @pytest.mark.slow
@@ -145,7 +147,7 @@ def test_a_dflash_leg_whose_target_says_something_else_fails(models: tiny_qwen35
     verdict = engine_path.run([leg], tmp_path / "logs")
     assert verdict.status is Status.FAILED
     assert [c.status for c in verdict.cases] == [Status.FAILED] * 3
-    assert all("diverged at token" in c.message for c in verdict.cases), [c.message for c in verdict.cases]
+    assert all(said(ej.DIVERGED, c.message) for c in verdict.cases), [c.message for c in verdict.cases]
 
 
 def _leg(status: Status, counts: dict[str, tuple[int, int]]) -> GateResult:
@@ -165,12 +167,13 @@ def test_the_dflash_context_cases_compare_the_drafts_of_both_micro_batchings() -
         ("dflash-context/prose", Status.FAILED),
         ("dflash-context/short", Status.PASSED),
     ]
-    assert cases[0].message.startswith("drafted 246, 131 accepted with 16-token micro-batches; 219, 145 with the prompt in one: ")
-    assert cases[2].message == "drafted 227, 141 accepted with 16-token micro-batches; 227, 141 with the prompt in one"
+    code = engine_path.DRAFTS.format(split_drafted=246, split_accepted=131, whole_drafted=219, whole_accepted=145)
+    assert cases[0].message == engine_path.DRAFTED_DIFFERENTLY.format(drafts=code)
+    assert cases[2].message == engine_path.DRAFTS.format(split_drafted=227, split_accepted=141, whole_drafted=227, whole_accepted=141)
     # the gate: passed legs, two prompts drafted differently -> failed, and the problems say which
     combined = engine_path.combine([("dflash", split), ("dflash-whole", whole)], extra=cases)
     assert combined.status is Status.FAILED
-    assert combined.summary.endswith("; dflash-context: 2 prompt(s) drafted differently")
+    assert combined.summary.endswith("; " + engine_path.DRAFTED_DIFFERENTLY_COUNT.format(kind="dflash-context", count=2))
     assert [p.split(":")[0] for p in combined.problems] == ["dflash-context/code", "dflash-context/prose"]
     # off the CPU a gap within the slack passes (kernels round differently per batch shape); the fork's does not
     near = _leg(Status.PASSED, {"code": (219, 146)})
@@ -179,7 +182,7 @@ def test_the_dflash_context_cases_compare_the_drafts_of_both_micro_batchings() -
     assert engine_path.context_cases(split, whole, "Vulkan0")[0].status is Status.FAILED
     # a leg that did not pass is not compared, and says which
     (skipped,) = engine_path.context_cases(split, _leg(Status.FAILED, {"code": (1, 1)}), "cpu")
-    assert (skipped.status, skipped.message) == (Status.SKIPPED, "not compared: the dflash-whole leg did not pass")
+    assert (skipped.status, skipped.message) == (Status.SKIPPED, engine_path.NOT_COMPARED.format(leg="dflash-whole"))
     # an error stays an error
     error = engine_path.combine([("dflash", _leg(Status.ERROR, {"code": (1, 1)}))], extra=cases)
     assert error.status is Status.ERROR

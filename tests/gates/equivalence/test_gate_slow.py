@@ -20,13 +20,14 @@ from ci.cli import main
 from ci.files import sha256_file
 from ci.gates import equivalence as eq
 from ci.gates import equivalence_judge as ej
-from ci.gates import tinymodels
+from ci.gates import llama, tinymodels
 from ci.gates.llama import LlamaServer, ServerLaunch, free_ports, group_members
 from ci.gates.results import Status
 from ci.gates.tinymodels import TinyModels
 from ci.pin.pins import Floors
 from tests.support.binaries import llama_binary
 from tests.support.http import answering
+from tests.support.messages import pattern, said
 from tests.support.processes import live_processes_naming
 
 pytestmark = pytest.mark.slow
@@ -69,11 +70,12 @@ def test_gate_passes_with_a_drafter_that_drafts(tiny_models: TinyModels, llama_s
                "--spec-type", "draft-simple", "--device", "cpu", "--out", str(out)])  # fmt: skip
     printed = capsys.readouterr().out
     assert rc == 0, printed
-    assert printed.startswith("equivalence: PASSED: 3/3 prompts equal over 256 tokens")
+    # "equivalence: " is how records.one_gate prints a gate's summary
+    assert pattern("equivalence: " + eq.SUMMARY, status="PASSED", passed=3, prompts=3, tokens=256, near_tie=eq.DEFAULT_NEAR_TIE).match(printed)
     result = json.loads((out / "equivalence.json").read_text())
     assert result["status"] == "passed"
     assert [c["name"] for c in result["cases"]] == ["code", "prose", "short"]
-    assert all(c["message"].startswith("identical over 256 tokens") for c in result["cases"])
+    assert all(c["message"].startswith(ej.IDENTICAL.format(tokens=256)) for c in result["cases"])
     m = result["metrics"]
     for name in ("code", "prose", "short"):
         assert m[f"{name}.compared"] == 256
@@ -87,7 +89,7 @@ def test_gate_passes_with_a_drafter_that_drafts(tiny_models: TinyModels, llama_s
     assert props["drafter_sha256"] == sha256_file(tiny_models.near_drafter)
     assert props["llama_server_sha256"] == sha256_file(llama_server)
     assert props["prompts_sha256"] == eq.prompts_sha256(eq.load_prompts())
-    assert props["models"] == "given models"
+    assert props["models"] == eq.GIVEN_MODELS
     assert m["baseline_decode_tps"] > 0
     assert m["drafter_decode_tps"] > 0
     assert result["properties"]["spec_type"] == "draft-simple"
@@ -110,18 +112,17 @@ def test_target_as_its_own_drafter_accepts_every_draft(tiny_models: TinyModels, 
     assert result.status is Status.FAILED
     for case in result.cases:
         assert case.status is Status.FAILED
-        assert case.message.startswith(f"{ej.INSUFFICIENT}: {ej.NEVER_REJECTED} (0 of ")
-        assert "the rollback path ran too little" in case.message
+        assert pattern(ej.TOO_FEW_REJECTED, what=ej.NEVER_REJECTED, rejected=0, floor=Floors().rejected).match(case.message)
 
 
 def test_a_drafter_whose_drafts_are_never_accepted_fails_with_its_own_verdict(tiny_models: TinyModels, llama_server: Path, tmp_path: Path) -> None:
     never = tinymodels.write_model(tmp_path / "never.gguf", tinymodels.NEVER_ACCEPTED_DRAFTER)
     result = eq.run(eq.plan(model=tiny_models.target, drafter=never, llama_server=llama_server, device="cpu", tokens=32), tmp_path)
     assert result.status is Status.FAILED
+    verdict = pattern(ej.TOO_FEW_ACCEPTED + "; " + ej.IDENTICAL, what=ej.NEVER_ACCEPTED, accepted=0, floor=Floors().accepted, tokens=32)
     for case in result.cases:
         assert case.status is Status.FAILED
-        assert case.message.startswith(f"{ej.INSUFFICIENT}: {ej.NEVER_ACCEPTED} (0 of ")
-        assert "the accept path ran too little; identical over 32 tokens" in case.message
+        assert verdict.match(case.message)
 
 
 def test_a_model_that_ends_early_still_compares_every_token(tiny_models: TinyModels, llama_server: Path, tmp_path: Path) -> None:
@@ -146,14 +147,14 @@ def test_a_drafter_that_never_drafts_fails(tiny_models: TinyModels, llama_server
                "--spec-type", "none", "--device", "cpu", "--tokens", "32", "--out", str(tmp_path)])  # fmt: skip
     printed = capsys.readouterr().out
     assert rc == 7
-    assert printed.startswith("equivalence: FAILED: 0/3 prompts")
+    assert pattern("equivalence: " + eq.SUMMARY, status="FAILED", passed=0, prompts=3, tokens=32, near_tie=eq.DEFAULT_NEAR_TIE).match(printed)
     result = json.loads((tmp_path / "equivalence.json").read_text())
     assert result["status"] == "failed"
     for case in result["cases"]:
         assert case["status"] == "failed"
         # the tokens were equal: only the drafting check can catch this
-        assert case["message"] == f"{ej.NEVER_DRAFTED} (timings.draft_n absent or 0 in 1 request(s)); identical over 32 tokens"
-    assert "code: drafter loaded but never drafted" in printed
+        assert case["message"] == ej.DRAFTED_NOTHING.format(requests=1, verdict=ej.IDENTICAL.format(tokens=32))
+    assert eq.PROBLEM.format(prompt="code", message=ej.NEVER_DRAFTED) in printed
     assert_nothing_left(tiny_models.target)
 
 
@@ -165,9 +166,9 @@ def test_a_drafter_leg_with_another_target_fails_with_a_large_margin(tiny_models
     m = dict(result.metrics)
     for case in result.cases:
         assert case.status is Status.FAILED
-        assert case.message.startswith("diverged at token ")
+        assert pattern(ej.DIVERGED).match(case.message)
         assert m[f"{case.name}.divergence_margin"] > 5 * plan.near_tie  # far from a near-tie
-        assert " → baseline " in case.detail
+        assert said(ej.EVIDENCE, case.detail)
     assert len(result.problems) == 3
     assert_nothing_left(tiny_models.target, tiny_models.other_target)
 
@@ -184,8 +185,8 @@ def test_near_ties_resume_from_the_baseline_token_on_the_real_server(tiny_models
         straight = ej.parse_completion(baseline.completion(plan.body(short, ej.Resume((), 24))))
     # equal over all 24 tokens once resolved; failed only because another model's drafts are never accepted
     assert verdict.status is Status.FAILED
-    assert verdict.message.startswith(f"{ej.INSUFFICIENT}: {ej.NEVER_ACCEPTED} (0 of ")
-    assert "identical over 24 tokens after " in verdict.message
+    resolved = ej.TOO_FEW_ACCEPTED + "; " + ej.IDENTICAL_AFTER_NEAR_TIES
+    assert pattern(resolved, what=ej.NEVER_ACCEPTED, accepted=0, floor=plan.floors.accepted, tokens=24).match(verdict.message)
     assert verdict.compared == 24
     assert len(verdict.near_ties) >= 5
     assert verdict.requests == len(verdict.near_ties) + (0 if verdict.near_ties[-1].position == 23 else 1)
@@ -228,10 +229,11 @@ def test_a_server_that_dies_mid_run_is_reported_and_reaped(tiny_models: TinyMode
     assert result.status is Status.ERROR
     assert [(c.name, c.status) for c in result.cases] == [("code", Status.PASSED), ("prose", Status.ERROR), ("short", Status.SKIPPED)]
     problem = result.problems[-1]
-    assert problem.startswith(("drafter server died during POST /completion: ", "drafter server died (its llama-server is gone) on port "))
-    assert "log tail:" in problem
+    died_during = pattern(llama.DIED_DURING, leg="drafter", path="/completion")
+    assert died_during.match(problem) or pattern(llama.DIED, leg="drafter", why=llama.LLAMA_SERVER_GONE).match(problem)
+    assert said(eq.WITH_LOG_TAIL, problem)
     assert "1bit serve: running:" in problem  # the launcher's own lines are in the server's log
-    assert result.summary.startswith("ERROR: 1/3 prompts")
+    assert pattern(eq.SUMMARY, status="ERROR", passed=1, prompts=3, tokens=16, near_tie=plan.near_tie).match(result.summary)
     assert len(started) == 2
     assert_nothing_left(tiny_models.target)
 
@@ -253,7 +255,8 @@ def test_no_process_is_left_after_a_health_timeout(tiny_models: TinyModels, tmp_
     plan = replace(equivalence_plan(tiny_models, stuck), health_timeout=1.5)
     result = eq.run(plan, tmp_path, _Recording(started, stop_grace=0.5))
     assert result.status is Status.ERROR
-    assert any(p.startswith("baseline server not healthy on http://127.0.0.1:") and " after 1.5 s" in p for p in result.problems)
+    assert started[0].url.startswith("http://127.0.0.1:")
+    assert any(p.startswith(llama.NOT_HEALTHY.format(leg="baseline", url=started[0].url, seconds=1.5)) for p in result.problems)
     assert [c.status for c in result.cases] == [Status.ERROR, Status.SKIPPED, Status.SKIPPED]
     assert started[0].started
     assert started[0].leftovers() == ()
@@ -274,7 +277,8 @@ def test_a_model_that_does_not_load_is_reported_with_the_server_log(tiny_models:
     plan = replace(equivalence_plan(tiny_models, llama_server), baseline=eq.Leg("baseline", broken))
     result = eq.run(plan, tmp_path)
     assert result.status is Status.ERROR
-    assert any("baseline server exited with status" in p and "before it was healthy" in p for p in result.problems)
+    # "status N" is how ci.errors.describe_returncode says an exit code
+    assert any(said(llama.EXITED_EARLY.format(leg="baseline", code="status {status}"), p) for p in result.problems)
     assert_nothing_left(broken, tiny_models.target)
 
 
@@ -284,6 +288,6 @@ def test_a_port_answered_by_another_server_is_an_error_naming_the_port(tiny_mode
         monkeypatch.setattr(eq, "free_ports", lambda n: (free, taken))
         result = eq.run(equivalence_plan(tiny_models, llama_server, tokens=16), tmp_path)
     assert result.status is Status.ERROR
-    assert any(f"port {taken}" in p for p in result.problems), result.problems
+    assert any(said(llama.PORT_HELD, p, port=taken) or said(llama.ANOTHER_SERVER, p, port=taken) for p in result.problems), result.problems
     assert not any(ej.NEVER_DRAFTED in p for p in result.problems)  # not a verdict on the drafter
     assert_nothing_left(tiny_models.target)

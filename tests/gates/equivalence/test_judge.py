@@ -3,16 +3,16 @@ difference the CPU does not make: a near-tie flip is the baseline's runner-up pu
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
 
 from ci.defaults import NEAR_TIE as DEFAULT_NEAR_TIE
 from ci.errors import ServerFailed
+from ci.gates import equivalence_judge as ej
 from ci.gates.equivalence_judge import (
-    INSUFFICIENT,
     NEVER_ACCEPTED,
-    NEVER_DRAFTED,
     Completion,
     PromptVerdict,
     Resume,
@@ -26,6 +26,7 @@ from ci.gates.equivalence_judge import (
 from ci.gates.results import Status
 from ci.pin.pins import Floors
 from tests.support.equivalence import Recorded
+from tests.support.messages import said
 
 
 def flip(c: Completion, at: int, baseline: Completion) -> Completion:
@@ -33,6 +34,15 @@ def flip(c: Completion, at: int, baseline: Completion) -> Completion:
     near-tie looks like. (The drafter leg's own answer carries no top logprobs past its first token in this build.)"""
     runner_up = baseline.tokens[at].top[1]
     return replace(c, tokens=(*c.tokens[:at], Token(runner_up.id, runner_up.text), *c.tokens[at + 1 :]))
+
+
+def runner_up(t: Token) -> Token:
+    """The token a :func:`flip` puts in the drafter leg's stream in place of ``t``."""
+    return Token(t.top[1].id, t.top[1].text)
+
+
+def shown(t: Token) -> str:
+    return ej.TOKEN.format(text=t.text, id=t.id)
 
 
 def cut(c: Completion, n: int = 40) -> Completion:
@@ -52,7 +62,7 @@ def test_equal_streams_pass_with_the_drafting_figures(recorded: Recorded) -> Non
     seg = Segment(0, recorded.answer("baseline@0"), recorded.answer("drafter@0"))
     v = verdict(judge(recorded.prompt, [seg], 64, DEFAULT_NEAR_TIE))
     assert v.status is Status.PASSED
-    assert v.message == "identical over 64 tokens"
+    assert v.message == ej.IDENTICAL.format(tokens=64)
     assert v.compared == 64
     assert v.near_ties == ()
     d = recorded.raw("drafter@0")["timings"]
@@ -92,7 +102,11 @@ def test_near_tie_then_resume_from_prefix_plus_baseline_token(recorded: Recorded
     assert v.near_ties[0].margin == base0.tokens[27].margin
     assert v.compared == 64
     assert v.requests == 3
-    assert v.message.startswith("identical over 64 tokens after 2 near-tie(s): token 27: baseline ")
+    ties = [(27, base0.tokens[27]), (45, recorded.answer("baseline@28").tokens[45 - 28])]
+    near_ties = "; ".join(
+        ej.NEAR_TIE.format(position=at, baseline=shown(t), drafted=shown(runner_up(t)), margin=t.margin) for at, t in ties
+    )
+    assert v.message == ej.IDENTICAL_AFTER_NEAR_TIES.format(tokens=64, count=2, near_ties=near_ties)
     # drafting is summed over the three requests
     assert v.drafted.draft_n == sum(recorded.raw(k)["timings"]["draft_n"] for k in ("drafter@0", "drafter@28", "drafter@46"))
 
@@ -111,8 +125,9 @@ def test_a_near_tie_does_not_hide_a_later_real_divergence(recorded: Recorded) ->
     assert v.divergence is not None
     assert v.divergence.position == 28 + k
     assert v.divergence.runner_up
-    assert v.message.startswith(f"diverged at token {28 + k}: baseline ")
-    assert f"> near-tie {DEFAULT_NEAR_TIE:g}" in v.message
+    t = resumed.tokens[k]
+    margin = ej.MARGIN_ABOVE.format(margin=t.margin, near_tie=DEFAULT_NEAR_TIE)
+    assert v.message.startswith(ej.DIVERGED.format(position=28 + k, baseline=shown(t), drafted=shown(runner_up(t)), margin=margin))
 
 
 def test_real_divergence_fails_with_the_evidence(recorded: Recorded) -> None:
@@ -130,8 +145,8 @@ def test_real_divergence_fails_with_the_evidence(recorded: Recorded) -> None:
     assert d.before == (recorded.prompt.text + base.text[: sum(len(t.text) for t in base.tokens[:i])])[-60:]
     assert d.baseline_after.startswith(base.tokens[i].text)
     assert d.drafted_after.startswith(other.tokens[i].text)
-    assert f"baseline {base.tokens[i].text!r} (id {base.tokens[i].id}) vs drafter {other.tokens[i].text!r} (id {other.tokens[i].id})" in v.message
-    assert f"margin {d.margin:.4f} nats" in v.message
+    margin = ej.MARGIN_ABOVE.format(margin=d.margin, near_tie=DEFAULT_NEAR_TIE)
+    assert v.message.startswith(ej.DIVERGED.format(position=i, baseline=shown(base.tokens[i]), drafted=shown(other.tokens[i]), margin=margin))
     assert d.evidence() in v.detail
 
 
@@ -153,7 +168,7 @@ def test_never_drafted_fails_even_when_equal(recorded: Recorded) -> None:
     assert "draft_n" not in recorded.raw("never_drafts@0")["timings"]
     v = verdict(judge(recorded.prompt, [Segment(0, recorded.answer("baseline@0"), nodraft)], 64, DEFAULT_NEAR_TIE))
     assert v.status is Status.FAILED
-    assert v.message == f"{NEVER_DRAFTED} (timings.draft_n absent or 0 in 1 request(s)); identical over 64 tokens"
+    assert v.message == ej.DRAFTED_NOTHING.format(requests=1, verdict=ej.IDENTICAL.format(tokens=64))
 
 
 @pytest.mark.parametrize("short_leg", ["drafter", "baseline"])
@@ -162,14 +177,14 @@ def test_truncated_stream_fails(recorded: Recorded, short_leg: str) -> None:
     seg = Segment(0, cut(base), drafted) if short_leg == "baseline" else Segment(0, base, cut(drafted))
     v = verdict(judge(recorded.prompt, [seg], 64, DEFAULT_NEAR_TIE))
     assert v.status is Status.FAILED
-    assert v.message == f"truncated: the {short_leg} leg stopped after 40 tokens (stop: limit) where the other went on to 64"
+    assert v.message == ej.TRUNCATED.format(leg=short_leg, stopped=40, stop="limit", other=64)
 
 
 def test_both_legs_short_is_insufficient_evidence(recorded: Recorded) -> None:
     seg = Segment(0, cut(recorded.answer("baseline@0")), cut(recorded.answer("drafter@0")))
     v = verdict(judge(recorded.prompt, [seg], 64, DEFAULT_NEAR_TIE))
     assert v.status is Status.FAILED
-    assert v.message.startswith(f"{INSUFFICIENT}: 40 of 64 tokens compared (both legs stopped: limit)")
+    assert v.message.startswith(ej.TOO_FEW_COMPARED.format(compared=40, requested=64, stop="limit"))
 
 
 def test_both_legs_ending_with_eos_early_is_insufficient_evidence_too(recorded: Recorded) -> None:
@@ -183,7 +198,7 @@ def test_both_legs_ending_with_eos_early_is_insufficient_evidence_too(recorded: 
     v = verdict(judge(recorded.prompt, [seg], 256, DEFAULT_NEAR_TIE))
     assert v.status is Status.FAILED
     assert v.compared == 4
-    assert v.message.startswith(f"{INSUFFICIENT}: 4 of 256 tokens compared")
+    assert v.message.startswith(ej.TOO_FEW_COMPARED.format(compared=4, requested=256, stop="eos"))
 
 
 def test_a_drafter_whose_drafts_are_never_accepted_fails(recorded: Recorded) -> None:
@@ -191,10 +206,8 @@ def test_a_drafter_whose_drafts_are_never_accepted_fails(recorded: Recorded) -> 
     v = verdict(judge(recorded.prompt, [seg], 64, DEFAULT_NEAR_TIE))
     assert v.status is Status.FAILED
     drafted = recorded.raw("never_accepted@0")["timings"]["draft_n"]
-    assert v.message == (
-        f"{INSUFFICIENT}: {NEVER_ACCEPTED} (0 of {drafted} drafted tokens in 1 request(s)), below the floor {Floors().accepted} "
-        "(equivalence.floors.accepted): the accept path ran too little; identical over 64 tokens"
-    )
+    shortfall = ej.TOO_FEW_ACCEPTED.format(what=NEVER_ACCEPTED, accepted=0, drafted=drafted, requests=1, floor=Floors().accepted)
+    assert v.message == shortfall + "; " + ej.IDENTICAL.format(tokens=64)
 
 
 def test_a_drafter_below_a_floor_is_insufficient_evidence_naming_the_figure_and_the_floor(recorded: Recorded) -> None:
@@ -205,21 +218,18 @@ def test_a_drafter_below_a_floor_is_insufficient_evidence_naming_the_figure_and_
     assert verdict(judge(recorded.prompt, [seg], 64, DEFAULT_NEAR_TIE, Floors(accepted=accepted, rejected=rejected))).status is Status.PASSED
     v = verdict(judge(recorded.prompt, [seg], 64, DEFAULT_NEAR_TIE, Floors(accepted=accepted + 1)))
     assert v.status is Status.FAILED
-    assert v.message.startswith(
-        f"{INSUFFICIENT}: {accepted} drafted tokens accepted ({accepted} of {drafted} drafted tokens in 1 request(s)), below the floor {accepted + 1} (equivalence.floors.accepted)"
-    )
+    what = ej.SOME_ACCEPTED.format(accepted=accepted)
+    assert v.message.startswith(ej.TOO_FEW_ACCEPTED.format(what=what, accepted=accepted, drafted=drafted, requests=1, floor=accepted + 1))
     v = verdict(judge(recorded.prompt, [seg], 64, DEFAULT_NEAR_TIE, Floors(rejected=rejected + 1)))
     assert v.status is Status.FAILED
-    assert v.message.startswith(f"{INSUFFICIENT}: {rejected} drafted tokens rejected ({rejected} of {drafted} drafted tokens in 1 request(s)), below the floor {rejected + 1}")
-    assert "the rollback path ran too little" in v.message
+    what = ej.SOME_REJECTED.format(rejected=rejected)
+    assert v.message.startswith(ej.TOO_FEW_REJECTED.format(what=what, rejected=rejected, drafted=drafted, requests=1, floor=rejected + 1))
 
 
 def test_a_run_whose_acceptance_is_below_the_floor_is_insufficient_evidence() -> None:
     """The issue's case: a drafter of another seed, 11 of 5924 drafted tokens accepted, once passed the gate."""
     other_seed = Timings(predicted_n=768, draft_n=5924, draft_n_accepted=11, draft_max=8)
-    assert run_shortfall(other_seed, Floors()) == (
-        f"{INSUFFICIENT}: the run's acceptance 11/5924 (0.2%) is below the floor 10% (equivalence.floors.acceptance): a drafter that almost never drafts right proves little"
-    )
+    assert run_shortfall(other_seed, Floors()) == ej.RUN_TOO_FEW.format(accepted=11, drafted=5924, percent=0.2, floor=10)
     near = Timings(predicted_n=768, draft_n=1739, draft_n_accepted=965, draft_max=8)  # the near drafter on the H200
     assert run_shortfall(near, Floors()) == ""
 
@@ -248,26 +258,27 @@ def test_a_missing_margin_is_never_a_near_tie(recorded: Recorded) -> None:
     base = parse_completion(raw)
     v = verdict(judge(recorded.prompt, [Segment(0, base, flip(recorded.answer("drafter@0"), 27, recorded.answer("baseline@0")))], 64, 10.0))
     assert v.status is Status.FAILED
-    assert "no top-2 logprobs to judge by" in v.message
+    assert said(ej.DIVERGED, v.message, position=27, margin=ej.NO_MARGIN)
 
 
 def test_segments_must_follow_the_common_prefix(recorded: Recorded) -> None:
     seg = Segment(5, recorded.answer("baseline@0"), recorded.answer("drafter@0"))
-    with pytest.raises(ValueError, match="starts at token 5"):
+    with pytest.raises(ValueError, match=re.escape(ej.SEGMENT_ASTRAY.format(segment=0, start=5, common=0))):
         judge(recorded.prompt, [seg], 64, DEFAULT_NEAR_TIE)
 
 
 def test_parse_rejects_an_answer_without_token_ids(recorded: Recorded) -> None:
     raw = recorded.raw("baseline@0")
     del raw["tokens"]
-    with pytest.raises(ServerFailed, match="ignores return_tokens"):
+    with pytest.raises(ServerFailed, match=re.escape(ej.NO_TOKEN_IDS.format(leg="baseline"))):
         parse_completion(raw, "baseline")
 
 
 def test_parse_rejects_probabilities_for_other_tokens(recorded: Recorded) -> None:
     raw = recorded.raw("baseline@0")
     raw["tokens"][3] += 1
-    with pytest.raises(ServerFailed, match="token 3 is id"):
+    wrong = ej.PROBABILITIES_ELSEWHERE.format(leg="baseline", index=3, id=raw["tokens"][3], other=raw["completion_probabilities"][3]["id"])
+    with pytest.raises(ServerFailed, match=re.escape(wrong)):
         parse_completion(raw, "baseline")
 
 

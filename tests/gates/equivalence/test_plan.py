@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from ci.gates import equivalence_judge as ej
 from ci.gates.results import Status, write_json, write_junit
 from ci.gates.tinymodels import TinyModels
 from tests.support.equivalence import Recorded
+from tests.support.messages import pattern
 
 
 def dflash_drafter(path: Path) -> Path:
@@ -81,24 +83,24 @@ def test_committed_prompts_and_a_replacement_directory(tmp_path: Path) -> None:
     (tmp_path / "notes.md").write_text("not a prompt")
     assert eq.load_prompts(tmp_path) == (ej.Prompt("one", "Once"),)
     (tmp_path / "two.txt").write_text("  \n")
-    with pytest.raises(ConfigError, match=r"two.txt: the prompt is empty"):
+    with pytest.raises(ConfigError, match=re.escape(eq.EMPTY_PROMPT.format(where=tmp_path, name="two"))):
         eq.load_prompts(tmp_path)
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(ConfigError, match=r"no \*\.txt prompt files"):
+    with pytest.raises(ConfigError, match=re.escape(eq.NO_PROMPTS.format(where=empty))):
         eq.load_prompts(empty)
 
 
 def test_plan_refuses_bad_options(tiny_models: TinyModels, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"--drafter .*missing\.gguf: no such file"):
+    with pytest.raises(ConfigError, match=re.escape(eq.NO_SUCH_MODEL.format(option="--drafter", path=tmp_path / "missing.gguf"))):
         eq.plan(model=tiny_models.target, drafter=tmp_path / "missing.gguf", llama_server=Path("s"))
-    with pytest.raises(ConfigError, match="--tokens 0"):
+    with pytest.raises(ConfigError, match=re.escape(eq.TOO_FEW_TOKENS.format(tokens=0))):
         eq.plan(model=tiny_models.target, drafter=tiny_models.drafter, llama_server=Path("s"), tokens=0)
-    with pytest.raises(ConfigError, match="--near-tie -1"):
+    with pytest.raises(ConfigError, match=re.escape(eq.NEGATIVE_NEAR_TIE.format(near_tie=-1))):
         eq.plan(model=tiny_models.target, drafter=tiny_models.drafter, llama_server=Path("s"), near_tie=-1)
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a gguf file at all")
-    with pytest.raises(ConfigError, match=r"junk\.gguf: not a GGUF model file"):
+    with pytest.raises(ConfigError, match=pattern(eq.NOT_GGUF, path=junk)):
         eq.gguf_architecture(junk)
 
 
@@ -115,7 +117,7 @@ def test_gate_result_records_the_verdicts_and_serialises(recorded: Recorded, tmp
     assert isinstance(other, ej.PromptVerdict)
     result = eq.gate_result(plan, [v, other])
     assert result.status is Status.FAILED
-    assert result.problems == (f"later: {other.message}",)
+    assert result.problems == (eq.PROBLEM.format(prompt="later", message=other.message),)
     m = dict(result.metrics)
     d = recorded.raw("drafter@0")["timings"]
     assert m["short.acceptance"] == round(d["draft_n_accepted"] / d["draft_n"], 4)
@@ -137,8 +139,8 @@ def test_a_server_failure_is_an_error_with_the_log_tail(recorded: Recorded) -> N
     assert result.status is Status.ERROR
     assert [(c.name, c.status) for c in result.cases] == [("short", Status.ERROR), ("later", Status.SKIPPED)]
     assert result.cases[0].detail == "line 1\nlast words\n"
-    assert result.problems == ("drafter server died during POST /completion: SIGKILL (killed by signal 9); log tail:\nline 1\nlast words",)
-    assert result.summary.startswith("ERROR: 0/2 prompts")
+    assert result.problems == (eq.WITH_LOG_TAIL.format(problem=failure.message, log_tail="line 1\nlast words"),)
+    assert result.summary == eq.SUMMARY.format(status="ERROR", passed=0, prompts=2, tokens=64, near_ties=0, near_tie=plan.near_tie) + "; " + failure.message
 
 
 @pytest.mark.slow

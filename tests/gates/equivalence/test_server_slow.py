@@ -3,6 +3,7 @@ the gate in test_gate_slow.py)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -10,9 +11,11 @@ import pytest
 from ci.errors import ServerFailed
 from ci.gates import equivalence as eq
 from ci.gates import equivalence_judge as ej
+from ci.gates import llama
 from ci.gates.llama import LlamaServer, ServerLaunch, free_ports
 from ci.gates.tinymodels import TinyModels
 from tests.support.binaries import llama_binary
+from tests.support.messages import pattern
 from tests.support.processes import live_processes_naming
 
 pytestmark = pytest.mark.slow
@@ -29,7 +32,7 @@ def test_an_http_error_is_reported_with_its_body(tiny_models: TinyModels, tmp_pa
     body = plan.body(ej.Prompt("short", "Q:"), ej.Resume((99_999,), 4))  # a resume with an id past the vocab
     with LlamaServer(direct(tiny_models), tmp_path / "s.log") as server, pytest.raises(ServerFailed) as failed:
         server.completion(body)
-    assert failed.value.message.startswith("baseline server: POST /completion: HTTP 400: ")
+    assert pattern(llama.HTTP_ERROR, leg="baseline", path="/completion", status=400).match(failed.value.message)
     assert "Prompt contains invalid tokens" in failed.value.message
     assert server.returncode is not None
     assert server.leftovers() == ()
@@ -37,7 +40,8 @@ def test_an_http_error_is_reported_with_its_body(tiny_models: TinyModels, tmp_pa
 
 def test_a_request_timeout_is_reported_and_the_server_reaped(tiny_models: TinyModels, tmp_path: Path) -> None:
     plan = eq.EquivalencePlan(eq.Leg("baseline", tiny_models.target), eq.Leg("drafter", tiny_models.target), (), Path())
-    with LlamaServer(direct(tiny_models), tmp_path / "s.log") as server, pytest.raises(ServerFailed, match=r"got no answer in 0\.001 s"):
+    no_answer = llama.NO_ANSWER.format(leg="baseline", path="/completion", seconds=0.001)
+    with LlamaServer(direct(tiny_models), tmp_path / "s.log") as server, pytest.raises(ServerFailed, match=re.escape(no_answer)):
         server.completion(plan.body(ej.Prompt("short", "Q:"), ej.Resume((), 400)), timeout=0.001)
     assert server.leftovers() == ()
     assert live_processes_naming(str(tiny_models.target)) == []

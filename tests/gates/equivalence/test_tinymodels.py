@@ -8,7 +8,7 @@ import requests
 from ci.cli import main
 from ci.files import sha256_file as sha256
 from ci.gates.llama import LlamaServer, ServerLaunch, free_ports
-from ci.gates.tinymodels import BOS_ID, DRAFTER, EOS_ID, TARGET, TinyModels, vocab, write_model
+from ci.gates.tinymodels import BOS_ID, DRAFTER, EOS_ID, MODEL_FILE, TARGET, TinyModels, vocab, write_model
 from tests.support.binaries import llama_binary
 
 
@@ -47,7 +47,8 @@ def test_every_token_is_text_on_its_own() -> None:
 def test_cli_writes_the_models(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tiny-models", "--out", str(tmp_path)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny-drafter.gguf", "tiny-near-drafter.gguf", "tiny-other-target.gguf", "tiny-target.gguf"]
-    assert "tiny-target.gguf: 2.38 MB" in capsys.readouterr().out
+    target = tmp_path / "tiny-target.gguf"
+    assert MODEL_FILE.format(name=target.name, megabytes=2.38, sha256=sha256(target)[:16]) in capsys.readouterr().out
 
 
 @pytest.mark.slow
