@@ -13,20 +13,27 @@ from ci.compile.stage import CurrentBuild
 from ci.files import shown
 from ci.release import ledger, records, ship
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+SUMMARY_TITLE = "### ship, profile {profile}: {verdict}"
+EVERY_GATE_PASSED = "every gate passed"  # SUMMARY_TITLE's verdict
+REFUSED = "REFUSED"
+WROTE = "ship: wrote {path}"
+
 
 def session(job: Job, build: CurrentBuild, dist: Path | None, check_only: bool, say: Callable[[str], None]) -> int:
     results_dir = ledger.default_results_dir(job.root)
     result = ship.check(build, job.pins, results_dir, job.root)
     standing = ship.table(result)
     say(standing)
-    records.step_summary(f"### ship, profile {build.manifest.profile}: {'every gate passed' if result.ok else 'REFUSED'}\n\n```\n{standing}\n```\n")
+    title = SUMMARY_TITLE.format(profile=build.manifest.profile, verdict=EVERY_GATE_PASSED if result.ok else REFUSED)
+    records.step_summary(f"{title}\n\n```\n{standing}\n```\n")
     if not result.ok:
         raise ship.refusal(result)
     if check_only:
         say("ship: every gate passed for this build")
         return 0
     for f in ship.ship(job.pins, job.root, result, results_dir, dist or job.root / "dist"):
-        say(f"ship: wrote {shown(f, job.root)}")
+        say(WROTE.format(path=shown(f, job.root)))
     return 0
 
 

@@ -22,7 +22,7 @@ from ci.command import run
 from ci.compile import profiles as profiles_mod
 from ci.compile import undeclared
 from ci.compile.flags import Flags
-from ci.compile.manifest import MANIFEST, Artifact, BuildKey, Manifest, build_key
+from ci.compile.manifest import IS_MISSING, MANIFEST, Artifact, BuildKey, Manifest, build_key
 from ci.compile.profiles import Profile
 from ci.compile.toolchain import Toolchain
 from ci.errors import CommandFailed, ConfigError, OnebitError
@@ -36,6 +36,21 @@ LOG = "build.log"
 BUILD_TYPES = ("Release", "RelWithDebInfo", "Debug", "MinSizeRel")
 UNUSED_RE = re.compile(r"Manually-specified variables were not used by the project:\s*\n((?:\s*\n)*(?:[ \t]+\S[^\n]*\n)+)")
 PROGRESS_RE = re.compile(r"^\[(\d+)/(\d+)\] ")
+
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+NEVER_BUILT = "no manifest: never built, or the last build did not finish"
+KEY_PART_CHANGED = "{part} changed"
+KEY_CHANGED = "the key changed"
+ARTIFACT_WRONG = "{name} {problem}"
+PROGRESS = "build: [{done}/{total}] {percent}%"
+NOT_USED = "{flag} (not used by the project)"
+DEPRECATED = "{flag} (deprecated: {why})"
+IGNORED_FLAGS = "configure: {flags}: a flag this pin does not have silently changes the build (llama.cpp #8155, #15245); fix {where}"
+UNDECLARED_FLAGS = "configure: {flags}: CMake does not warn about an undeclared GGML_ flag (ggml reads every variable); fix {where}"
+CONFIGURE_DONE = "configure: done in {seconds:.1f} s"
+CONFIGURE_REUSED = "configure: reused (the configure part of the key is unchanged)"
+LOGGED_COMMAND = "$ {command}\n"
+STEP_FAILED = "{step} ({program})"
 
 
 @dataclass(frozen=True)
@@ -138,15 +153,15 @@ def decide(plan: BuildPlan, old: Manifest | None) -> Decision:
     configured = stamp.read_text().strip() if stamp.is_file() and (plan.build_dir / "CMakeCache.txt").is_file() else ""
     reconfigure = configured != plan.key.configure
     if old is None:
-        return Decision(False, reconfigure, ("no manifest: never built, or the last build did not finish",))
+        return Decision(False, reconfigure, (NEVER_BUILT,))
     if old.key != plan.key.full:
         changed = [k for k, v in plan.key.parts if old.key_parts.get(k) != v]
-        return Decision(False, reconfigure, tuple(f"{k} changed" for k in changed) or ("the key changed",))
+        return Decision(False, reconfigure, tuple(KEY_PART_CHANGED.format(part=k) for k in changed) or (KEY_CHANGED,))
     wrong = old.problems(plan.build_dir)
     if wrong:
         # ninja goes by mtime: a replaced file newer than its inputs would be kept, so a differing one is removed
-        stale = tuple(plan.build_dir / {**old.binaries, **old.libraries}[name].path for name, why in wrong if why != "is missing")
-        return Decision(False, reconfigure, tuple(f"{name} {why}" for name, why in wrong), stale)
+        stale = tuple(plan.build_dir / {**old.binaries, **old.libraries}[name].path for name, why in wrong if why != IS_MISSING)
+        return Decision(False, reconfigure, tuple(ARTIFACT_WRONG.format(name=name, problem=why) for name, why in wrong), stale)
     return Decision(True, False, ())
 
 
@@ -169,7 +184,7 @@ class Progress:
         tenth = (10 * n) // total
         if tenth > self.shown:
             self.shown = tenth
-            self.say(f"build: [{n}/{total}] {100 * n // total}%")
+            self.say(PROGRESS.format(done=n, total=total, percent=100 * n // total))
 
 
 def ignored_flags(output: str, flags: tuple[str, ...]) -> list[str]:
@@ -181,9 +196,9 @@ def ignored_flags(output: str, flags: tuple[str, ...]) -> list[str]:
     for f in flags:
         name = flag_name(f)
         if name in unused:
-            out.append(f"{f} (not used by the project)")
+            out.append(NOT_USED.format(flag=f))
         elif re.search(rf"\b{re.escape(name)} is deprecated", output):
-            out.append(f"{f} (deprecated: {_deprecation(output, name)})")
+            out.append(DEPRECATED.format(flag=f, why=_deprecation(output, name)))
     return out
 
 
@@ -210,15 +225,12 @@ def execute(plan: BuildPlan, decision: Decision, say: Callable[[str], None]) -> 
                 done = _step(plan.configure_argv, env, log_file, "configure", None)
                 ignored = ignored_flags(done, plan.cmake_flags)
                 if ignored:
-                    raise ConfigError(
-                        f"configure: {'; '.join(ignored)}: a flag this pin does not have silently changes the build "
-                        f"(llama.cpp #8155, #15245); fix {plan.flags.where(ignored[0].split(' ', 1)[0])}"
-                    )
+                    raise ConfigError(IGNORED_FLAGS.format(flags="; ".join(ignored), where=plan.flags.where(ignored[0].split(" ", 1)[0])))
                 _refuse_undeclared(plan)
                 write_atomic(plan.build_dir / CONFIGURED, plan.key.configure + "\n")
-                say(f"configure: done in {time.monotonic() - t:.1f} s")
+                say(CONFIGURE_DONE.format(seconds=time.monotonic() - t))
             else:
-                say("configure: reused (the configure part of the key is unchanged)")
+                say(CONFIGURE_REUSED)
             t = time.monotonic()
             _step(plan.build_argv, env, log_file, "build", Progress(say))
             say(f"build: done in {time.monotonic() - t:.1f} s")
@@ -254,19 +266,17 @@ def execute(plan: BuildPlan, decision: Decision, say: Callable[[str], None]) -> 
 def _refuse_undeclared(plan: BuildPlan) -> None:
     found = undeclared.check_cache(plan.build_dir, plan.cmake_flags)
     if found:
-        raise ConfigError(
-            f"configure: {'; '.join(found)}: CMake does not warn about an undeclared GGML_ flag (ggml reads every variable); "
-            f"fix {plan.flags.where(found[0].split(':', 1)[0])}"
-        )
+        raise ConfigError(UNDECLARED_FLAGS.format(flags="; ".join(found), where=plan.flags.where(found[0].split(":", 1)[0])))
 
 
 def _step(argv: tuple[str, ...], env: dict[str, str], log_file: IO[str], what: str, on_line: Callable[[str], None] | None) -> str:
-    log_file.write(f"$ {' '.join(argv)}\n")
+    log_file.write(LOGGED_COMMAND.format(command=" ".join(argv)))
     log_file.flush()
     try:
         return run(argv, env=env, log_file=log_file, on_line=on_line, what=what).output
     except CommandFailed as exc:
-        raise CommandFailed(exc.argv, exc.returncode, exc.tail, what=f"{what} ({' '.join(os.path.basename(a) for a in argv[:2])})") from None
+        program = " ".join(os.path.basename(a) for a in argv[:2])
+        raise CommandFailed(exc.argv, exc.returncode, exc.tail, what=STEP_FAILED.format(step=what, program=program)) from None
 
 
 def _find_binary(build_dir: Path, name: str) -> Path:

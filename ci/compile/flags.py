@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci.compile.profiles import PROFILES, Profile
+from ci.compile.profiles import PROFILES, UNKNOWN_PROFILE, Profile
 from ci.errors import ConfigError
 from ci.pin.pins import Pins, cmake_flag_name
 from ci.schema import did_you_mean
@@ -26,6 +26,16 @@ from serve.bounded import CONFIG_LIMIT, read_text
 COMMON_FLAGS = ("-DLLAMA_BUILD_TESTS=ON", "-DLLAMA_BUILD_SERVER=ON")
 LOCAL_VAR = "ONEBIT_CMAKE_ARGS"
 LOCAL_FILE = "cmake-args.local"
+
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+BAD_FLAG = "{where}: {problem}"
+UNSPLITTABLE = '{where}: {problem} (quote a value with spaces as -DNAME="a b")'
+# where to fix a flag, by the source whose value won (Flags.where)
+FROM_ONE_OFF = "the -D given to build"
+FROM_MACHINE = "{variable} or {file}"
+FROM_PIN_PROFILE = "pins.yaml build.profiles"
+FROM_PIN = "pins.yaml build.flags"
+FROM_PROFILE = "the profile (ci/compile/profiles.py)"
 
 
 @dataclass(frozen=True)
@@ -47,14 +57,14 @@ class Flags:
         """Where to fix ``flag`` (the source whose value won)."""
         name = cmake_flag_name(flag)
         for group, place in (
-            (self.one_off, "the -D given to build"),
-            (self.local, f"{LOCAL_VAR} or {LOCAL_FILE}"),
-            (self.pin_profile, "pins.yaml build.profiles"),
-            (self.pin, "pins.yaml build.flags"),
+            (self.one_off, FROM_ONE_OFF),
+            (self.local, FROM_MACHINE.format(variable=LOCAL_VAR, file=LOCAL_FILE)),
+            (self.pin_profile, FROM_PIN_PROFILE),
+            (self.pin, FROM_PIN),
         ):
             if any(cmake_flag_name(f) == name for f in group):
                 return place
-        return "the profile (ci/compile/profiles.py)"
+        return FROM_PROFILE
 
 
 def merge_flags(*groups: tuple[str, ...]) -> tuple[str, ...]:
@@ -96,7 +106,7 @@ def _split(text: str, where: str) -> tuple[str, ...]:
     try:
         return tuple(shlex.split(text))
     except ValueError as exc:
-        raise ConfigError(f"{where}: {exc} (quote a value with spaces as -DNAME=\"a b\")") from None
+        raise ConfigError(UNSPLITTABLE.format(where=where, problem=exc)) from None
 
 
 def _checked(flags: tuple[str, ...], where: str) -> tuple[str, ...]:
@@ -104,7 +114,7 @@ def _checked(flags: tuple[str, ...], where: str) -> tuple[str, ...]:
         try:
             cmake_flag_name(flag)
         except ConfigError as exc:
-            raise ConfigError(f"{where}: {exc.message}") from None
+            raise ConfigError(BAD_FLAG.format(where=where, problem=exc.message)) from None
     return flags
 
 
@@ -116,7 +126,7 @@ def profile_of(name: str, pins: Pins) -> Profile:
     try:
         return PROFILES[name]
     except KeyError:
-        raise ConfigError(f'--profile {name}: unknown profile{did_you_mean(name, PROFILES)}; known: {", ".join(PROFILES)}') from None
+        raise ConfigError(UNKNOWN_PROFILE.format(name=name, suggestion=did_you_mean(name, PROFILES), known=", ".join(PROFILES))) from None
 
 
 def flags_for(profile: Profile, pins: Pins, local: tuple[str, ...], one_off: tuple[str, ...] = ()) -> Flags:

@@ -29,6 +29,11 @@ MANIFEST = "build.json"
 SCHEMA = 3
 READABLE = (1, 2, 3)  # schema 1 had no stat data, 2 no ctime: their artifacts are hashed once more
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+IS_MISSING = "is missing"
+DIFFERS = "differs from its recorded sha256"
+NO_SUCH_BINARY = "the {profile} build has no {name}; add it to pins.yaml build.targets and build again"
+
 
 @dataclass(frozen=True)
 class BuildKey:
@@ -90,19 +95,19 @@ class Artifact:
         try:
             st = path.stat()
         except OSError:
-            return "is missing"
+            return IS_MISSING
         if not path.is_file():
-            return "is missing"
+            return IS_MISSING
         if stat_stamp(st) == self.stat:
             return None
-        return None if sha256_file(path) == self.sha256 else "differs from its recorded sha256"
+        return None if sha256_file(path) == self.sha256 else DIFFERS
 
     def reprove(self, root: Path) -> str | None:
         """As :meth:`check`, but the file is hashed whatever its stat data says (ship: nothing is taken on trust)."""
         path = root / self.path
         if not path.is_file():
-            return "is missing"
-        return None if sha256_file(path) == self.sha256 else "differs from its recorded sha256"
+            return IS_MISSING
+        return None if sha256_file(path) == self.sha256 else DIFFERS
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "sha256": self.sha256, "stat": list(self.stat)}
@@ -198,7 +203,7 @@ class Manifest:
         try:
             return manifest_dir / self.binaries[name].path
         except KeyError:
-            raise Refused(f"the {self.profile} build has no {name}; add it to pins.yaml build.targets and build again") from None
+            raise Refused(NO_SUCH_BINARY.format(profile=self.profile, name=name)) from None
 
     @property
     def digest(self) -> str:

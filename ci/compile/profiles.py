@@ -14,6 +14,11 @@ from ci.schema import did_you_mean
 
 DEFAULT_PROFILE = "gfx1151"
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+UNKNOWN_PROFILE = "--profile {name}: unknown profile{suggestion}; known: {known}"
+GIVEN_TWICE = "--profiles: {name} given twice"
+NO_PROFILE_GIVEN = "--profiles: no profile given (e.g. --profiles gfx1151,cuda)"
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -62,7 +67,7 @@ def get(name: str) -> Profile:
     try:
         return PROFILES[name]
     except KeyError:
-        raise ConfigError(f'--profile {name}: unknown profile{did_you_mean(name, PROFILES)}; known: {", ".join(PROFILES)}') from None
+        raise ConfigError(UNKNOWN_PROFILE.format(name=name, suggestion=did_you_mean(name, PROFILES), known=", ".join(PROFILES))) from None
 
 
 def runner_labels(profile: Profile) -> list[str]:
@@ -79,7 +84,7 @@ def matrix(names: Sequence[str]) -> dict[str, list[dict[str, object]]]:
     chosen = [get(n) for n in names]
     for name in names:
         if names.count(name) > 1:
-            raise ConfigError(f"--profiles: {name} given twice")
+            raise ConfigError(GIVEN_TWICE.format(name=name))
     if not chosen:
-        raise ConfigError("--profiles: no profile given (e.g. --profiles gfx1151,cuda)")
+        raise ConfigError(NO_PROFILE_GIVEN)
     return {"include": [{"profile": p.name, "device": p.device, "runs-on": runner_labels(p)} for p in chosen]}

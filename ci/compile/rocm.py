@@ -32,6 +32,16 @@ LIB_DIRS = ("lib", "lib64", "lib/x86_64-linux-gnu")
 HIP_VERSION_RE = {part: re.compile(rf"^#define\s+HIP_VERSION_{part}\s+(\d+)", re.MULTILINE) for part in ("MAJOR", "MINOR", "PATCH")}
 LLVM_N_RE = re.compile(r"^llvm-(\d+)$")
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+NO_ROCM = (
+    "{profile}: no ROCm found (ROCM_PATH is not set, no hipconfig on PATH, nothing at {where}); "
+    "Debian: apt-get install hipcc libamdhip64-dev libhipblas-dev librocblas-dev; {therock}; "
+    "or pick another profile with --profile cuda|vulkan|cpu"
+)
+ROCM_PATH_MISSING = "{profile}: ROCM_PATH={root} does not exist; set ROCM_PATH to your ROCm (/opt/rocm, /opt/rocm-therock, /usr)"
+INCOMPLETE = "{profile}: {layout} ROCm at {root} (from {source}) is incomplete:"
+PIECE_MISSING = "{profile}: {what} is missing: {detail}; {how}"  # one line of INCOMPLETE's each
+HOW = "Debian: apt-get install {package}; {therock}"
 THEROCK = (
     'TheRock: unpack its gfx1151 tarball and set ROCM_PATH to it, or pip install "rocm[libraries,devel]" from '
     "TheRock's gfx1151 index and set ROCM_PATH to `rocm-sdk path --root`"
@@ -77,7 +87,7 @@ class RocmInstall:
 
 
 def _how(piece: str) -> str:
-    return f"Debian: apt-get install {DEBIAN[piece]}; {THEROCK}"
+    return HOW.format(package=DEBIAN[piece], therock=THEROCK)
 
 
 def _executable(path: Path) -> bool:
@@ -206,21 +216,17 @@ def find(env: Mapping[str, str], profile: str, searched: Sequence[Path] | None =
         if source == "ROCM_PATH" or _looks_like_rocm(root):
             return inspect(root, env, profile, source)
     where = ", ".join(str(r) for r, _ in tried)
-    raise ToolchainError(
-        f"{profile}: no ROCm found (ROCM_PATH is not set, no hipconfig on PATH, nothing at {where}); "
-        f"Debian: apt-get install hipcc libamdhip64-dev libhipblas-dev librocblas-dev; {THEROCK}; "
-        "or pick another profile with --profile cuda|vulkan|cpu"
-    )
+    raise ToolchainError(NO_ROCM.format(profile=profile, where=where, therock=THEROCK))
 
 
 def inspect(root: Path, env: Mapping[str, str], profile: str, source: str = "ROCM_PATH") -> RocmInstall:
     if source == "ROCM_PATH" and not root.is_dir():
-        raise ToolchainError(f"{profile}: ROCM_PATH={root} does not exist; set ROCM_PATH to your ROCm (/opt/rocm, /opt/rocm-therock, /usr)")
+        raise ToolchainError(ROCM_PATH_MISSING.format(profile=profile, root=root))
     layout = layout_of(root)
     missing: list[str] = []
 
     def lack(piece: str, detail: str) -> None:
-        missing.append(f"{profile}: {WHAT[piece]} is missing: {detail}; {_how(piece)}")
+        missing.append(PIECE_MISSING.format(profile=profile, what=WHAT[piece], detail=detail, how=_how(piece)))
 
     compiler: Path | None = None
     if env.get("HIPCXX"):
@@ -251,8 +257,8 @@ def inspect(root: Path, env: Mapping[str, str], profile: str, source: str = "ROC
         else:
             libs[piece] = lib
     if missing or compiler is None or bitcode is None:
-        head = f"{profile}: {layout} ROCm at {root} (from {source}) is incomplete:\n" if missing else ""
-        raise ToolchainError(head + "\n".join(missing))
+        head = [INCOMPLETE.format(profile=profile, layout=layout, root=root, source=source)] if missing else []
+        raise ToolchainError("\n".join([*head, *missing]))
     return RocmInstall(layout, root, hip_version(root, env), compiler, bitcode, libs["hipblas"], libs["rocblas"])
 
 

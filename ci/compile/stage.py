@@ -16,6 +16,24 @@ from ci.files import shown
 from ci.locks import LOCK_NAME, command_line, held_lock
 from ci.source.sync import Source, sync
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+UP_TO_DATE = (
+    "build: up to date: key {key} (pin {pin}, patches {patches}, profile {profile}, {toolchain}) matches {manifest}, "
+    "and its {binaries} binaries and {libraries} libraries are as recorded"
+)
+BUILDING = "build: building {profile} (key {key}): {reasons}"
+FULL_LOG = "build: the full log: {log}"
+REBUILD = "run nox -s build -- --profile {profile}"
+NO_BUILD = "no build of profile {profile} ({manifest} is missing): {hint}"
+ONE_OFF_MISSING = (
+    "the {profile} build was built with {flags}, which this run does not have: "
+    "put it in ONEBIT_CMAKE_ARGS or cmake-args.local (the machine's flags, read by every session), then {hint}"
+)
+STALE_BUILD = "the {profile} build is stale (key {old}, current {key}: {reasons}): {hint}"
+STEP = "step: {step}: {state} in {seconds:.2f} s"
+STEP_DONE = "done"
+STEP_FAILED = "FAILED"
+
 
 @dataclass(frozen=True)
 class BuildOutcome:
@@ -41,17 +59,24 @@ def _locked_build(build_plan: BuildPlan, source: Source, root: Path, remote: str
     decision = decide(build_plan, old)
     if decision.up_to_date and old is not None:
         say(
-            f"build: up to date: key {build_plan.key.short} (pin {build_plan.pin[:7]}, patches {build_plan.series_digest[:12]}, "
-            f"profile {profile.name}, {tools.describe()}) matches {shown(build_plan.manifest_path, root)}, "
-            f"and its {len(old.binaries)} binaries and {len(old.libraries)} libraries are as recorded"
+            UP_TO_DATE.format(
+                key=build_plan.key.short,
+                pin=build_plan.pin[:7],
+                patches=build_plan.series_digest[:12],
+                profile=profile.name,
+                toolchain=tools.describe(),
+                manifest=shown(build_plan.manifest_path, root),
+                binaries=len(old.binaries),
+                libraries=len(old.libraries),
+            )
         )
         return BuildOutcome(old, True, build_plan, ())
-    say(f"build: building {profile.name} (key {build_plan.key.short}): {'; '.join(decision.reasons)}")
+    say(BUILDING.format(profile=profile.name, key=build_plan.key.short, reasons="; ".join(decision.reasons)))
     try:
         with timed(say, "configure and compile"):
             manifest = execute(build_plan, decision, say)
     except CommandFailed:
-        say(f"build: the full log: {shown(build_plan.build_dir / LOG, root)}")
+        say(FULL_LOG.format(log=shown(build_plan.build_dir / LOG, root)))
         raise
     say(f"build: wrote {shown(build_plan.manifest_path, root)}; log: {shown(build_plan.build_dir / LOG, root)}")
     return BuildOutcome(manifest, False, build_plan, decision.reasons)
@@ -75,18 +100,15 @@ def current_build(build_plan: BuildPlan, root: Path) -> CurrentBuild:
     """
     profile = build_plan.profile
     old = read_manifest(build_plan.manifest_path)
-    hint = f"run nox -s build -- --profile {profile.name}"
+    hint = REBUILD.format(profile=profile.name)
     if old is None:
-        raise Refused(f"no build of profile {profile.name} ({shown(build_plan.manifest_path, root)} is missing): {hint}")
+        raise Refused(NO_BUILD.format(profile=profile.name, manifest=shown(build_plan.manifest_path, root), hint=hint))
     decision = decide(build_plan, old)
     if not decision.up_to_date:
         missing = [f for f in old.one_off_flags if f not in build_plan.cmake_flags]
         if missing and old.key != build_plan.key.full:
-            raise Refused(
-                f"the {profile.name} build was built with {' '.join(missing)}, which this run does not have: "
-                f"put it in ONEBIT_CMAKE_ARGS or cmake-args.local (the machine's flags, read by every session), then {hint}"
-            )
-        raise Refused(f"the {profile.name} build is stale (key {old.key[:12]}, current {build_plan.key.short}: {'; '.join(decision.reasons)}): {hint}")
+            raise Refused(ONE_OFF_MISSING.format(profile=profile.name, flags=" ".join(missing), hint=hint))
+        raise Refused(STALE_BUILD.format(profile=profile.name, old=old.key[:12], key=build_plan.key.short, reasons="; ".join(decision.reasons), hint=hint))
     return CurrentBuild(old, build_plan.build_dir)
 
 
@@ -100,6 +122,6 @@ class timed:
         self.t = time.monotonic()
 
     def __exit__(self, kind: object, exc: object, tb: object) -> None:
-        state = "done" if kind is None else "FAILED"
-        self.say(f"step: {self.name}: {state} in {time.monotonic() - self.t:.2f} s")
+        state = STEP_DONE if kind is None else STEP_FAILED
+        self.say(STEP.format(step=self.name, state=state, seconds=time.monotonic() - self.t))
 

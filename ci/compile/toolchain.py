@@ -21,6 +21,20 @@ from ci.pin.pins import BuildConfig
 
 VERSION_RE = re.compile(r"(\d+(?:\.\d+)+)")
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+NOT_ON_PATH = "{role}: {names} not found on PATH; {hint}"
+INSTALL_CMAKE = "install CMake 3.14+ (pip install cmake) or set CMAKE=/path/to/cmake"
+TOO_OLD = "{role} {version} ({path}) is older than the pin's minimum {minimum} (pins.yaml build.toolchain.{key}); install a newer one or point at it"
+VK_HINT = "Debian: apt-get install glslc libvulkan-dev spirv-headers; or set VULKAN_SDK to an SDK (include/, lib/, bin/glslc)"
+VK_NO_GLSLC = "{profile}: glslc (the shader compiler) is missing: not on PATH, not $GLSLC, not $VULKAN_SDK/bin; {hint}"
+VK_NO_HEADERS = "{profile}: the Vulkan headers are missing: no include/vulkan/vulkan_core.h under {where}; {hint}"
+VK_NO_CPP_HEADERS = "{profile}: the Vulkan C++ headers are missing: no {include}/vulkan/vulkan.hpp; {hint}"
+VK_HEADERS_TOO_OLD = (
+    "{profile}: vulkan-headers {version} ({include}) are older than the pin's minimum {minimum} (pins.yaml build.toolchain.vulkan); "
+    "newer headers are text and need no newer driver: unpack Debian trixie's libvulkan-dev and set VULKAN_SDK to its usr/"
+)
+VK_NO_LOADER = "{profile}: the Vulkan loader is missing: no libvulkan.so under {where}; Debian: apt-get install libvulkan-dev (it brings libvulkan1)"
+
 
 @dataclass(frozen=True)
 class Tool:
@@ -82,7 +96,7 @@ def _require(env: Mapping[str, str], role: str, names: tuple[str, ...], var: str
         found = _which(name, env)
         if found:
             return found
-    raise ToolchainError(f"{role}: {' or '.join(names)} not found on PATH; {hint}")
+    raise ToolchainError(NOT_ON_PATH.format(role=role, names=" or ".join(names), hint=hint))
 
 
 def _check_minimum(tool: Tool, key: str, build: BuildConfig) -> None:
@@ -90,16 +104,13 @@ def _check_minimum(tool: Tool, key: str, build: BuildConfig) -> None:
     if minimum is None or tool.version == "unknown":
         return
     if version_key(tool.version) < version_key(minimum):
-        raise ToolchainError(
-            f"{tool.role} {tool.version} ({tool.path}) is older than the pin's minimum {minimum} (pins.yaml build.toolchain.{key}); "
-            "install a newer one or point at it"
-        )
+        raise ToolchainError(TOO_OLD.format(role=tool.role, version=tool.version, path=tool.path, minimum=minimum, key=key))
 
 
 def detect(profile: Profile, build: BuildConfig, env: Mapping[str, str] | None = None) -> Toolchain:
     """The toolchain of ``profile`` from ``env`` (default: this process's environment)."""
     env = dict(os.environ if env is None else env)
-    cmake = _probe("cmake", _require(env, "cmake", ("cmake",), "CMAKE", "install CMake 3.14+ (pip install cmake) or set CMAKE=/path/to/cmake"))
+    cmake = _probe("cmake", _require(env, "cmake", ("cmake",), "CMAKE", INSTALL_CMAKE))
     _check_minimum(cmake, "cmake", build)
     ninja = _probe("ninja", _require(env, "ninja", ("ninja",), "NINJA", "install Ninja (pip install ninja) or set NINJA=/path/to/ninja"))
     tools = [cmake, ninja]
@@ -132,7 +143,6 @@ def detect(profile: Profile, build: BuildConfig, env: Mapping[str, str] | None =
 
 VK_HEADER_RE = re.compile(r"^#define\s+VK_HEADER_VERSION_COMPLETE\s+VK_MAKE_API_VERSION\(\s*0\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*VK_HEADER_VERSION\s*\)", re.MULTILINE)
 VK_PATCH_RE = re.compile(r"^#define\s+VK_HEADER_VERSION\s+(\d+)", re.MULTILINE)
-VK_HINT = "Debian: apt-get install glslc libvulkan-dev spirv-headers; or set VULKAN_SDK to an SDK (include/, lib/, bin/glslc)"
 
 
 def _vulkan_roots(env: Mapping[str, str]) -> list[Path]:
@@ -149,27 +159,24 @@ def _vulkan(env: Mapping[str, str], profile: Profile, build: BuildConfig) -> tup
     sdk_glslc = [str(roots[0] / "bin" / "glslc")] if env.get("VULKAN_SDK") else []
     glslc_path = next((p for p in sdk_glslc if os.access(p, os.X_OK)), None) or _which_env(env, "glslc", "GLSLC")
     if glslc_path is None:
-        missing.append(f"{profile.name}: glslc (the shader compiler) is missing: not on PATH, not $GLSLC, not $VULKAN_SDK/bin; {VK_HINT}")
+        missing.append(VK_NO_GLSLC.format(profile=profile.name, hint=VK_HINT))
     include = next((r / "include" for r in roots if (r / "include" / "vulkan" / "vulkan_core.h").is_file()), None)
     version = "unknown"
     if include is None:
-        missing.append(f"{profile.name}: the Vulkan headers are missing: no include/vulkan/vulkan_core.h under {where}; {VK_HINT}")
+        missing.append(VK_NO_HEADERS.format(profile=profile.name, where=where, hint=VK_HINT))
     else:
         core = (include / "vulkan" / "vulkan_core.h").read_text(encoding="utf-8", errors="replace")
         m, patch = VK_HEADER_RE.search(core), VK_PATCH_RE.search(core)
         version = f"{m.group(1)}.{m.group(2)}.{patch.group(1)}" if m and patch else "unknown"
         if not (include / "vulkan" / "vulkan.hpp").is_file():
-            missing.append(f"{profile.name}: the Vulkan C++ headers are missing: no {include}/vulkan/vulkan.hpp; {VK_HINT}")
+            missing.append(VK_NO_CPP_HEADERS.format(profile=profile.name, include=include, hint=VK_HINT))
         minimum = build.minimum("vulkan")
         if minimum and (version == "unknown" or version_key(version) < version_key(minimum)):
-            missing.append(
-                f"{profile.name}: vulkan-headers {version} ({include}) are older than the pin's minimum {minimum} (pins.yaml build.toolchain.vulkan); "
-                "newer headers are text and need no newer driver: unpack Debian trixie's libvulkan-dev and set VULKAN_SDK to its usr/"
-            )
+            missing.append(VK_HEADERS_TOO_OLD.format(profile=profile.name, version=version, include=include, minimum=minimum))
     lib_dirs = [d for r in roots for d in (r / "lib", r / "lib" / "x86_64-linux-gnu", r / "lib64")]
     library = next((d / name for d in lib_dirs for name in ("libvulkan.so", "libvulkan.so.1") if (d / name).exists()), None)
     if library is None:
-        missing.append(f"{profile.name}: the Vulkan loader is missing: no libvulkan.so under {where}; Debian: apt-get install libvulkan-dev (it brings libvulkan1)")
+        missing.append(VK_NO_LOADER.format(profile=profile.name, where=where))
     if missing or glslc_path is None or include is None or library is None:
         raise ToolchainError("\n".join(missing))
     # an SDK's glslc finds its libshaderc beside the loader, as the LunarG SDK's setup-env.sh arranges

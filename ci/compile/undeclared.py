@@ -21,6 +21,9 @@ DECLARED_TYPES = ("BOOL", "STRING", "PATH", "FILEPATH")  # what option() and set
 # CMakeLists.txt lines 35-40 at ROCmFPX c14872f); the HIP profiles pass GPU_TARGETS and the cache keeps it UNINITIALIZED
 READ_UNDECLARED = ("GPU_TARGETS", "AMDGPU_TARGETS")
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+UNDECLARED = "{flag}: the project declares no {name}{suggestion}"
+
 
 def cache_types(cache_text: str) -> dict[str, str]:
     """Each cache entry's type, from CMakeCache.txt's ``NAME:TYPE=VALUE`` lines."""
@@ -42,7 +45,7 @@ def undeclared(cache_text: str, flags: Iterable[str]) -> list[str]:
             continue
         prefix = name.split("_", 1)[0] + "_"
         near = [n for n in declared if n.startswith(prefix)] or declared
-        out.append(f"{flag}: the project declares no {name}{did_you_mean(name, near)}")
+        out.append(UNDECLARED.format(flag=flag, name=name, suggestion=did_you_mean(name, near)))
     return out
 
 

@@ -23,6 +23,11 @@ from ci.release import ledger
 
 BACKEND_OPS = "backend_ops"
 
+# Messages, shared with the tests that match on them (tests/support/messages.py): why a record does not count
+OTHER_BINARIES = "it judged other binaries (manifest {recorded}, build.json now {current})"
+OTHER_CRITERIA = "it judged other criteria than pins.yaml's and the committed faults' ({changes})"
+CRITERION_CHANGED = "{criterion} {judged}, now {current}"  # OTHER_CRITERIA's changes, joined by "; "
+
 
 def current_criteria(pins: Pins, gate: str, profile: str) -> dict[str, Any]:
     """What ``gate`` must have judged against for a build of ``pins`` and ``profile``, now."""
@@ -70,7 +75,7 @@ def why_not_counted(record: ledger.Record, manifest: Manifest, pins: Pins) -> st
     if not recorded:
         return "it names no binaries (recorded before records did): run the gate again"
     if recorded != manifest.digest:
-        return f"it judged other binaries (manifest {recorded[:12]}, build.json now {manifest.digest[:12]})"
+        return OTHER_BINARIES.format(recorded=recorded[:12], current=manifest.digest[:12])
     props = data.get("properties") or {}
     server = manifest.binaries.get("llama-server")
     if record.gate == GATE_EQUIVALENCE and server is not None and props.get("llama_server_sha256") != server.sha256:
@@ -81,8 +86,8 @@ def why_not_counted(record: ledger.Record, manifest: Manifest, pins: Pins) -> st
         return "its criteria are missing or do not match their digest"
     if dict(got) != want:
         changed = [k for k in sorted({*want, *got}) if got.get(k) != want.get(k)]
-        shown = "; ".join(f"{k} {_short(got.get(k))}, now {_short(want.get(k))}" for k in changed)
-        return f"it judged other criteria than pins.yaml's and the committed faults' ({shown})"
+        shown = "; ".join(CRITERION_CHANGED.format(criterion=k, judged=_short(got.get(k)), current=_short(want.get(k))) for k in changed)
+        return OTHER_CRITERIA.format(changes=shown)
     return None
 
 

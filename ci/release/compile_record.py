@@ -23,6 +23,15 @@ HIP_UNIT_RE = re.compile(r"^build (\S+\.o): HIP_COMPILER__\S+ (\S+\.(?:cu|hip|cp
 FORK_UNIT_RE = re.compile(r"rocmfp|gated_delta_net")
 BACKEND = {"hip": "ROCm", "cuda": "CUDA", "vulkan": "Vulkan"}
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+COMPILED = "{profile} compiled by {compiler} in {seconds:.1f} s: {units} HIP units, {own} of them the fork's own ({names})"
+UNIT_NOT_COMPILED = "{source}: no {object}"
+NO_DEVICE = (
+    "gpu_tests: no {device} device here (the {profile} build's llama-server lists none): recorded the compile "
+    "(ledger line {line}); the device gates need a {profile} GPU{board}, and ship waits for them"
+)
+STRIX_HALO = " (Strix Halo)"  # NO_DEVICE's board, for gfx1151
+
 
 @dataclass(frozen=True)
 class HipUnit:
@@ -66,15 +75,19 @@ def result(build: CurrentBuild) -> GateResult:
     compiler = manifest.toolchain.get("hip", "unknown")
     missing = [u for u in units if not u.compiled]
     status = Status.PASSED if units and not missing else Status.FAILED
-    problems = tuple(f"{u.source}: no {u.object}" for u in missing[:10])
+    problems = tuple(UNIT_NOT_COMPILED.format(source=u.source, object=u.object) for u in missing[:10])
     if not units:
         problems = (f"{build.build_dir / 'build.ninja'} has no HIP unit: not a HIP build",)
     return GateResult(
         gate=GATE,
         status=status,
-        summary=(
-            f"{manifest.profile} compiled by {compiler} in {manifest.seconds:.1f} s: {len(compiled)} HIP units, "
-            f"{len(own)} of them the fork's own ({', '.join(sorted(u.name for u in own)) or 'none'})"
+        summary=COMPILED.format(
+            profile=manifest.profile,
+            compiler=compiler,
+            seconds=manifest.seconds,
+            units=len(compiled),
+            own=len(own),
+            names=", ".join(sorted(u.name for u in own)) or "none",
         ),
         cases=tuple(
             CaseResult(u.name, Status.PASSED if u.compiled else Status.FAILED, classname=f"{GATE}.hip", message=u.source) for u in units
@@ -92,7 +105,5 @@ def result(build: CurrentBuild) -> GateResult:
 
 
 def no_device_line(profile: str, device: str, ledger_line: int | None) -> str:
-    return (
-        f"gpu_tests: no {device} device here (the {profile} build's llama-server lists none): recorded the compile "
-        f"(ledger line {ledger_line if ledger_line is not None else '?'}); the device gates need a {profile} GPU{' (Strix Halo)' if profile == 'gfx1151' else ''}, and ship waits for them"
-    )
+    line = ledger_line if ledger_line is not None else "?"
+    return NO_DEVICE.format(device=device, profile=profile, line=line, board=STRIX_HALO if profile == "gfx1151" else "")

@@ -40,6 +40,30 @@ GENESIS = "0" * 64
 KEY_VAR = "ONEBIT_LEDGER_KEY"
 WITNESS_VAR = "ONEBIT_LEDGER_WITNESS"
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+NOT_JSON = "{path}:{line}: not a JSON record (a damaged ledger); restore it from a backup or move it away"
+BROKEN_CHAIN = "{where} (line {line} chains to {got}, not {expected})"
+EDITED_OR_REMOVED = "{path}:{line}: the record was edited, or one after it removed"  # BROKEN_CHAIN's where
+FIRST_EDITED = "{path}:1: the first record was edited"  # BROKEN_CHAIN's where at line 1
+SIGNED_WITHOUT_KEY = "{where}: signed with {var}, which is not set here; set it to read this ledger (a signed ledger is never read unchecked)"
+RECORD_SIGNATURE_WRONG = "{path}:{line}: the record's signature does not match {var} ({why})"
+HEAD_SIGNATURE_WRONG = "{path}: the head's signature does not match {var} ({why})"
+UNSIGNED = "unsigned"  # a SIGNATURE_WRONG's why
+FORGED = "forged, or signed with another key"
+INCOMPLETE_LAST = (
+    "{path}:{line}: the last line is incomplete ({size} bytes, no newline) and the head does not match the records before it; "
+    "restore the ledger from a backup or move it away"
+)
+CUT_SHORT = "{file}:{line}: an append cut short (a full disk or a crash: {size} bytes, no newline) is set aside; the next append removes it"
+HEAD_NOT_MOVED = (
+    "{file}:{line}: appended, but the head was not moved to it (a crash between the two); the head announced it, so it counts, "
+    "and the next append moves the head"
+)
+HEAD_MISMATCH = "{path}: the last record does not match the ledger's head (edited or removed?)"
+LEDGER_GONE = "{path}: missing, but its head {head} names records (removed?); restore it from a backup"
+NOT_A_WITNESS = "{witness} ({var}): not a ledger witness (count, sha256); restore it or remove it to start a new ledger"
+REWOUND = "{path}: rewound: it holds {held} records, but {witness} ({var}) saw {seen}; restore the ledger from a backup (records were removed)"
+
 
 @dataclass(frozen=True)
 class BuildContext:
@@ -134,9 +158,9 @@ class Head:
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"{hp}: not a ledger head ({exc}); restore it with the ledger from a backup, or move both away") from None
         if key is None and head.sig:
-            raise ConfigError(f"{hp}: signed with {KEY_VAR}, which is not set here; set it to read this ledger (a signed ledger is never read unchecked)")
+            raise ConfigError(SIGNED_WITHOUT_KEY.format(where=hp, var=KEY_VAR))
         if key is not None and not hmac.compare_digest(head.sig, head.signature(key)):
-            raise ConfigError(f"{hp}: the head's signature does not match {KEY_VAR} ({'unsigned' if not head.sig else 'forged, or signed with another key'})")
+            raise ConfigError(HEAD_SIGNATURE_WRONG.format(path=hp, var=KEY_VAR, why=UNSIGNED if not head.sig else FORGED))
         return head
 
     def signature(self, key: bytes) -> str:
@@ -183,7 +207,7 @@ def read(path: Path, key: bytes | None = None, witness: Path | None = None) -> L
     if not os.path.lexists(path):
         head = Head.read(path, key)
         if head is not None and head.count:
-            raise ConfigError(f"{path}: missing, but its head {head_path(path).name} names records (removed?); restore it from a backup")
+            raise ConfigError(LEDGER_GONE.format(path=path, head=head_path(path).name))
         _check_witness(path, (), witness)
         return Ledger(path)
     try:
@@ -201,16 +225,16 @@ def read(path: Path, key: bytes | None = None, witness: Path | None = None) -> L
         try:
             data = parse_json(raw)
         except (ValueError, RecursionError):
-            raise ConfigError(f"{path}:{n}: not a JSON record (a damaged ledger); restore it from a backup or move it away") from None
+            raise ConfigError(NOT_JSON.format(path=path, line=n)) from None
         if not isinstance(data, dict) or not {"gate", "verdict", "prev", "time"} <= data.keys():
             raise ConfigError(f"{path}:{n}: not a ledger record (needs gate, verdict, prev, time)")
         if key is None and "sig" in data:
-            raise ConfigError(f"{path}:{n}: signed with {KEY_VAR}, which is not set here; set it to read this ledger (a signed ledger is never read unchecked)")
+            raise ConfigError(SIGNED_WITHOUT_KEY.format(where=f"{path}:{n}", var=KEY_VAR))
         if data["prev"] != prev:
-            where = f"{path}:{n - 1}: the record was edited, or one after it removed" if n > 1 else f"{path}:1: the first record was edited"
-            raise ConfigError(f"{where} (line {n} chains to {str(data['prev'])[:12]}, not {prev[:12]})")
+            where = EDITED_OR_REMOVED.format(path=path, line=n - 1) if n > 1 else FIRST_EDITED.format(path=path)
+            raise ConfigError(BROKEN_CHAIN.format(where=where, line=n, got=str(data["prev"])[:12], expected=prev[:12]))
         if key is not None and data.get("sig") != _signature(key, data):
-            raise ConfigError(f"{path}:{n}: the record's signature does not match {KEY_VAR} ({'unsigned' if 'sig' not in data else 'forged, or signed with another key'})")
+            raise ConfigError(RECORD_SIGNATURE_WRONG.format(path=path, line=n, var=KEY_VAR, why=UNSIGNED if "sig" not in data else FORGED))
         if ("seq" in data or key is not None) and data.get("seq") != n:
             raise ConfigError(f"{path}:{n}: the record's sequence number is {data.get('seq')!r}, not {n} (records moved or removed)")
         digest = hashlib.sha256(raw).hexdigest()
@@ -219,17 +243,17 @@ def read(path: Path, key: bytes | None = None, witness: Path | None = None) -> L
     if tail:
         at = len(lines) + 1
         if head is None or head.count != len(records) or head.sha256 != prev:
-            raise ConfigError(f"{path}:{at}: the last line is incomplete ({len(tail)} bytes, no newline) and the head does not match the records before it; restore the ledger from a backup or move it away")
-        notes.append(f"{path.name}:{at}: an append cut short (a full disk or a crash: {len(tail)} bytes, no newline) is set aside; the next append removes it")
+            raise ConfigError(INCOMPLETE_LAST.format(path=path, line=at, size=len(tail)))
+        notes.append(CUT_SHORT.format(file=path.name, line=at, size=len(tail)))
     if head is None:
         if records:
             raise ConfigError(f"{path}: has no head ({head_path(path).name}): its last record cannot be checked; move the ledger away to start a new one")
     elif (head.count, head.sha256) != (len(records), prev):
         before = records[-2].sha256 if len(records) > 1 else GENESIS
         if head.pending and records and head.pending == prev and (head.count, head.sha256) == (len(records) - 1, before):
-            notes.append(f"{path.name}:{len(records)}: appended, but the head was not moved to it (a crash between the two); the head announced it, so it counts, and the next append moves the head")
+            notes.append(HEAD_NOT_MOVED.format(file=path.name, line=len(records)))
         else:
-            raise ConfigError(f"{path}: the last record does not match the ledger's head (edited or removed?)")
+            raise ConfigError(HEAD_MISMATCH.format(path=path))
     _check_witness(path, records, witness)
     return Ledger(path, tuple(records), tuple(notes), len(complete))
 
@@ -243,12 +267,9 @@ def _check_witness(path: Path, records: Sequence[Record], witness: Path | None) 
     except OSError as exc:
         raise ConfigError(f"{witness} ({WITNESS_VAR}): cannot be read: {exc.strerror}") from None
     except (ValueError, KeyError, TypeError):
-        raise ConfigError(f"{witness} ({WITNESS_VAR}): not a ledger witness (count, sha256); restore it or remove it to start a new ledger") from None
+        raise ConfigError(NOT_A_WITNESS.format(witness=witness, var=WITNESS_VAR)) from None
     if count > len(records):
-        raise ConfigError(
-            f"{path}: rewound: it holds {len(records)} records, but {witness} ({WITNESS_VAR}) saw {count}; "
-            "restore the ledger from a backup (records were removed)"
-        )
+        raise ConfigError(REWOUND.format(path=path, held=len(records), witness=witness, var=WITNESS_VAR, seen=count))
     if count and records[count - 1].sha256 != sha:
         raise ConfigError(f"{path}:{count}: not the record {witness} ({WITNESS_VAR}) saw there (sha256 {sha[:12]}); the ledger was rewritten")
 

@@ -18,6 +18,18 @@ from ci.release import ledger
 
 COUNTS = tuple(s.value for s in Status)  # the summary table's count columns
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+GATES_FAILED = "gpu_tests: {failed} of {total} gates did not pass: {gates}"
+ALL_PASSED = "gpu_tests: all {total} gates passed"
+SUMMARY_HEADING = "### {title}"
+SUMMARY_HEADER = "| gate | verdict | passed | failed | skipped | error | seconds | summary |"
+SUMMARY_ROW = "| {gate} | {verdict} | {counts} | {seconds:.1f} | {summary} |"
+SUMMARY_FAILED = "**{verdict}**"  # SUMMARY_ROW's verdict of a gate that did not pass
+SUMMARY_PROBLEM = "- {gate}: {problem}"
+GATE_SUMMARY = "{gate}: {summary}"  # one gate run on its own (one_gate), then each problem and where it wrote
+GATE_PROBLEM = "  - {problem}"
+WROTE = "{gate}: wrote {json} and {junit}"
+
 
 def record(
     result: GateResult,
@@ -47,8 +59,8 @@ def report(done: Sequence[GateResult], title: str, say: Callable[[str], None]) -
         for problem in r.problems:
             say(f"  {r.gate}: {problem}")
     if failed:
-        raise GateFailed(f"gpu_tests: {len(failed)} of {len(done)} gates did not pass: {', '.join(r.gate for r in failed)}")
-    say(f"gpu_tests: all {len(done)} gates passed")
+        raise GateFailed(GATES_FAILED.format(failed=len(failed), total=len(done), gates=", ".join(r.gate for r in failed)))
+    say(ALL_PASSED.format(total=len(done)))
 
 
 def step_summary(markdown: str) -> None:
@@ -77,13 +89,13 @@ def summary_table(gate_results: Sequence[GateResult]) -> str:
 
 def summary_markdown(gate_results: Sequence[GateResult], title: str) -> str:
     """The summary table as GitHub markdown, for a CI job's summary page (``$GITHUB_STEP_SUMMARY``)."""
-    lines = [f"### {title}", "", "| gate | verdict | passed | failed | skipped | error | seconds | summary |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [SUMMARY_HEADING.format(title=title), "", SUMMARY_HEADER, "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in gate_results:
         counts = " | ".join(str(r.count(k)) for k in COUNTS)
-        verdict = r.status.value if r.ok else f"**{r.status.value.upper()}**"
-        lines.append(f"| {r.gate} | {verdict} | {counts} | {r.seconds:.1f} | {_cell(r.summary)} |")
+        verdict = r.status.value if r.ok else SUMMARY_FAILED.format(verdict=r.status.value.upper())
+        lines.append(SUMMARY_ROW.format(gate=r.gate, verdict=verdict, counts=counts, seconds=r.seconds, summary=_cell(r.summary)))
     for r in gate_results:
-        lines += [f"- {r.gate}: {_cell(p.splitlines()[0] if p else p)}" for p in r.problems[:10]]
+        lines += [SUMMARY_PROBLEM.format(gate=r.gate, problem=_cell(p.splitlines()[0] if p else p)) for p in r.problems[:10]]
     return "\n".join(lines) + "\n"
 
 
@@ -95,10 +107,10 @@ def _cell(text: str) -> str:
 def one_gate(result: GateResult, out: Path, say: Callable[[str], None]) -> int:
     """One gate run on its own, outside a build: its JSON and JUnit (no ledger), the verdict, the exit status."""
     record(result, out)
-    say(f"{result.gate}: {result.summary}")
+    say(GATE_SUMMARY.format(gate=result.gate, summary=result.summary))
     for problem in result.problems:
-        say(f"  - {problem}")
-    say(f"{result.gate}: wrote {out / f'{result.gate}.json'} and {out / f'{result.gate}.junit.xml'}")
+        say(GATE_PROBLEM.format(problem=problem))
+    say(WROTE.format(gate=result.gate, json=out / f"{result.gate}.json", junit=out / f"{result.gate}.junit.xml"))
     if result.ok:
         return 0
     return GateFailed.exit_code if result.status is Status.FAILED else ServerFailed.exit_code

@@ -36,6 +36,21 @@ from ci.release import ledger as ledger_mod
 DIST_NAME = "onebit-serve"
 SHIP = "ship"  # the ledger's record of a release
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+TABLE_HEAD = "ship: build {key} ({profile}, pin {pin}, patches {patches})"
+TABLE_ROW = "  {gate}  {state:<8}  {detail}"  # gate padded to the longest gate's name
+MODELS_TAG = " [{models}]"  # a counted equivalence or perf record's detail ends with the models it ran on
+NOT_COUNTED = "; not counted: {why} (ledger line {line}{more})"  # the last record that does not count
+AND_MORE = " and {count} more"
+OTHER_MODELS = "models {models}"  # NOT_COUNTED's why for a record on other models than the release's
+NO_COUNTED_RECORD = "no record {what} for this build: run nox -s gpu_tests{note}"
+ON_MODELS = "on the {models}"  # NO_COUNTED_RECORD's what, for an equivalence or perf gate
+THAT_COUNTS = "that counts"  # NO_COUNTED_RECORD's what, for any other gate
+STALE_RECORD = "no record for this build; the last ({verdict}, line {line}) judged key {key}"
+NO_RECORD = "no record: run nox -s gpu_tests"
+NO_PYPA = "ship: the Python package {package} is not installed here; pip install {package} (nox -s ship installs it)"
+REFUSED = "ship: refused: {failing} of {total} gates have not passed for this build ({gates})"
+
 
 class Standing(Enum):
     PASSED = "passed"
@@ -90,7 +105,7 @@ def standings(
         reasons: dict[int, str] = {}
         for r in mine:
             if gate in MODEL_GATES and not _on_models(r, models, release):
-                reasons[r.line] = f"models {_models_of(r)}"
+                reasons[r.line] = OTHER_MODELS.format(models=_models_of(r))
             elif why_not is not None and (why := why_not(r)) is not None:
                 reasons[r.line] = why
         counted = [r for r in mine if r.line not in reasons]
@@ -98,7 +113,8 @@ def standings(
         note = ""
         if ignored:
             last = ignored[-1]
-            note = f"; not counted: {reasons[last.line]} (ledger line {last.line}{f' and {len(ignored) - 1} more' if len(ignored) > 1 else ''})"
+            more = AND_MORE.format(count=len(ignored) - 1) if len(ignored) > 1 else ""
+            note = NOT_COUNTED.format(why=reasons[last.line], line=last.line, more=more)
         rec = counted[-1] if counted else None
         if rec is not None:
             state = Standing.PASSED if rec.verdict == Status.PASSED.value else Standing.FAILED
@@ -106,19 +122,20 @@ def standings(
             why = f": {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "") if state is Standing.FAILED and problems else ""
             detail = f"{rec.data.get('summary', '')}{why} (ledger line {rec.line}, {rec.data.get('time', '')})"
             if gate in MODEL_GATES:
-                detail += f" [{models}]"
+                detail += MODELS_TAG.format(models=models)
             out.append(GateStanding(gate, state, detail + (note if any(r.line > rec.line for r in ignored) else ""), rec))
             continue
         if ignored:
-            what = f"on the {models}" if gate in MODEL_GATES else "that counts"
-            out.append(GateStanding(gate, Standing.MISSING, f"no record {what} for this build: run nox -s gpu_tests{note}"))
+            what = ON_MODELS.format(models=models) if gate in MODEL_GATES else THAT_COUNTS
+            out.append(GateStanding(gate, Standing.MISSING, NO_COUNTED_RECORD.format(what=what, note=note)))
             continue
         others = [r for r in ledger.records if r.gate == gate]
         if others:
             last = others[-1]
-            out.append(GateStanding(gate, Standing.STALE, f"no record for this build; the last ({last.verdict}, line {last.line}) judged key {last.build_key[:12] or 'none'}"))
+            stale = STALE_RECORD.format(verdict=last.verdict, line=last.line, key=last.build_key[:12] or "none")
+            out.append(GateStanding(gate, Standing.STALE, stale))
         else:
-            out.append(GateStanding(gate, Standing.MISSING, "no record: run nox -s gpu_tests"))
+            out.append(GateStanding(gate, Standing.MISSING, NO_RECORD))
     return tuple(out)
 
 
@@ -173,10 +190,10 @@ def last_release(results_dir: Path, profile: str, key: str, models: str) -> perf
 def table(result: ShipCheck) -> str:
     width = max(len(s.gate) for s in result.standings)
     m = result.manifest
-    lines = [f"ship: build {result.key[:12]} ({m.profile}, pin {m.pin_commit[:7]}, patches {m.series_digest[:12]})"]
+    lines = [TABLE_HEAD.format(key=result.key[:12], profile=m.profile, pin=m.pin_commit[:7], patches=m.series_digest[:12])]
     for s in result.standings:
         shown = s.state.value if s.state is Standing.PASSED else s.state.value.upper()
-        lines.append(f"  {s.gate:<{width}}  {shown:<8}  {s.detail}")
+        lines.append(TABLE_ROW.format(gate=s.gate.ljust(width), state=shown, detail=s.detail))
     lines += [f"  ledger: {note}" for note in result.notes]
     return "\n".join(lines)
 
@@ -271,12 +288,12 @@ def _require_pypa_build() -> None:
     for module, package in (("build", "build"), ("setuptools", "setuptools")):
         spec = importlib.util.find_spec(module)
         if spec is None or spec.origin is None or (module == "build" and not Path(spec.origin).with_name("__main__.py").is_file()):
-            raise ToolchainError(f"ship: the Python package {package} is not installed here; pip install {package} (nox -s ship installs it)")
+            raise ToolchainError(NO_PYPA.format(package=package))
 
 
 def refusal(result: ShipCheck) -> GateFailed:
     bad = [s for s in result.standings if s.state is not Standing.PASSED]
-    return GateFailed(f"ship: refused: {len(bad)} of {len(result.standings)} gates have not passed for this build ({', '.join(s.gate for s in bad)})")
+    return GateFailed(REFUSED.format(failing=len(bad), total=len(result.standings), gates=", ".join(s.gate for s in bad)))
 
 
 def ship(pins: Pins, root: Path, result: ShipCheck, results_dir: Path, dist: Path) -> list[Path]:

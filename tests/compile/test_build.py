@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -11,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from ci.compile import cmake, flags, profiles
-from ci.compile.manifest import build_key
+from ci.compile import cmake, flags, profiles, rocm, stage, toolchain
+from ci.compile.manifest import DIFFERS, build_key
 from ci.compile.toolchain import Tool, Toolchain, detect
 from ci.files import sha256_file
 from ci.pin.pins import BuildConfig, parse
 from tests.support.build import BuildFork, add_fixture_patch, build_cpu, count_calls, manifest, run_binary
+from tests.support.messages import pattern, said
 from tests.support.patches import add_to_series, make_patch_text
 from tests.support.project import Project, pins_text
 
@@ -99,12 +101,12 @@ def test_the_key_separates_configure_from_build_parts() -> None:
 def test_a_cpu_build_compiles_for_real_and_writes_the_manifest(build_project: Project) -> None:
     r = build_cpu(build_project)
     assert r.code == 0, r.err
-    assert "build: building cpu (key " in r.out
-    assert "no manifest" in r.out
-    assert "configure: done in" in r.out
-    assert "build: [" in r.out  # ninja's progress
-    assert "step: configure and compile: done in" in r.out
     m = manifest(build_project)
+    assert stage.BUILDING.format(profile="cpu", key=m["key"][:12], reasons=cmake.NEVER_BUILT) in r.out
+    assert cmake.NEVER_BUILT in r.out
+    assert said(cmake.CONFIGURE_DONE, r.out)
+    assert said(cmake.PROGRESS, r.out)  # ninja's progress
+    assert said(stage.STEP, r.out, step="configure and compile", state=stage.STEP_DONE)
     assert m["profile"] == "cpu"
     assert m["device"] == "CPU"
     assert m["pin"]["commit"] == build_project.gitlink()
@@ -114,7 +116,7 @@ def test_a_cpu_build_compiles_for_real_and_writes_the_manifest(build_project: Pr
     assert "-DLLAMA_BUILD_TESTS=ON" in m["flags"]
     assert run_binary(build_project, "test-backend-ops") == "test-backend-ops fixture 42\n"
     assert run_binary(build_project, "llama-server") == "llama-server fixture\n"
-    assert (build_project.root / "build" / "cpu" / "build.log").read_text().count("$ ") == 2
+    assert len(pattern(cmake.LOGGED_COMMAND).findall((build_project.root / "build" / "cpu" / "build.log").read_text())) == 2
 
 
 def test_an_unchanged_key_is_a_no_op_that_says_why(build_project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -124,8 +126,9 @@ def test_an_unchanged_key_is_a_no_op_that_says_why(build_project: Project, monke
     r = build_cpu(build_project)
     assert r.code == 0, r.err
     assert calls == {"ci.pin.pins.load": 1, "ci.compile.cmake.build_key": 1, "ci.pin.verify.verify": 1}  # the job, resolved once
-    assert "build: up to date: key " in r.out
-    assert "and its 2 binaries and 1 libraries are as recorded" in r.out
+    m = manifest(build_project)
+    known = {"key": m["key"][:12], "pin": m["pin"]["commit"][:7], "patches": m["patches"]["digest"][:12], "profile": "cpu"}
+    assert said(stage.UP_TO_DATE, r.out, **known, manifest="build/cpu/build.json", binaries=2, libraries=1)
     assert "configure:" not in r.out
     assert (build_project.root / "build" / "cpu" / "build.log").read_bytes() == log_before
 
@@ -136,8 +139,8 @@ def test_a_patch_change_rebuilds_without_configuring_again(build_project: Projec
     add_fixture_patch(build_project, build_fork, "hello.patch", "tools/server/server.cpp", "llama-server %s", "llama-server says %s")
     r = build_cpu(build_project)
     assert r.code == 0, r.err
-    assert "patches changed" in r.out
-    assert "configure: reused" in r.out
+    assert cmake.KEY_PART_CHANGED.format(part="patches") in r.out
+    assert cmake.CONFIGURE_REUSED in r.out
     after = manifest(build_project)
     assert after["key"] != before["key"]
     assert after["configure_key"] == before["configure_key"]
@@ -151,8 +154,8 @@ def test_a_patch_to_ggml_configures_again_for_its_build_commit(build_project: Pr
     add_fixture_patch(build_project, build_fork, "answer.patch", "ggml/ggml.c", "return 42", "return 43")
     r = build_cpu(build_project)
     assert r.code == 0, r.err
-    assert "ggml_dirty changed" in r.out
-    assert "configure: done in" in r.out
+    assert cmake.KEY_PART_CHANGED.format(part="ggml_dirty") in r.out
+    assert said(cmake.CONFIGURE_DONE, r.out)
     assert manifest(build_project)["configure_key"] != before["configure_key"]
     assert run_binary(build_project, "test-backend-ops") == "test-backend-ops fixture 43\n"
 
@@ -161,8 +164,8 @@ def test_a_flag_change_configures_again(build_project: Project) -> None:
     assert build_cpu(build_project).code == 0
     r = build_cpu(build_project, "-DFIXTURE_GREETING=hello")
     assert r.code == 0, r.err
-    assert "flags changed" in r.out
-    assert "configure: done in" in r.out
+    assert cmake.KEY_PART_CHANGED.format(part="flags") in r.out
+    assert said(cmake.CONFIGURE_DONE, r.out)
     assert run_binary(build_project, "llama-server") == "llama-server hello\n"
 
 
@@ -172,7 +175,7 @@ def test_a_replaced_binary_is_stale_and_made_again(build_project: Project) -> No
     server.write_bytes(server.read_bytes() + b"\0")
     r = build_cpu(build_project)
     assert r.code == 0, r.err
-    assert "llama-server differs from its recorded sha256" in r.out
+    assert cmake.ARTIFACT_WRONG.format(name="llama-server", problem=DIFFERS) in r.out
     assert run_binary(build_project, "llama-server") == "llama-server fixture\n"
     assert sha256_file(server) == manifest(build_project)["binaries"]["llama-server"]["sha256"]
 
@@ -183,9 +186,10 @@ def test_a_failing_compile_leaves_no_manifest(build_project: Project, build_fork
     add_to_series(build_project.root, "broken.patch", make_patch_text(build_fork.builder, build_fork.f0, broken))
     r = build_cpu(build_project)
     assert r.code == 6
-    assert r.err.endswith("onebit-ci: error: build (cmake --build) exited with status 1\n")
+    # "onebit-ci: error: " is ci/cli.py's, "exited with status 1" ci/errors.py's
+    assert r.err.endswith(f"onebit-ci: error: {cmake.STEP_FAILED.format(step='build', program='cmake --build')} exited with status 1\n")
     assert "server.cpp" in r.err  # the tail of the log
-    assert "build: the full log: build/cpu/build.log" in r.out
+    assert stage.FULL_LOG.format(log="build/cpu/build.log") in r.out
     assert not (build_project.root / "build" / "cpu" / "build.json").exists()
 
 
@@ -193,8 +197,7 @@ def test_a_flag_cmake_does_not_use_is_an_error(make_build_project: Callable[...,
     project = make_build_project("build:\n  flags: [-DLLAMA_CURL=OFF]\n")
     r = build_cpu(project)
     assert r.code == 2
-    assert "configure: -DLLAMA_CURL=OFF (not used by the project): a flag this pin does not have" in r.err
-    assert "llama.cpp #8155, #15245" in r.err
+    assert cmake.IGNORED_FLAGS.format(flags=cmake.NOT_USED.format(flag="-DLLAMA_CURL=OFF"), where=flags.FROM_PIN) in r.err
     assert not (project.root / "build" / "cpu" / "build.json").exists()
 
 
@@ -202,7 +205,7 @@ def test_a_toolchain_older_than_the_pins_minimum_is_refused(make_build_project: 
     project = make_build_project('build:\n  toolchain:\n    cmake: "99.0"\n')
     r = build_cpu(project)
     assert r.code == 5
-    assert "is older than the pin's minimum 99.0 (pins.yaml build.toolchain.cmake)" in r.err
+    assert said(toolchain.TOO_OLD, r.err, role="cmake", minimum="99.0", key="cmake")
 
 
 def test_a_missing_tool_is_one_line(build_project: Project, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -211,25 +214,26 @@ def test_a_missing_tool_is_one_line(build_project: Project, monkeypatch: pytest.
     monkeypatch.setenv("PATH", str(empty))
     r = build_cpu(build_project)
     assert r.code == 5
-    assert r.err == "onebit-ci: error: cmake: cmake not found on PATH; install CMake 3.14+ (pip install cmake) or set CMAKE=/path/to/cmake\n"
+    assert r.err == f"onebit-ci: error: {toolchain.NOT_ON_PATH.format(role='cmake', names='cmake', hint=toolchain.INSTALL_CMAKE)}\n"
 
 
 def test_no_rocm_names_what_is_missing_and_how_to_point_at_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("ROCM_PATH", str(tmp_path / "no-rocm"))
-    with pytest.raises(Exception, match=r"gfx1151: ROCM_PATH=.*no-rocm does not exist; set ROCM_PATH to your ROCm"):
+    with pytest.raises(Exception, match=re.escape(rocm.ROCM_PATH_MISSING.format(profile="gfx1151", root=tmp_path / "no-rocm"))):
         detect(profiles.get("gfx1151"), BuildConfig())
     monkeypatch.delenv("ROCM_PATH")
     monkeypatch.setenv("PATH", os.environ["PATH"].replace("/opt/rocm/bin", ""))
     monkeypatch.setattr("ci.compile.rocm.SEARCHED", (tmp_path / "opt" / "rocm", tmp_path / "usr"))
     if not shutil.which("hipconfig"):
-        with pytest.raises(Exception, match=r"gfx1151: no ROCm found \(ROCM_PATH is not set, no hipconfig on PATH"):
+        with pytest.raises(Exception, match=pattern(rocm.NO_ROCM, profile="gfx1151", therock=rocm.THEROCK)):
             detect(profiles.get("gfx1151"), BuildConfig())
 
 
 def test_an_unknown_profile_suggests_one(build_project: Project) -> None:
     r = build_project.ci("build", "--profile", "gfx1115")
     assert r.code == 2
-    assert '--profile gfx1115: unknown profile (did you mean "gfx1151"?)' in r.err
+    # the suggestion is ci/schema.py's did_you_mean
+    assert profiles.UNKNOWN_PROFILE.format(name="gfx1115", suggestion=' (did you mean "gfx1151"?)', known=", ".join(profiles.PROFILES)) in r.err
 
 
 def test_ctrl_c_during_the_compile_leaves_no_manifest_and_no_process(build_project: Project) -> None:
@@ -246,7 +250,7 @@ def test_ctrl_c_during_the_compile_leaves_no_manifest_and_no_process(build_proje
     seen = []
     for line in proc.stdout:
         seen.append(line)
-        if line.startswith("configure: done"):
+        if said(cmake.CONFIGURE_DONE, line):
             break
     time.sleep(1.0)  # ninja is inside the 60 s sleep target now
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
@@ -283,9 +287,9 @@ def test_deprecated_and_unused_flags_are_caught_in_real_cmake_output() -> None:
     # the first warning as llama.cpp #8155 quotes it; the second as the ROCmFPX fork's llama_option_depr words it
     flags = ("-DLLAMA_CUDA=ON", "-DLLAMA_CURL=OFF", "-DGGML_HIPBLAS=ON", "-DGGML_CUDA=ON")
     assert cmake.ignored_flags(DEPRECATED, flags) == [
-        "-DLLAMA_CUDA=ON (deprecated: LLAMA_CUDA is deprecated and will be removed in the future. Use GGML_CUDA instead)",
-        "-DLLAMA_CURL=OFF (deprecated: LLAMA_CURL is deprecated and will be ignored)",
-        "-DGGML_HIPBLAS=ON (not used by the project)",
+        cmake.DEPRECATED.format(flag="-DLLAMA_CUDA=ON", why="LLAMA_CUDA is deprecated and will be removed in the future. Use GGML_CUDA instead"),
+        cmake.DEPRECATED.format(flag="-DLLAMA_CURL=OFF", why="LLAMA_CURL is deprecated and will be ignored"),
+        cmake.NOT_USED.format(flag="-DGGML_HIPBLAS=ON"),
     ]
 
 
@@ -306,7 +310,8 @@ def test_a_bad_define_is_refused_before_anything_is_touched(build_project: Proje
     before = (build_project.root / "build" / "cpu" / "build.json").read_bytes()
     r = build_cpu(build_project, "-D", bad)
     assert r.code == 2
-    assert r.err.startswith(f'onebit-ci: error: -D: "-D{bad}" is not a CMake cache flag'), r.err
+    problem = f'"-D{bad}" is not a CMake cache flag'  # ci/pin/pins.py's
+    assert r.err.startswith("onebit-ci: error: " + flags.BAD_FLAG.format(where="-D", problem=problem)), r.err
     assert (build_project.root / "build" / "cpu" / "build.json").read_bytes() == before
 
 
@@ -314,9 +319,10 @@ def test_a_bad_machine_flag_names_where_it_comes_from(build_project: Project, mo
     (build_project.root / "cmake-args.local").write_text("# this box\n-DGOOD=1 -D=ON\n")
     r = build_cpu(build_project)
     assert r.code == 2
-    assert r.err == 'onebit-ci: error: cmake-args.local:2: "-D=ON" is not a CMake cache flag (-DNAME=VALUE, NAME of letters, digits and _)\n'
+    problem = '"-D=ON" is not a CMake cache flag (-DNAME=VALUE, NAME of letters, digits and _)'  # ci/pin/pins.py's
+    assert r.err == f"onebit-ci: error: {flags.BAD_FLAG.format(where='cmake-args.local:2', problem=problem)}\n"
     (build_project.root / "cmake-args.local").unlink()
     monkeypatch.setenv("ONEBIT_CMAKE_ARGS", "-DA='unclosed")
     r = build_cpu(build_project)
     assert r.code == 2
-    assert r.err.startswith("onebit-ci: error: ONEBIT_CMAKE_ARGS: No closing quotation")
+    assert r.err == f"onebit-ci: error: {flags.UNSPLITTABLE.format(where='ONEBIT_CMAKE_ARGS', problem='No closing quotation')}\n"  # shlex's problem

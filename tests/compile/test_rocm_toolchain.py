@@ -8,14 +8,16 @@ measured in docs/build.md."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 
-from ci.compile import profiles, rocm
+from ci.compile import profiles, rocm, toolchain
 from ci.compile.toolchain import detect
 from ci.errors import ToolchainError
 from ci.pin.pins import BuildConfig
+from tests.support.messages import pattern
 
 PIN = BuildConfig(minimums=(("rocm", "6.1"),))
 GFX1151 = profiles.get("gfx1151")
@@ -150,9 +152,7 @@ def test_stand_in_hip_older_than_the_pins_minimum_is_refused(tmp_path: Path) -> 
     stand_in_rocm(root, "rocm", hip="6.0.32830")
     with pytest.raises(ToolchainError) as exc:
         detect(GFX1151, PIN, {**bare_env(), "ROCM_PATH": str(root)})
-    assert exc.value.message == (
-        f"rocm 6.0.32830 ({root}) is older than the pin's minimum 6.1 (pins.yaml build.toolchain.rocm); install a newer one or point at it"
-    )
+    assert exc.value.message == toolchain.TOO_OLD.format(role="rocm", version="6.0.32830", path=root, minimum="6.1", key="rocm")
 
 
 def test_stand_in_usr_missing_pieces_are_each_named_with_debian_and_therock(tmp_path: Path) -> None:
@@ -161,27 +161,21 @@ def test_stand_in_usr_missing_pieces_are_each_named_with_debian_and_therock(tmp_
     with pytest.raises(ToolchainError) as exc:
         detect(GFX1151, PIN, {**bare_env(), "ROCM_PATH": str(usr)})
     lines = exc.value.message.splitlines()
-    assert lines[0] == f"gfx1151: distribution ROCm at {usr} (from ROCM_PATH) is incomplete:"
-    assert [line.split(" is missing: ")[0] for line in lines[1:]] == [
-        "gfx1151: the device libraries (amdgcn/bitcode/ocml.bc)",
-        "gfx1151: hipBLAS (include/hipblas/hipblas.h, libhipblas.so)",
-        "gfx1151: rocBLAS (include/rocblas/rocblas.h, librocblas.so)",
-    ]
-    for line, package in zip(lines[1:], ("rocm-device-libs-21", "libhipblas-dev", "librocblas-dev"), strict=True):
-        assert f"Debian: apt-get install {package}; TheRock: unpack its gfx1151 tarball" in line
+    assert lines[0] == rocm.INCOMPLETE.format(profile="gfx1151", layout="distribution", root=usr, source="ROCM_PATH")
+    pieces = (("device-libs", "rocm-device-libs-21"), ("hipblas", "libhipblas-dev"), ("rocblas", "librocblas-dev"))
+    for line, (piece, package) in zip(lines[1:], pieces, strict=True):
+        how = rocm.HOW.format(package=package, therock=rocm.THEROCK)
+        assert pattern(rocm.PIECE_MISSING, profile="gfx1151", what=rocm.WHAT[piece], how=how).fullmatch(line), line
 
 
 def test_nothing_anywhere_is_one_line_with_every_place_tried(tmp_path: Path) -> None:
     searched = (tmp_path / "opt" / "rocm", tmp_path / "opt" / "rocm-therock", tmp_path / "usr")
     with pytest.raises(ToolchainError) as exc:
         rocm.find(bare_env(), "gfx1151", searched=searched)
-    assert exc.value.message.startswith(
-        f"gfx1151: no ROCm found (ROCM_PATH is not set, no hipconfig on PATH, nothing at {', '.join(str(p) for p in searched)}); "
-        "Debian: apt-get install hipcc libamdhip64-dev libhipblas-dev librocblas-dev; TheRock: "
-    )
+    assert exc.value.message == rocm.NO_ROCM.format(profile="gfx1151", where=", ".join(str(p) for p in searched), therock=rocm.THEROCK)
     assert "\n" not in exc.value.message
 
 
 def test_a_rocm_path_that_does_not_exist_says_so(tmp_path: Path) -> None:
-    with pytest.raises(ToolchainError, match=r"^gfx1151: ROCM_PATH=.*/nowhere does not exist; set ROCM_PATH to your ROCm"):
+    with pytest.raises(ToolchainError, match="^" + re.escape(rocm.ROCM_PATH_MISSING.format(profile="gfx1151", root=tmp_path / "nowhere"))):
         detect(GFX1151, PIN, {**bare_env(), "ROCM_PATH": str(tmp_path / "nowhere")})

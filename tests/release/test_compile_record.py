@@ -14,6 +14,7 @@ import pytest
 
 from ci.commands.bump_pin import compile_verdict
 from ci.commands.job import Job
+from ci.compile import rocm
 from ci.compile.manifest import Artifact, Manifest
 from ci.compile.stage import CurrentBuild
 from ci.gates.registry import always
@@ -72,9 +73,13 @@ def test_stand_in_build_without_a_rocm_device_is_recorded_as_compiled_with_the_f
     assert compile_record.lacks_device(build, "hip")
     r = compile_record.result(build)
     assert r.status is Status.PASSED
-    assert r.summary == (
-        "gfx1151 compiled by /usr/lib/llvm-21/bin/clang++ 21.1.8 in 2812.5 s: 4 HIP units, 3 of them the fork's own "
-        "(gated_delta_net.cu, mmq-instance-q4_0_rocmfp4.cu, rocmfp4_hip.cu)"
+    assert r.summary == compile_record.COMPILED.format(
+        profile="gfx1151",
+        compiler="/usr/lib/llvm-21/bin/clang++ 21.1.8",
+        seconds=2812.5,
+        units=4,
+        own=3,
+        names="gated_delta_net.cu, mmq-instance-q4_0_rocmfp4.cu, rocmfp4_hip.cu",
     )
     assert dict(r.counts) == {"hip_units": 4, "fork_units": 3, "missing": 0}
     assert dict(r.properties)["compiler"] == "/usr/lib/llvm-21/bin/clang++ 21.1.8"
@@ -89,13 +94,12 @@ def test_stand_in_build_with_a_rocm_device_runs_the_device_gates(tmp_path: Path)
 def test_stand_in_build_with_a_missing_object_fails_the_compile_record(tmp_path: Path) -> None:
     r = compile_record.result(stand_in_build(tmp_path, "true", compiled=3))
     assert r.status is Status.FAILED
-    assert r.problems == (f"{UNITS[3][0]}: no {UNITS[3][1]}",)
+    assert r.problems == (compile_record.UNIT_NOT_COMPILED.format(source=UNITS[3][0], object=UNITS[3][1]),)
 
 
 def test_the_no_device_line_says_what_the_device_gates_need() -> None:
-    assert compile_record.no_device_line("gfx1151", "ROCm0", 7) == (
-        "gpu_tests: no ROCm0 device here (the gfx1151 build's llama-server lists none): recorded the compile (ledger line 7); "
-        "the device gates need a gfx1151 GPU (Strix Halo), and ship waits for them"
+    assert compile_record.no_device_line("gfx1151", "ROCm0", 7) == compile_record.NO_DEVICE.format(
+        device="ROCm0", profile="gfx1151", line=7, board=compile_record.STRIX_HALO
     )
 
 
@@ -134,6 +138,5 @@ def test_no_toolchain_no_verdict_and_the_report_untouched(build_project: Project
     said: list[str] = []
     assert compile_verdict(Job.resolve(build_project.root), report, said.append) is None
     assert report.read_text() == "the report\n"
-    assert said == [
-        f"bump_pin: no gfx1151 compile verdict: gfx1151: ROCM_PATH={tmp_path / 'no-rocm'} does not exist; set ROCM_PATH to your ROCm (/opt/rocm, /opt/rocm-therock, /usr)"
-    ]
+    # "bump_pin: no gfx1151 compile verdict: " is ci/commands/bump_pin.py's
+    assert said == [f"bump_pin: no gfx1151 compile verdict: {rocm.ROCM_PATH_MISSING.format(profile='gfx1151', root=tmp_path / 'no-rocm')}"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from ci.errors import ConfigError
 from ci.gates.results import GateResult, Status
 from ci.release import ledger
+from tests.support.messages import pattern
 
 CONTEXT = ledger.BuildContext("k" * 64, "p" * 40, "s" * 64, "cpu", "CPU")
 
@@ -55,9 +57,9 @@ def test_a_line_that_is_not_json_is_reported_with_its_number(tmp_path: Path) -> 
     ledger.append(path, result(), CONTEXT)
     with path.open("a") as fh:
         fh.write("{not json\n")
-    with pytest.raises(ConfigError, match=r"ledger.jsonl:2: not a JSON record \(a damaged ledger\)"):
+    with pytest.raises(ConfigError, match=re.escape(ledger.NOT_JSON.format(path=path, line=2))):
         ledger.read(path)
-    with pytest.raises(ConfigError, match=r"ledger\.jsonl:2: not a JSON record"):
+    with pytest.raises(ConfigError, match=re.escape(ledger.NOT_JSON.format(path=path, line=2))):
         ledger.append(path, result(), CONTEXT)
 
 
@@ -69,7 +71,13 @@ def test_an_edited_record_breaks_the_chain(tmp_path: Path) -> None:
     edited = json.loads(lines[0])
     edited["verdict"] = "passed"
     path.write_text(json.dumps(edited, sort_keys=True) + "\n" + lines[1] + "\n")
-    with pytest.raises(ConfigError, match=r"ledger.jsonl:1: the record was edited, or one after it removed \(line 2 chains to"):
+    chain = ledger.BROKEN_CHAIN.format(
+        where=ledger.EDITED_OR_REMOVED.format(path=path, line=1),
+        line=2,
+        got=hashlib.sha256(lines[0].encode()).hexdigest()[:12],
+        expected=hashlib.sha256(json.dumps(edited, sort_keys=True).encode()).hexdigest()[:12],
+    )
+    with pytest.raises(ConfigError, match=re.escape(chain)):
         ledger.read(path)
 
 
@@ -79,7 +87,7 @@ def test_a_removed_record_breaks_the_chain(tmp_path: Path) -> None:
         ledger.append(path, result(gate), CONTEXT)
     lines = path.read_text().splitlines()
     path.write_text(lines[0] + "\n" + lines[2] + "\n")
-    with pytest.raises(ConfigError, match=r"ledger\.jsonl:1: the record was edited, or one after it removed"):
+    with pytest.raises(ConfigError, match=pattern(ledger.BROKEN_CHAIN, where=ledger.EDITED_OR_REMOVED.format(path=path, line=1), line=2)):
         ledger.read(path)
 
 
@@ -88,7 +96,7 @@ def test_an_incomplete_last_line_is_not_appended_to(tmp_path: Path) -> None:
     ledger.append(path, result(), CONTEXT)
     path.write_bytes(path.read_bytes().rstrip(b"\n"))
     before = path.read_bytes()
-    with pytest.raises(ConfigError, match="the last line is incomplete"):
+    with pytest.raises(ConfigError, match=re.escape(ledger.INCOMPLETE_LAST.format(path=path, line=1, size=len(before)))):
         ledger.append(path, result(), CONTEXT)
     assert path.read_bytes() == before
 
@@ -126,7 +134,7 @@ def test_a_forged_last_record_is_caught_by_the_head(tmp_path: Path) -> None:
     _forge_last(path, verdict="passed")
     with pytest.raises(ConfigError) as exc:
         ledger.read(path)
-    assert exc.value.message == f"{path}: the last record does not match the ledger's head (edited or removed?)"
+    assert exc.value.message == ledger.HEAD_MISMATCH.format(path=path)
 
 
 def test_a_deleted_last_record_is_caught_by_the_head(tmp_path: Path) -> None:
@@ -134,10 +142,10 @@ def test_a_deleted_last_record_is_caught_by_the_head(tmp_path: Path) -> None:
     ledger.append(path, result("route"), CONTEXT)
     ledger.append(path, result("backend_ops", Status.FAILED), CONTEXT)
     path.write_text(path.read_text().splitlines()[0] + "\n")  # sed -i '$d'
-    with pytest.raises(ConfigError, match="the last record does not match the ledger's head"):
+    with pytest.raises(ConfigError, match=re.escape(ledger.HEAD_MISMATCH.format(path=path))):
         ledger.read(path)
     path.unlink()
-    with pytest.raises(ConfigError, match=r"missing, but its head ledger\.jsonl\.head names records"):
+    with pytest.raises(ConfigError, match=re.escape(ledger.LEDGER_GONE.format(path=path, head="ledger.jsonl.head"))):
         ledger.read(path)
 
 
@@ -147,7 +155,7 @@ def test_a_record_appended_by_hand_is_caught_by_the_head(tmp_path: Path) -> None
     forged = dict(first.data, gate="backend_ops", prev=first.sha256, seq=2)
     with path.open("a") as fh:
         fh.write(json.dumps(forged, sort_keys=True) + "\n")
-    with pytest.raises(ConfigError, match="does not match the ledger's head"):
+    with pytest.raises(ConfigError, match=re.escape(ledger.HEAD_MISMATCH.format(path=path))):
         ledger.read(path)
 
 
@@ -173,10 +181,12 @@ def test_with_a_key_every_record_is_signed_and_checked(tmp_path: Path, monkeypat
     _forge_last(path, verdict="passed")
     records = path.read_bytes().splitlines()
     ledger.Head(len(records), hashlib.sha256(records[-1]).hexdigest()).write(path)
-    with pytest.raises(ConfigError, match=r"ledger.jsonl:1: signed with ONEBIT_LEDGER_KEY, which is not set here"):
+    with pytest.raises(ConfigError, match=re.escape(ledger.SIGNED_WITHOUT_KEY.format(where=f"{path}:1", var="ONEBIT_LEDGER_KEY"))):
         ledger.read(path)  # a signed ledger is never read unchecked
     ledger.Head(len(records), hashlib.sha256(records[-1]).hexdigest()).write(path, key)  # as if the key had leaked for the head
-    with pytest.raises(ConfigError, match=r"ledger.jsonl:2: the record's signature does not match ONEBIT_LEDGER_KEY \(forged, or signed with another key\)"):
+    forged = ledger.RECORD_SIGNATURE_WRONG.format(path=path, line=2, var="ONEBIT_LEDGER_KEY", why=ledger.FORGED)
+    with pytest.raises(ConfigError, match=re.escape(forged)):
         ledger.read(path, key)
-    with pytest.raises(ConfigError, match="signed with another key"):
+    forged_head = ledger.HEAD_SIGNATURE_WRONG.format(path=ledger.head_path(path), var="ONEBIT_LEDGER_KEY", why=ledger.FORGED)
+    with pytest.raises(ConfigError, match=re.escape(forged_head)):
         ledger.read(path, b"another key")

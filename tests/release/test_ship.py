@@ -9,13 +9,17 @@ from typing import Any
 
 import pytest
 
+from ci.commands import ship as ship_command
+from ci.compile import cmake, stage
 from ci.compile.manifest import Manifest
 from ci.gates import selftest
-from ci.gates.equivalence import GIVEN_MODELS, TINY_MODELS
+from ci.gates.equivalence import GIVEN_MODELS, RELEASE_MODELS, TINY_MODELS
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
 from ci.pin import pins as pins_mod
 from ci.release import binding, ledger
+from ci.release import ship as release_ship
 from tests.support.build import BuildFork, add_fixture_patch, build_cpu, manifest
+from tests.support.messages import said
 from tests.support.project import Project, Result
 
 
@@ -66,18 +70,36 @@ def ship(project: Project, *args: str) -> Result:
     return project.ci("ship", "--profile", "cpu", *args)
 
 
+def row(gate: str, state: str, detail: str, width: int = len("equivalence")) -> str:
+    """A line of ship's table: the gate's name padded to the longest one's (route, backend_ops, equivalence)."""
+    return release_ship.TABLE_ROW.format(gate=gate.ljust(width), state=state, detail=detail)
+
+
+def missing_on(models: str, note: str = "") -> str:
+    """An equivalence gate's detail with no record on ``models`` that counts."""
+    return release_ship.NO_COUNTED_RECORD.format(what=release_ship.ON_MODELS.format(models=models), note=note)
+
+
+def not_counted_models(models: str, line: int, more: int = 0) -> str:
+    """The note on the last record that ran on ``models``, not the release's."""
+    and_more = release_ship.AND_MORE.format(count=more) if more else ""
+    return release_ship.NOT_COUNTED.format(why=release_ship.OTHER_MODELS.format(models=models), line=line, more=and_more)
+
+
 def test_no_records_refuses_listing_every_gate(build_project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    built(build_project)
+    m = built(build_project)
     summary = tmp_path / "step-summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))  # on GitHub Actions the table goes to the job summary too
     r = ship(build_project)
-    assert summary.read_text().startswith("### ship, profile cpu: REFUSED\n\n```\nship: build ")
+    title = ship_command.SUMMARY_TITLE.format(profile="cpu", verdict=ship_command.REFUSED)
+    head = release_ship.TABLE_HEAD.format(key=m["key"][:12], profile="cpu", pin=m["pin"]["commit"][:7], patches=m["patches"]["digest"][:12])
+    assert summary.read_text().startswith(f"{title}\n\n```\n{head}\n")
     assert summary.read_text().count("MISSING") == 3
     assert r.code == 7
     for gate in ("route", "backend_ops", "equivalence"):
-        assert f"  {gate}" in r.out
+        assert row(gate, "MISSING", release_ship.NO_RECORD) in r.out
     assert r.out.count("MISSING") == 3
-    assert "ship: refused: 3 of 3 gates have not passed for this build (route, backend_ops, equivalence)" in r.err
+    assert release_ship.REFUSED.format(failing=3, total=3, gates="route, backend_ops, equivalence") in r.err
     assert not (build_project.root / "dist").exists()
 
 
@@ -86,9 +108,9 @@ def test_one_failed_gate_refuses(build_project: Project) -> None:
     record(build_project, m, GATES.route, GATES.backend_ops_failed, GATES.equivalence)
     r = ship(build_project)
     assert r.code == 7
-    assert "backend_ops  FAILED" in r.out
+    assert said(release_ship.TABLE_ROW, r.out, gate="backend_ops", state="FAILED")
     assert "GATED_DELTA_NET: 54 expected, 36 ran and passed" in r.out
-    assert "ship: refused: 1 of 3 gates" in r.err
+    assert release_ship.REFUSED.format(failing=1, total=3, gates="backend_ops") in r.err
 
 
 def test_a_later_failure_overrides_an_earlier_pass(build_project: Project) -> None:
@@ -104,7 +126,8 @@ def test_records_for_another_key_never_count(build_project: Project) -> None:
     r = ship(build_project)
     assert r.code == 7
     assert r.out.count("STALE") == 3
-    assert "judged key 000000000000" in r.out
+    for line, gate in enumerate(("route", "backend_ops", "equivalence"), 1):
+        assert row(gate, "STALE", release_ship.STALE_RECORD.format(verdict="passed", line=line, key="000000000000")) in r.out
 
 
 def test_a_patch_change_makes_the_build_and_then_the_records_stale(build_project: Project, build_fork: BuildFork) -> None:
@@ -114,8 +137,8 @@ def test_a_patch_change_makes_the_build_and_then_the_records_stale(build_project
     add_fixture_patch(build_project, build_fork, "hello.patch", "tools/server/server.cpp", "llama-server %s", "llama-server says %s")
     r = ship(build_project)
     assert r.code == 4
-    assert "the cpu build is stale" in r.err
-    assert "patches changed" in r.err
+    stale = {"old": m["key"][:12], "reasons": cmake.KEY_PART_CHANGED.format(part="patches"), "hint": stage.REBUILD.format(profile="cpu")}
+    assert said(stage.STALE_BUILD, r.err, profile="cpu", **stale)
     built(build_project)
     r = ship(build_project)
     assert r.code == 7
@@ -175,11 +198,11 @@ def test_a_one_off_flag_is_named_when_a_later_session_refuses_the_build(build_pr
     record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
     r = ship(build_project, "--check")
     assert r.code == 4
-    assert "the cpu build was built with -DFIXTURE_GREETING=once, which this run does not have" in r.err
-    assert "ONEBIT_CMAKE_ARGS or cmake-args.local" in r.err
+    refused = stage.ONE_OFF_MISSING.format(profile="cpu", flags="-DFIXTURE_GREETING=once", hint=stage.REBUILD.format(profile="cpu"))
+    assert refused in r.err
     r = build_project.ci("gpu-tests", "--profile", "cpu")
     assert r.code == 4
-    assert "built with -DFIXTURE_GREETING=once, which this run does not have" in r.err
+    assert refused in r.err
 
 
 def test_a_forged_last_record_stops_ship(build_project: Project) -> None:
@@ -192,7 +215,7 @@ def test_a_forged_last_record_stops_ship(build_project: Project) -> None:
     path.write_text("\n".join([*lines[:-1], json.dumps(last, sort_keys=True)]) + "\n")
     r = ship(build_project)
     assert r.code == 2
-    assert r.err == f"onebit-ci: error: {path}: the last record does not match the ledger's head (edited or removed?)\n"
+    assert r.err == f"onebit-ci: error: {ledger.HEAD_MISMATCH.format(path=path)}\n"
     assert not (build_project.root / "dist").exists()
 
 
@@ -215,13 +238,13 @@ def test_with_release_models_named_a_tiny_model_pass_does_not_ship(make_build_pr
     record(project, m, GATES.route, GATES.backend_ops, equivalence_on("tiny generated models only", "c" * 64, "d" * 64))
     r = ship(project)
     assert r.code == 7
-    assert "equivalence  MISSING   no record on the release models for this build: run nox -s gpu_tests; not counted: models tiny generated models only (ledger line 3)" in r.out
+    assert row("equivalence", "MISSING", missing_on(RELEASE_MODELS, not_counted_models("tiny generated models only", 3))) in r.out
     record(project, m, equivalence_on("release models", "e" * 64, RELEASE["drafter"]))  # another file than the release's
-    assert "not counted: models release models (ledger line 4 and 1 more)" in ship(project, "--check").out
+    assert not_counted_models("release models", 4, more=1) in ship(project, "--check").out
     record(project, m, equivalence_on("release models", RELEASE["model"], RELEASE["drafter"]))
     r = ship(project)
     assert r.code == 0, r.out + r.err
-    assert "[release models]" in r.out
+    assert release_ship.MODELS_TAG.format(models=RELEASE_MODELS) in r.out
     release = json.loads(next((project.root / "dist").glob("onebit_serve-*.release.json")).read_text())
     assert release["evidence"] == "release models"
     assert release["gates"]["equivalence"]["properties"]["model_sha256"] == RELEASE["model"]
@@ -232,7 +255,7 @@ def test_without_release_models_the_table_says_what_the_evidence_covers(build_pr
     record(build_project, m, GATES.route, GATES.backend_ops, equivalence_on("tiny generated models only", "c" * 64, "d" * 64))
     r = ship(build_project, "--check")
     assert r.code == 0, r.err
-    assert "[tiny generated models only]" in r.out
+    assert release_ship.MODELS_TAG.format(models=TINY_MODELS) in r.out
 
 
 def test_a_run_on_other_models_is_recorded_but_never_counted(build_project: Project) -> None:
@@ -242,11 +265,11 @@ def test_a_run_on_other_models_is_recorded_but_never_counted(build_project: Proj
     record(build_project, m, GATES.route, GATES.backend_ops, equivalence_on(GIVEN_MODELS, "c" * 64, "d" * 64))
     r = ship(build_project, "--check")
     assert r.code == 7
-    assert "equivalence  MISSING   no record on the tiny generated models only for this build: run nox -s gpu_tests; not counted: models given models (ledger line 3)" in r.out
+    assert row("equivalence", "MISSING", missing_on(TINY_MODELS, not_counted_models(GIVEN_MODELS, 3))) in r.out
     record(build_project, m, GATES.equivalence, equivalence_on(GIVEN_MODELS, "c" * 64, "d" * 64))  # a later run on given models changes nothing
     r = ship(build_project, "--check")
     assert r.code == 0, r.out + r.err
-    assert "[tiny generated models only]; not counted: models given models (ledger line 5 and 1 more)" in r.out
+    assert release_ship.MODELS_TAG.format(models=TINY_MODELS) + not_counted_models(GIVEN_MODELS, 5, more=1) in r.out
 
 
 def test_pins_yaml_can_require_the_gate_selftest(make_build_project: Callable[..., Project]) -> None:
@@ -255,7 +278,7 @@ def test_pins_yaml_can_require_the_gate_selftest(make_build_project: Callable[..
     record(project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
     r = ship(project, "--check")
     assert r.code == 7
-    assert "gate_selftest  MISSING" in r.out
+    assert row("gate_selftest", "MISSING", release_ship.NO_RECORD, width=len("gate_selftest")) in r.out
     committed = selftest.faults_sha256([f for f in selftest.load_faults() if "cpu" in f.profiles])  # what the session records
     passed = gate("gate_selftest", Status.PASSED, "PASSED: 4/4 faults caught by their gates, 1/1 benign edits passed every gate")
     record(project, m, dataclasses.replace(passed, properties=(("faults_sha256", committed),)))

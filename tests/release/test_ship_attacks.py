@@ -10,11 +10,15 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from ci.compile.manifest import Artifact, stat_stamp
+from ci.compile import cmake, stage
+from ci.compile.manifest import DIFFERS, Artifact, Manifest, stat_stamp
 from ci.files import sha256_cached
 from ci.gates import selftest
 from ci.gates.results import GateResult, Status
+from ci.release import binding
+from ci.release import ship as release_ship
 from tests.release.test_ship import GATES, built, record, ship
+from tests.support.messages import said
 from tests.support.project import Project
 
 SELFTEST_PINS = """
@@ -41,7 +45,8 @@ def test_a_swapped_llama_server_with_its_sha256_rewritten_in_build_json_does_not
     r = ship(build_project)
     assert r.code == 7, r.out
     assert r.out.count("MISSING") == 3
-    assert "not counted: it judged other binaries (manifest " in r.out
+    other = binding.OTHER_BINARIES.format(recorded=Manifest.from_json(m).digest[:12], current=Manifest.from_json(data).digest[:12])
+    assert said(release_ship.NOT_COUNTED, r.out, why=other)
     assert not (build_project.root / "dist").exists()
 
 
@@ -60,7 +65,9 @@ def test_a_binary_edited_in_place_with_size_inode_and_mtime_put_back_does_not_sh
     assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
     r = ship(build_project)
     assert r.code == 4, r.out
-    assert "llama-server differs from its recorded sha256" in r.err
+    wrong = cmake.ARTIFACT_WRONG.format(name="llama-server", problem=DIFFERS)
+    stale = stage.STALE_BUILD.format(profile="cpu", old=m["key"][:12], key=m["key"][:12], reasons=wrong, hint=stage.REBUILD.format(profile="cpu"))
+    assert stale in r.err
     assert not (build_project.root / "dist").exists()
 
 
@@ -74,7 +81,7 @@ def test_the_stat_caches_compare_ctime(tmp_path: Path, monkeypatch: object) -> N
         fh.seek(10)
         fh.write(b"\1")
     os.utime(f, ns=(before.st_atime_ns, before.st_mtime_ns))
-    assert art.check(tmp_path) == "differs from its recorded sha256"
+    assert art.check(tmp_path) == DIFFERS
     assert sha256_cached(f) != first
     assert sha256_cached(f) == hashlib.sha256(f.read_bytes()).hexdigest()
 
@@ -87,11 +94,9 @@ def test_expected_counts_raised_after_gating_do_not_count(build_project: Project
     pins.write_text(pins.read_text().replace("GATED_DELTA_NET: 54", "GATED_DELTA_NET: 60"))
     r = ship(build_project, "--check")
     assert r.code == 7
-    assert "backend_ops  MISSING" in r.out
-    assert (
-        "not counted: it judged other criteria than pins.yaml's and the committed faults' (expected {'GATED_DELTA_NET': 54}, now {'GATED_DELTA_NET': 60})"
-        in r.out
-    )
+    assert said(release_ship.TABLE_ROW, r.out, gate="backend_ops", state="MISSING")
+    expected = binding.CRITERION_CHANGED.format(criterion="expected", judged="{'GATED_DELTA_NET': 54}", current="{'GATED_DELTA_NET': 60}")
+    assert release_ship.NOT_COUNTED.format(why=binding.OTHER_CRITERIA.format(changes=expected), line=2, more="") in r.out
 
 
 def test_an_equivalence_run_shorter_than_pins_yaml_does_not_count(build_project: Project) -> None:
@@ -100,8 +105,8 @@ def test_an_equivalence_run_shorter_than_pins_yaml_does_not_count(build_project:
     record(build_project, m, GATES.route, GATES.backend_ops, short)
     r = ship(build_project, "--check")
     assert r.code == 7
-    assert "equivalence  MISSING" in r.out
-    assert "(tokens 4, now 256)" in r.out
+    assert said(release_ship.TABLE_ROW, r.out, gate="equivalence", state="MISSING")
+    assert binding.OTHER_CRITERIA.format(changes=binding.CRITERION_CHANGED.format(criterion="tokens", judged="4", current="256")) in r.out
 
 
 def selftest_result(faults: list[selftest.Fault]) -> GateResult:
@@ -125,7 +130,9 @@ def test_a_selftest_on_a_one_fault_file_does_not_replace_the_committed_faults_fa
     r = ship(project, "--check")
     assert mine.exists()
     assert r.code == 7
-    assert "gate_selftest  FAILED" in r.out
-    assert "not counted: it judged other criteria than pins.yaml's and the committed faults' (faults_sha256 " in r.out
+    assert said(release_ship.TABLE_ROW, r.out, gate="gate_selftest", state="FAILED")
+    judged, now = (selftest.faults_sha256(faults) for faults in (committed[:1], committed))  # each shown as its first 57 characters and ...
+    faults = binding.CRITERION_CHANGED.format(criterion="faults_sha256", judged=f"{judged[:57]}...", current=f"{now[:57]}...")
+    assert release_ship.NOT_COUNTED.format(why=binding.OTHER_CRITERIA.format(changes=faults), line=5, more="") in r.out
     record(project, m, selftest_result(committed))
     assert ship(project, "--check").code == 0
