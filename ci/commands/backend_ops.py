@@ -16,6 +16,16 @@ from ci.gates import backend_ops
 from ci.gates.backend_ops_output import OP_RE
 from ci.release import records
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+BAD_EXPECT = '--expect "{value}": not OP=N with N cases, 1 or more (e.g. --expect GATED_DELTA_NET=54)'
+EXPECT_TWICE = "--expect {op}: given twice"
+SQL_WITHOUT_LOG = "--from-sql FILE goes with --from-log FILE (a run makes its own sql output)"
+BINARY_AND_LOG = "--binary and --from-log: give one (--from-log judges a saved log and runs nothing)"
+OUTSIDE_THE_PROJECT = "{reason}; outside the project give {flags}"
+NO_PINNED_EXPECTATIONS = "pins.yaml: expect.backend_ops: no expectations; add them there or give --expect OP=N"
+BINARY_REQUIRED = "--binary PATH is required (the build's test-backend-ops), unless --from-log FILE judges a saved log"
+NOT_EXECUTABLE = "--binary {binary}: not an executable file; give the build's test-backend-ops"
+
 
 @dataclass(frozen=True)
 class BackendOpsRequest:
@@ -37,9 +47,9 @@ def expectations(values: Sequence[str]) -> dict[str, int]:
     for value in values:
         op, sep, count = value.partition("=")
         if not sep or not OP_RE.match(op) or not count.isdigit() or int(count) < 1:
-            raise ConfigError(f'--expect "{value}": not OP=N with N cases, 1 or more (e.g. --expect GATED_DELTA_NET=54)')
+            raise ConfigError(BAD_EXPECT.format(value=value))
         if op in out:
-            raise ConfigError(f"--expect {op}: given twice")
+            raise ConfigError(EXPECT_TWICE.format(op=op))
         out[op] = int(count)
     return out
 
@@ -47,9 +57,9 @@ def expectations(values: Sequence[str]) -> dict[str, int]:
 def backend_ops_session(find: Callable[[], Job], request: BackendOpsRequest, say: Callable[[str], None]) -> int:
     """``python -m ci backend-ops``: the gate on a binary or a saved log; the pin's expectations inside the project."""
     if request.from_sql and not request.from_log:
-        raise ConfigError("--from-sql FILE goes with --from-log FILE (a run makes its own sql output)")
+        raise ConfigError(SQL_WITHOUT_LOG)
     if request.from_log and request.binary:
-        raise ConfigError("--binary and --from-log: give one (--from-log judges a saved log and runs nothing)")
+        raise ConfigError(BINARY_AND_LOG)
     expected = expectations(request.expect)
     pinned = None if request.pinned_commit == "none" else request.pinned_commit
     root: Path | None = None
@@ -59,24 +69,24 @@ def backend_ops_session(find: Callable[[], Job], request: BackendOpsRequest, say
             pins = job.pins
         except ConfigError as exc:
             flags = " and ".join(f for f, missing in (("--expect OP=N", not expected), ("--pinned-commit SHA|none", request.pinned_commit is None)) if missing)
-            raise ConfigError(f"{exc.message}; outside the project give {flags}") from None
+            raise ConfigError(OUTSIDE_THE_PROJECT.format(reason=exc.message, flags=flags)) from None
         root = job.root
         expected = expected or pins.expected_cases()
         if not expected:
-            raise ConfigError("pins.yaml: expect.backend_ops: no expectations; add them there or give --expect OP=N")
+            raise ConfigError(NO_PINNED_EXPECTATIONS)
         if request.pinned_commit is None:
             pinned = pins.fork.commit
     if request.timeout <= 0:
-        raise ConfigError(f"--timeout {request.timeout:g}: must be more than 0 seconds")
+        raise ConfigError(backend_ops.BAD_TIMEOUT.format(timeout=request.timeout))
     dirty = backend_ops.DirtyRule(request.dirty) if request.dirty else None
     out = request.out or (root or Path.cwd()) / "build" / "gates"
     if request.from_log:
         result = backend_ops.judge_log(request.from_log, request.device, expected, pinned, request.patched, request.build_key, dirty=dirty, sql_path=request.from_sql)
     else:
         if request.binary is None:
-            raise ConfigError("--binary PATH is required (the build's test-backend-ops), unless --from-log FILE judges a saved log")
+            raise ConfigError(BINARY_REQUIRED)
         if not request.binary.is_file() or not os.access(request.binary, os.X_OK):
-            raise ConfigError(f"--binary {request.binary}: not an executable file; give the build's test-backend-ops")
+            raise ConfigError(NOT_EXECUTABLE.format(binary=request.binary))
         result = backend_ops.run_gate(
             request.binary, request.device, expected, pinned, request.patched, request.timeout, out / "backend_ops-logs", request.build_key, dirty=dirty
         )

@@ -19,6 +19,17 @@ from ci.errors import ConfigError, GateFailed
 from ci.gates import bench, perf
 from ci.pin.claims import Check, parse_check
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+SHOWN_COMMAND = "nox -s bench -- {args}"
+NO_RECIPE = "--recipe {recipe}: no such recipe{suggestion} in {recipes}"  # suggestion: ci.schema's did-you-mean, or nothing
+NO_CHECK = 'recipe "{recipe}" has no "check" to re-judge; add one (docs/recipes.md) or drop --check'
+# the measured line: MEASURED, its parts each a METRIC_CHANGE (or the metric alone) joined by "; ", and ROUNDS
+MEASURED = 'measured: "{parts}, {rounds} ({command}, {date}, {host})"'
+METRIC_CHANGE = "{metric} {before:.1f} -> {after:.1f} t/s ({change:+.1f}%)"
+ROUNDS = "median of {rounds} interleaved rounds"
+RECIPE_VERDICT = "bench: recipe {recipe}: {verdict}"  # verdict: the perf gate's message of its claim
+CLAIM_BROKEN = "bench: recipe {recipe}: its claim no longer holds ({claim}); re-measure it or drop the recipe"
+
 
 def main(args: argparse.Namespace) -> int:
     target = recipe_target(args.recipe, absolute(args.recipes), args.check) if args.recipe else None
@@ -29,7 +40,7 @@ def main(args: argparse.Namespace) -> int:
         llama_server, profile_device, root = llama_server_of(args, args.profile)
         device = args.device or profile_device
     if not Path(args.model).is_file():
-        raise ConfigError(f"-m {args.model}: no such file")
+        raise ConfigError(bench.NO_MODEL.format(model=args.model))
     bench_plan = bench.plan(
         model=Path(args.model).resolve(), llama_server=llama_server, configs=configs, device=device,
         rounds=args.rounds, prompt_reps=args.prompt_reps, decode_reps=args.decode_reps, decode_tokens=args.decode_tokens,
@@ -37,7 +48,7 @@ def main(args: argparse.Namespace) -> int:
     )  # fmt: skip
     logs = given(args.logs) or root / "build" / "bench" / "logs"
     if target is not None:
-        shown = "nox -s bench -- " + shlex.join(sys.argv[sys.argv.index("bench") + 1 :] if "bench" in sys.argv else ["--recipe", args.recipe])
+        shown = SHOWN_COMMAND.format(args=shlex.join(sys.argv[sys.argv.index("bench") + 1 :] if "bench" in sys.argv else ["--recipe", args.recipe]))
         return recipe_session(bench_plan, target, logs, given(args.lock), given(args.json), shown)
     bench.measure(bench_plan, logs, given(args.lock), given(args.json), say)
     return 0
@@ -74,11 +85,11 @@ def recipe_target(recipe_id: str, recipes_file: Path | None, check: bool) -> Rec
     if recipe is None:
         from ci.schema import did_you_mean
 
-        raise ConfigError(f"--recipe {recipe_id}: no such recipe{did_you_mean(recipe_id, recipe_set.ids)} in {recipe_set.name}")
+        raise ConfigError(NO_RECIPE.format(recipe=recipe_id, suggestion=did_you_mean(recipe_id, recipe_set.ids), recipes=recipe_set.name))
     if not check:
         return RecipeTarget(recipe_id, None)
     if not recipe.check:
-        raise ConfigError(f'recipe "{recipe_id}" has no "check" to re-judge; add one (docs/recipes.md) or drop --check')
+        raise ConfigError(NO_CHECK.format(recipe=recipe_id))
     return RecipeTarget(recipe_id, parse_check(recipe.check, recipe.measured, 0.1, f'recipe "{recipe_id}": check', configs=("with", "without")))
 
 
@@ -107,13 +118,13 @@ def recipe_session(
     for metric in bench_plan.metrics:
         a, b = by.get(("without", metric)), by.get(("with", metric))
         if a and b:
-            parts.append(f"{metric} {a.median:.1f} -> {b.median:.1f} t/s ({100 * (b.median / a.median - 1):+.1f}%)" if a.median else metric)
-    rounds = f"median of {bench_plan.rounds} interleaved rounds"
-    say(f'measured: "{"; ".join(parts)}, {rounds} ({command}, {datetime.date.today().isoformat()}, {platform.node()})"')
+            parts.append(METRIC_CHANGE.format(metric=metric, before=a.median, after=b.median, change=100 * (b.median / a.median - 1)) if a.median else metric)
+    rounds = ROUNDS.format(rounds=bench_plan.rounds)
+    say(MEASURED.format(parts="; ".join(parts), rounds=rounds, command=command, date=datetime.date.today().isoformat(), host=platform.node()))
     if target.claim is None:
         return 0
     judged = perf.judge_check(target.claim, perf.per_round(target.claim, result.samples), None, "")
-    say(f"bench: recipe {target.id}: {judged.message}")
+    say(RECIPE_VERDICT.format(recipe=target.id, verdict=judged.message))
     if not judged.status.ok:
-        raise GateFailed(f"bench: recipe {target.id}: its claim no longer holds ({target.claim.text}); re-measure it or drop the recipe")
+        raise GateFailed(CLAIM_BROKEN.format(recipe=target.id, claim=target.claim.text))
     return 0

@@ -24,6 +24,10 @@ from ci.gates.results import Status
 from ci.gates.target import GateOptions
 from ci.release import binding, ledger, records
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+VERDICT_LINE = "gate_selftest: {summary} (ledger line {line})"
+FAILING_RECORD = "{verdict}: {ledger} line {line}"  # which record says a gate fails the unplanted build
+
 
 def session(
     job: Job,
@@ -46,7 +50,7 @@ def session(
         build=binding.context_of(job.pins, m), root=job.root,
     )  # fmt: skip
     say(shown)
-    say(f"gate_selftest: {result.summary} (ledger line {line.line if line else '?'})")
+    say(VERDICT_LINE.format(summary=result.summary, line=line.line if line else "?"))
     records.step_summary(f"### gate_selftest, profile {profile}\n\n```\n{shown}\n```\n")
     if not result.ok:
         for problem in result.problems:
@@ -65,7 +69,7 @@ def unplanted_failures(ledger_file: Path, key: str, root: Path | None = None) ->
     for name in registry.runnable():
         rec = ledger.latest(book, name, key)
         if rec is not None and rec.verdict != Status.PASSED.value:
-            found[name] = f"{rec.verdict}: {shown(ledger_file, root)} line {rec.line}"
+            found[name] = FAILING_RECORD.format(verdict=rec.verdict, ledger=shown(ledger_file, root), line=rec.line)
     return found
 
 

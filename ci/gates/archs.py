@@ -32,6 +32,12 @@ ATTEMPTS = 5
 TIMEOUT = 300.0  # seconds per architecture; 0.5-1 s each on the CPU here, 0.8-3.4 s on the H200 (issue 22)
 _LISTED = re.compile(r"^\s+([A-Za-z]+\d+):\s+(.*?)(?:\s+\([^()]*\))?\s*$")
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+DEVICE_NOT_LISTED = "archs: the build's llama-server --list-devices has no {device} (it lists: {have}); run on a machine with that device"
+NO_ARCHS = "pins.yaml: expect.archs: empty; list the architectures to test, or leave the key out for the default"
+BAD_ARCH = 'pins.yaml: expect.archs: "{arch}" is not an architecture name (lower case, as test-llama-archs -a takes it)'
+NO_BINARY = "{binary}: no test-llama-archs in the build; add it to pins.yaml build.targets and rebuild"
+
 
 @dataclass(frozen=True)
 class ArchsPlan:
@@ -67,17 +73,15 @@ def device_rows(device: str, listing: str) -> DeviceRows:
         if name == device:
             return DeviceRows(label=description, others=(), name=device)
     have = ", ".join(n for n, _ in devices) or "none"
-    raise ConfigError(
-        f"archs: the build's llama-server --list-devices has no {device} (it lists: {have}); run on a machine with that device"
-    )
+    raise ConfigError(DEVICE_NOT_LISTED.format(device=device, have=have))
 
 
 def plan(binary: Path, archs: Sequence[str], device: DeviceRows, *, seed: int = SEED, timeout: float = TIMEOUT) -> ArchsPlan:
     if not archs:
-        raise ConfigError("pins.yaml: expect.archs: empty; list the architectures to test, or leave the key out for the default")
+        raise ConfigError(NO_ARCHS)
     for a in archs:
         if not re.fullmatch(r"[a-z0-9_-]+", a):
-            raise ConfigError(f'pins.yaml: expect.archs: "{a}" is not an architecture name (lower case, as test-llama-archs -a takes it)')
+            raise ConfigError(BAD_ARCH.format(arch=a))
     return ArchsPlan(binary=binary, archs=tuple(dict.fromkeys(archs)), device=device, seed=seed, timeout=timeout)
 
 
@@ -97,7 +101,7 @@ def run_arch(archs_plan: ArchsPlan, arch: str, logs: Path) -> ArchRun:
 
 def run_gate(archs_plan: ArchsPlan, logs: Path, properties: Sequence[tuple[str, str]] = ()) -> GateResult:
     if not archs_plan.binary.is_file():
-        raise ConfigError(f"{archs_plan.binary}: no test-llama-archs in the build; add it to pins.yaml build.targets and rebuild")
+        raise ConfigError(NO_BINARY.format(binary=archs_plan.binary))
     logs.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     runs = [run_arch(archs_plan, a, logs) for a in archs_plan.archs]

@@ -29,6 +29,23 @@ META = "Meta"  # the tensor-split row over every non-CPU device: not a device of
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CELL = re.compile(r"^(OK|FAIL|SKIP)\s*(?:\(([^)]*)\))?$")
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+WHERE_LABELLED = '{device} ("{label}")'  # the profile's device and the label its rows carry
+TABLE_CUT = "{arch}: test-llama-archs' table was cut short in each of {attempts} attempt(s) (exit code 0): no verdict for every config"
+NO_ROW = "{arch}: no row for {where} in test-llama-archs' table after {attempts} attempt(s) ({why}): the build does not know the architecture, or its output was cut"
+NO_ROW_WHY = "exit code {code}; last line: {line}"
+# a config that failed: CONFIG_FAILED, its problems each one of the pieces below, joined by ", "
+CONFIG_FAILED = "{config} on {where}: {problems}"
+CELL_SKIP = "{column} SKIP"
+CELL_FAIL = "{column} FAIL"
+CELL_FIGURE = " ({nmse:.2e})"
+ABOVE_THRESHOLD = "NMSE {nmse:.2e} above {threshold:g}"
+NOT_RUN_ANYWHERE = "; {columns} not run on any device by this build"
+ROUNDTRIP_OK = ", roundtrip OK"
+EXITED_ROWS_OK = "{arch}: test-llama-archs exited {code} with every row of {where} OK: another device's row failed"
+SUMMARY = "{verdict}: {passed}/{configs} architecture configs OK on {device} ({archs})"
+SUMMARY_LARGEST = ", largest NMSE {nmse:.2e} (threshold {threshold:g})"
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -141,7 +158,7 @@ def complete(run_output: str, arch: str, device: DeviceRows) -> bool:
 def judge_arch(run: ArchRun, device: DeviceRows, threshold: float = THRESHOLD) -> tuple[list[CaseResult], list[tuple[str, float]]]:
     """The cases (one per config) and metrics of one architecture's run."""
     mine = [r for r in parse(run.output) if r.arch == run.arch and device.matches(r.device)]
-    where = f"{device.name}" + (f' ("{device.label}")' if device.label else "")
+    where = WHERE_LABELLED.format(device=device.name, label=device.label) if device.label else device.name
     if run.timed_out:
         return [
             CaseResult(
@@ -158,7 +175,7 @@ def judge_arch(run: ArchRun, device: DeviceRows, threshold: float = THRESHOLD) -
             CaseResult(
                 run.arch,
                 Status.FAILED,
-                f"{run.arch}: test-llama-archs' table was cut short in each of {run.attempts} attempt(s) (exit code 0): no verdict for every config",
+                TABLE_CUT.format(arch=run.arch, attempts=run.attempts),
                 classname=GATE,
                 detail=run.output[-4000:],
                 seconds=run.seconds,
@@ -166,12 +183,12 @@ def judge_arch(run: ArchRun, device: DeviceRows, threshold: float = THRESHOLD) -
         ], []
     if not mine:
         tail = run.output.strip().splitlines()[-1:] or ["(no output)"]
-        why = f"exit code {run.returncode}; last line: {tail[0][:160]}"
+        why = NO_ROW_WHY.format(code=run.returncode, line=tail[0][:160])
         return [
             CaseResult(
                 run.arch,
                 Status.FAILED,
-                f"{run.arch}: no row for {where} in test-llama-archs' table after {run.attempts} attempt(s) ({why}): the build does not know the architecture, or its output was cut",
+                NO_ROW.format(arch=run.arch, where=where, attempts=run.attempts, why=why),
                 classname=GATE,
                 detail=run.output[-4000:],
                 seconds=run.seconds,
@@ -189,29 +206,29 @@ def judge_arch(run: ArchRun, device: DeviceRows, threshold: float = THRESHOLD) -
             if cell.status == "SKIP" and column != "NMSE vs. CPU" and not any(c.status == "OK" for o in others for k, c in o.cells() if k == column):
                 not_run.append(column.lower())
             elif cell.status == "SKIP":
-                problems.append(f"{column} SKIP")
+                problems.append(CELL_SKIP.format(column=column))
             elif cell.status == "FAIL":
-                problems.append(f"{column} FAIL" + (f" ({cell.nmse:.2e})" if cell.nmse is not None else ""))
+                problems.append(CELL_FAIL.format(column=column) + (CELL_FIGURE.format(nmse=cell.nmse) if cell.nmse is not None else ""))
         if row.nmse.nmse is not None:
             metrics.append((f"{name}.nmse", row.nmse.nmse))
             if row.nmse.status == "OK" and row.nmse.nmse > threshold:
-                problems.append(f"NMSE {row.nmse.nmse:.2e} above {threshold:g}")
+                problems.append(ABOVE_THRESHOLD.format(nmse=row.nmse.nmse, threshold=threshold))
         elif row.nmse.status == "OK":
             problems.append("NMSE OK without a figure")
         if row.mixed_batch is not None and row.mixed_batch.nmse is not None:
             metrics.append((f"{name}.mixed_batch_nmse", row.mixed_batch.nmse))
         figure = f"NMSE {row.nmse.nmse:.2e}" if row.nmse.nmse is not None else "no NMSE"
         if problems:
-            cases.append(CaseResult(name, Status.FAILED, f"{name} on {where}: {', '.join(problems)}", classname=GATE, seconds=run.seconds))
+            cases.append(CaseResult(name, Status.FAILED, CONFIG_FAILED.format(config=name, where=where, problems=", ".join(problems)), classname=GATE, seconds=run.seconds))
         else:
-            extra = f"; {' and '.join(not_run)} not run on any device by this build" if not_run else ", roundtrip OK"
+            extra = NOT_RUN_ANYWHERE.format(columns=" and ".join(not_run)) if not_run else ROUNDTRIP_OK
             cases.append(CaseResult(name, Status.PASSED, f"{figure} <= {threshold:g}{extra}", classname=GATE, seconds=run.seconds))
     if run.returncode != 0 and all(c.status.ok for c in cases):
         cases.append(
             CaseResult(
                 f"{run.arch}.exit",
                 Status.FAILED,
-                f"{run.arch}: test-llama-archs exited {run.returncode} with every row of {where} OK: another device's row failed",
+                EXITED_ROWS_OK.format(arch=run.arch, code=run.returncode, where=where),
                 classname=GATE,
                 detail=run.output[-4000:],
             )
@@ -247,9 +264,9 @@ def judge(
         status = Status.PASSED
     passed = sum(c.status.ok for c in cases)
     worst = max((x for k, x in metrics if k.endswith(".nmse")), default=None)
-    summary = f"{status.value.upper()}: {passed}/{len(cases)} architecture configs OK on {device.name} ({', '.join(r.arch for r in runs)})"
+    summary = SUMMARY.format(verdict=status.value.upper(), passed=passed, configs=len(cases), device=device.name, archs=", ".join(r.arch for r in runs))
     if worst is not None:
-        summary += f", largest NMSE {worst:.2e} (threshold {threshold:g})"
+        summary += SUMMARY_LARGEST.format(nmse=worst, threshold=threshold)
     return GateResult(
         gate=GATE,
         status=status,

@@ -23,6 +23,13 @@ __all__ = ["DEFAULT_TIMEOUT", "GATE", "DirtyRule", "GateSpec", "judge", "judge_l
 
 DEFAULT_TIMEOUT = defaults.TIMEOUT
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+BAD_TIMEOUT = "--timeout {timeout:g}: must be more than 0 seconds"
+LOG_NOT_FOUND = "{flag} {path}: not found; give a saved test-backend-ops output"
+LOG_UNREADABLE = "{flag} {path}: cannot be read: {reason}; give a saved test-backend-ops output"
+CONSOLE_UNFINISHED = "not made: a console run did not finish"
+SAVED_LOG = "not made: judged from a saved console log"
+
 
 # -- the plan -------------------------------------------------------------------------------------------------
 
@@ -101,7 +108,7 @@ def run_gate(
     the same timeout or crash again.
     """
     if timeout <= 0:
-        raise ConfigError(f"--timeout {timeout:g}: must be more than 0 seconds")
+        raise ConfigError(BAD_TIMEOUT.format(timeout=timeout))
     spec = GateSpec.make(device, expected, pinned_commit, patched, build_key, dirty)
     run_plan = plan(binary, spec.device, [op for op, _ in spec.expected])
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -110,7 +117,7 @@ def run_gate(
         done, outcome, log_path = _execute(step, timeout, log_dir)
         runs.append(ConsoleRun(parse_console(done.output), outcome, step.op, str(log_path)))
     if any(r.outcome.killed for r in runs):
-        return judge(spec, runs, None, sql_not_made="not made: a console run did not finish")
+        return judge(spec, runs, None, sql_not_made=CONSOLE_UNFINISHED)
     done, outcome, log_path = _execute(run_plan.sql_step, timeout, log_dir)
     return judge(spec, runs, SqlRun(parse_sql(done.output), outcome, str(log_path)))
 
@@ -119,9 +126,9 @@ def _read(path: Path, what: str) -> str:
     try:
         return read_regular(path, LOG_LIMIT).decode("utf-8", errors="replace")
     except FileNotFoundError:
-        raise ConfigError(f"{what} {path}: not found; give a saved test-backend-ops output") from None
+        raise ConfigError(LOG_NOT_FOUND.format(flag=what, path=path)) from None
     except OSError as exc:
-        raise ConfigError(f"{what} {path}: cannot be read: {exc.strerror}; give a saved test-backend-ops output") from None
+        raise ConfigError(LOG_UNREADABLE.format(flag=what, path=path, reason=exc.strerror)) from None
 
 
 def judge_log(
@@ -143,6 +150,6 @@ def judge_log(
     spec = GateSpec.make(device, expected, pinned_commit, patched, build_key, dirty)
     run = ConsoleRun(parse_console(_read(path, "--from-log")), Outcome(), None, str(path))
     if sql_path is None:
-        return judge(spec, [run], None, sql_not_made="not made: judged from a saved console log")
+        return judge(spec, [run], None, sql_not_made=SAVED_LOG)
     sql = SqlRun(parse_sql(_read(sql_path, "--from-sql")), Outcome(), str(sql_path))
     return judge(spec, [run], sql)

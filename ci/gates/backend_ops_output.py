@@ -186,6 +186,8 @@ def _status_of(text: str) -> tuple[CaseMark, str] | None:
 
 
 LAST_WORDS = 40  # lines of trailing noise a report keeps
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+TAIL_CUT = "({before} lines before) ... | {shown}"
 # the first characters of every line the report's own regexes match, but a case's (which has "):"); ANSI stripped
 _STRUCTURE_STARTS = frozenset(" TBFO0123456789")
 
@@ -203,7 +205,7 @@ class _Tail:
 
     def text(self) -> str:
         shown = " | ".join(self.lines)
-        return shown if self.count <= LAST_WORDS else f"({self.count - LAST_WORDS} lines before) ... | {shown}"
+        return shown if self.count <= LAST_WORDS else TAIL_CUT.format(before=self.count - LAST_WORDS, shown=shown)
 
 
 def parse_console(text: str) -> ConsoleReport:

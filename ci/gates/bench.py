@@ -52,6 +52,28 @@ OWNED = {"-m": "the model is the bench's -m", "--model": "the model is the bench
          "--dry-run": "a dry run starts no server", "--profile": "the bench's --profile picks the build"}  # fmt: skip
 
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+NOT_NAME_ARGS = '--config "{text}": not NAME=ARGS (e.g. --config base= --config dflash="--dflash D.gguf")'
+CONFIG_UNSPLITTABLE = '--config {name}: "{args}": {reason}'
+OWNED_FLAG = "--config {name}: {flag} is not a config's to set ({why})"  # why: OWNED's
+SERVER_OWNED_FLAG = "--config {name}: {flag} after -- is not a config's to set ({why})"  # why: SERVER_OWNED's
+NO_CONFIG = 'no --config: give the baseline first, e.g. --config base= --config dflash="--dflash D.gguf"'
+CONFIG_TWICE = "--config {name}: given twice"
+AT_LEAST_ONE = "{flag} {value}: must be at least 1"
+BAD_WARMUP = "--warmup-tokens {value}: must be 0 (no warm-up) or more"
+PROMPT_TOO_LONG = "--prompt-tokens {tokens}: does not fit the context -c {context}; raise -c or lower --prompt-tokens"
+NO_MODEL = "-m {model}: no such file"
+SERVE_REFUSED = "--config {name}: 1bit serve: {line}"
+SERVER_NAME = "{config} (round {round})"  # a server's name in its messages
+NO_TIMINGS = "{server} server: the /completion answer has no timings"
+TIMINGS_LACK = "{server} server: the /completion answer's timings lack {phase}_n/_ms: {timings}"
+WROTE = "bench: wrote {path}"
+# the table: a CONFIG_COLUMN, then per metric a CELL, its CELL_INTERVAL, and CELL_CHANGE against the baseline
+CONFIG_COLUMN = "config"
+CELL = "{best:.1f} / {median:.1f}"
+CELL_INTERVAL = " [{low:.1f}-{high:.1f}]"
+CELL_CHANGE = " ({change:+.1f}%)"
+
 SERVER_OWNED = {"--host": "the bench listens on 127.0.0.1", "--port": "the bench picks free ports", "-m": "the model is the bench's -m",
                 "--model": "the model is the bench's -m", "--path": "the bench's server serves no files", "--api-key": "the bench talks to its own server"}  # fmt: skip
 
@@ -76,20 +98,20 @@ def parse_config(text: str) -> BenchConfig:
     """``NAME=ARGS`` (``base=`` is serve's defaults); a :class:`ConfigError` naming the config otherwise."""
     name, sep, rest = text.partition("=")
     if not sep or not name or not all(c.isalnum() or c in "-_." for c in name):
-        raise ConfigError(f'--config "{text}": not NAME=ARGS (e.g. --config base= --config dflash="--dflash D.gguf")')
+        raise ConfigError(NOT_NAME_ARGS.format(text=text))
     try:
         words = shlex.split(rest)
     except ValueError as exc:
-        raise ConfigError(f'--config {name}: "{rest}": {exc}') from None
+        raise ConfigError(CONFIG_UNSPLITTABLE.format(name=name, args=rest, reason=exc)) from None
     serve_options, extra = (words[: words.index("--")], words[words.index("--") + 1 :]) if "--" in words else (words, [])
     for word in serve_options:
         flag = word.split("=", 1)[0]
         if flag in OWNED:
-            raise ConfigError(f"--config {name}: {flag} is not a config's to set ({OWNED[flag]})")
+            raise ConfigError(OWNED_FLAG.format(name=name, flag=flag, why=OWNED[flag]))
     for word in extra:  # llama-server's own flags: where it listens and what it loads are the bench's
         flag = word.split("=", 1)[0]
         if flag in SERVER_OWNED:
-            raise ConfigError(f"--config {name}: {flag} after -- is not a config's to set ({SERVER_OWNED[flag]})")
+            raise ConfigError(SERVER_OWNED_FLAG.format(name=name, flag=flag, why=SERVER_OWNED[flag]))
     return BenchConfig(name, tuple(serve_options), tuple(extra))
 
 
@@ -140,7 +162,7 @@ class BenchPlan:
             serve_options=run.config.serve_options,
             extra=run.config.extra,
         )
-        return ServerLaunch(f"{run.config.name} (round {run.round})", argv, "127.0.0.1", port)
+        return ServerLaunch(SERVER_NAME.format(config=run.config.name, round=run.round), argv, "127.0.0.1", port)
 
     def prompt_body(self, ids: Sequence[int]) -> dict[str, Any]:
         """Prompt speed: the whole prompt each time (``cache_prompt`` false), one token generated."""
@@ -181,21 +203,21 @@ def plan(
     warmup_tokens: int = DEFAULT_WARMUP_TOKENS,
 ) -> BenchPlan:
     if not configs:
-        raise ConfigError('no --config: give the baseline first, e.g. --config base= --config dflash="--dflash D.gguf"')
+        raise ConfigError(NO_CONFIG)
     names = [c.name for c in configs]
     for name in names:
         if names.count(name) > 1:
-            raise ConfigError(f"--config {name}: given twice")
+            raise ConfigError(CONFIG_TWICE.format(name=name))
     for flag, value in (("--rounds", rounds), ("--prompt-reps", prompt_reps), ("--decode-reps", decode_reps),
                         ("--decode-tokens", decode_tokens), ("--prompt-tokens", prompt_tokens)):  # fmt: skip
         if value < 1:
-            raise ConfigError(f"{flag} {value}: must be at least 1")
+            raise ConfigError(AT_LEAST_ONE.format(flag=flag, value=value))
     if warmup_tokens < 0:
-        raise ConfigError(f"--warmup-tokens {warmup_tokens}: must be 0 (no warm-up) or more")
+        raise ConfigError(BAD_WARMUP.format(value=warmup_tokens))
     if prompt_tokens + 1 > context:
-        raise ConfigError(f"--prompt-tokens {prompt_tokens}: does not fit the context -c {context}; raise -c or lower --prompt-tokens")
+        raise ConfigError(PROMPT_TOO_LONG.format(tokens=prompt_tokens, context=context))
     if not model.is_file():
-        raise ConfigError(f"-m {model}: no such file")
+        raise ConfigError(NO_MODEL.format(model=model))
     if device == "auto" and llama_server.is_file():
         from ci.gates import devices
 
@@ -234,7 +256,7 @@ def check_configs(bench_plan: BenchPlan, applied: dict[str, tuple[str, ...]] | N
         try:
             serve([*args[:cut], "--dry-run", *args[cut:]], os.environ, Path.cwd(), out, io.StringIO())
         except ServeError as exc:
-            raise ConfigError(f"--config {config.name}: 1bit serve: {exc.line}") from None
+            raise ConfigError(SERVE_REFUSED.format(name=config.name, line=exc.line)) from None
         decided = json.loads(out.getvalue())
         argvs[config.name] = tuple(decided["argv"])
         applied[config.name] = tuple(decided.get("recipes", ()))
@@ -292,11 +314,11 @@ def sample_from(answer: Mapping[str, Any], run: Run, metric: str, rep: int, seco
     """One sample from a ``/completion`` answer's ``timings``; a :class:`ServerFailed` when they are missing."""
     t = answer.get("timings")
     if not isinstance(t, Mapping):
-        raise ServerFailed(f"{server} server: the /completion answer has no timings")
+        raise ServerFailed(NO_TIMINGS.format(server=server))
     prompt = metric == PROMPT
     tokens, ms = (t.get("prompt_n"), t.get("prompt_ms")) if prompt else (t.get("predicted_n"), t.get("predicted_ms"))
     if not isinstance(tokens, int) or not isinstance(ms, int | float) or ms <= 0:
-        raise ServerFailed(f"{server} server: the /completion answer's timings lack {'prompt' if prompt else 'predicted'}_n/_ms: {dict(t)}")
+        raise ServerFailed(TIMINGS_LACK.format(server=server, phase="prompt" if prompt else "predicted", timings=dict(t)))
     return Sample(run.round, run.config.name, metric, rep, tokens, float(ms), seconds, int(t.get("draft_n", 0)), int(t.get("draft_n_accepted", 0)))
 
 
@@ -395,10 +417,10 @@ class Figure:
     tokens_per_step: float | None = None  # generated tokens per target step (ci.gates.drafting), when anything was drafted  # the interquartile range and a bootstrap 95% interval of the median
 
     def cell(self) -> str:
-        text = f"{self.best:.1f} / {self.median:.1f}"
+        text = CELL.format(best=self.best, median=self.median)
         if self.spread is not None:
-            text += f" [{self.spread.low:.1f}-{self.spread.high:.1f}]"
-        return text if self.change_pct is None else f"{text} ({self.change_pct:+.1f}%)"
+            text += CELL_INTERVAL.format(low=self.spread.low, high=self.spread.high)
+        return text if self.change_pct is None else text + CELL_CHANGE.format(change=self.change_pct)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"best": round(self.best, 3), "median": round(self.median, 3), "samples": self.samples}
@@ -439,7 +461,7 @@ def summarise(bench_plan: BenchPlan, samples: Sequence[Sample]) -> tuple[Figure,
 
 def table(bench_plan: BenchPlan, figures: Sequence[Figure]) -> str:
     """The engine's table: a row per config, ``best / median [95% interval of the median]`` t/s per metric, the change against the baseline."""
-    rows = [["config", *bench_plan.metrics]]
+    rows = [[CONFIG_COLUMN, *bench_plan.metrics]]
     by = {(f.config, f.metric): f for f in figures}
     for config in bench_plan.configs:
         rows.append([config.name, *(by[(config.name, m)].cell() if (config.name, m) in by else "-" for m in bench_plan.metrics)])
@@ -502,7 +524,7 @@ def measure(
     say(out.getvalue().rstrip("\n"))
     if json_out is not None:
         write_json(json_out, to_json(result, figures))
-        say(f"bench: wrote {json_out}")
+        say(WROTE.format(path=json_out))
     svg = json_out.with_suffix(".svg") if json_out is not None else logs.parent / "bench.svg"
     drawn = chart(result, svg)
     say(f"bench: chart {drawn}" if drawn else f"bench: chart {NO_CHART}")

@@ -31,6 +31,21 @@ from ci.pin.claims import Check, Term
 GATE = names.PERF
 INCONCLUSIVE = "inconclusive: raise --rounds"
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+NO_SAMPLES = "{check}: no samples (did both configs run?)"
+# a check's message: FIGURE, then PASSES, FAILS or IS_INCONCLUSIVE, then REGRESSION when it dropped since the last release
+FIGURE = "{check} = {median:.3f} (95% interval {low:.3f}-{high:.3f}, {rounds} rounds) against the floor {floor:g}"
+PASSES = ": passes"
+FAILS = ": fails"
+IS_INCONCLUSIVE = ": " + INCONCLUSIVE
+REGRESSION = (
+    "; a regression: {median:.3f} at pin {pin} against {before:.3f} at the last release (pin {released}), "
+    "{change:+.1f}% beyond the {tolerance:g}% tolerance"
+)
+SUMMARY = "{verdict}: {held}/{checks} checks hold on {models}"
+SUMMARY_INCONCLUSIVE = ", {count} inconclusive"
+FLOOR_LABEL = "floor {floor:g}"  # the chart's floor line
+
 
 # -- the samples, per round --------------------------------------------------------------------------------------------
 
@@ -84,22 +99,21 @@ class Judged:
 
 def judge_check(check: Check, values: Sequence[float], released: Released | None, pin: str) -> Judged:
     if not values:
-        return Judged(check, (), None, Status.ERROR, f"{check.name}: no samples (did both configs run?)")
+        return Judged(check, (), None, Status.ERROR, NO_SAMPLES.format(check=check.name))
     s = spread(values)
-    figure = f"{check.name} = {s.median:.3f} (95% interval {s.low:.3f}-{s.high:.3f}, {s.n} rounds) against the floor {check.floor:g}"
+    figure = FIGURE.format(check=check.name, median=s.median, low=s.low, high=s.high, rounds=s.n, floor=check.floor)
     if s.low >= check.floor:
-        status, message = Status.PASSED, f"{figure}: passes"
+        status, message = Status.PASSED, figure + PASSES
     elif s.high < check.floor:
-        status, message = Status.FAILED, f"{figure}: fails"
+        status, message = Status.FAILED, figure + FAILS
     else:
-        status, message = Status.FAILED, f"{figure}: {INCONCLUSIVE}"
+        status, message = Status.FAILED, figure + IS_INCONCLUSIVE
     if released is not None and check.name in released.medians:
         before = released.medians[check.name]
         if before > 0 and s.median < before * (1 - check.tolerance):
             status = Status.FAILED
-            message += (
-                f"; a regression: {s.median:.3f} at pin {pin[:7]} against {before:.3f} at the last release (pin {released.pin[:7]}), "
-                f"{100 * (s.median / before - 1):+.1f}% beyond the {100 * check.tolerance:g}% tolerance"
+            message += REGRESSION.format(
+                median=s.median, pin=pin[:7], before=before, released=released.pin[:7], change=100 * (s.median / before - 1), tolerance=100 * check.tolerance
             )
     return Judged(check, tuple(values), s, status, message, inconclusive=message.endswith(INCONCLUSIVE))
 
@@ -135,7 +149,8 @@ def result(judged: Sequence[Judged], released: Released | None, pin: str, models
     problems = tuple(j.message for j in judged if not j.status.ok)
     status = Status.PASSED if judged and all(j.status.ok for j in judged) else (Status.ERROR if any(j.status is Status.ERROR for j in judged) else Status.FAILED)
     inconclusive = sum(j.inconclusive for j in judged)
-    summary = f"{status.value.upper()}: {sum(j.status.ok for j in judged)}/{len(judged)} checks hold on {models}" + (f", {inconclusive} inconclusive" if inconclusive else "")
+    summary = SUMMARY.format(verdict=status.value.upper(), held=sum(j.status.ok for j in judged), checks=len(judged), models=models)
+    summary += SUMMARY_INCONCLUSIVE.format(count=inconclusive) if inconclusive else ""
     metrics: list[tuple[str, float]] = []
     for j in judged:
         if j.spread is not None:
@@ -165,7 +180,7 @@ def chart(judged: Sequence[Judged], path: Path, title: str) -> Path | None:
         if j.spread is not None:
             ax.errorbar([0.3], [j.spread.median], yerr=[[j.spread.median - j.spread.low], [j.spread.high - j.spread.median]],
                         fmt="o", color=colour, capsize=4, label="median, 95% interval")  # fmt: skip
-        ax.axhline(j.check.floor, color="black", linestyle="--", linewidth=1, label=f"floor {j.check.floor:g}")
+        ax.axhline(j.check.floor, color="black", linestyle="--", linewidth=1, label=FLOOR_LABEL.format(floor=j.check.floor))
         ax.set_xlim(-0.5, 0.7)
         ax.set_xticks([])
         ax.set_title(f"{j.check.name}\n{j.status.value}", fontsize=8, color=colour)

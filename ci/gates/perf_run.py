@@ -15,6 +15,9 @@ from ci.gates.results import GateResult, case_counts
 from ci.gates.target import BuildUnderTest, GateOptions, equivalence_models
 from ci.schema import load_json
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+CHART_TITLE = "perf: {profile}, pin {pin}, {models} ({rounds} rounds)"
+
 
 def run(target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
     t0 = time.monotonic()
@@ -34,7 +37,7 @@ def run(target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
         return measure(model, drafter, server, device, rounds, tiny, out, next(runs))
 
     judged, _, rounds = perf.judge_settled(checks, measure_rounds, options.rounds, released, manifest.pin_commit)
-    title = f"perf: {manifest.profile}, pin {manifest.pin_commit[:7]}, {models} ({rounds} rounds)"
+    title = CHART_TITLE.format(profile=manifest.profile, pin=manifest.pin_commit[:7], models=models, rounds=rounds)
     drawn = perf.chart(judged, out / "perf.svg", title)
     result = perf.result(judged, released, manifest.pin_commit, models, time.monotonic() - t0)
     chart = str(out / "perf.svg") if drawn else bench.NO_CHART

@@ -15,6 +15,9 @@ from typing import Any
 
 from ci.files import write_atomic
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+VERDICT_CASE = "gate verdict"  # the JUnit test case that carries a failed verdict whose every case passed
+
 
 class Status(Enum):
     PASSED = "passed"
@@ -130,7 +133,7 @@ def write_junit(path: Path, results: Iterable[GateResult], extra_properties: Map
             suite.add_testcase(tc)
         if not result.ok and not any(c.status in (Status.FAILED, Status.ERROR) for c in result.cases):
             # a gate can fail with every case passing (too few cases ran): the verdict must show in JUnit too
-            tc = TestCase("gate verdict", classname=result.gate)
+            tc = TestCase(VERDICT_CASE, classname=result.gate)
             tc.result = [Failure(xml_safe("; ".join(result.problems) or result.summary))]
             suite.add_testcase(tc)
         suite.update_statistics()

@@ -40,6 +40,30 @@ GATE = names.SELFTEST
 FAULTS = "faults.yaml"
 ALL = "all"
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+NOT_A_GATE = '"{gate}" is not a gate: {known}'
+NOT_A_FAULT_ID = '"{id}" is not a fault id ({why})'
+NOT_ANOTHER_GATE = '"{gate}" is not another gate: {known}'
+ID_TWICE = 'the id "{id}" is given twice'
+NOT_A_FLAG = "is not true or false"
+NOT_JUDGED = "not judged: {blocked}; make it pass first"  # each blocking gate a BLOCKED_BY, joined by "; "
+BLOCKED_BY = "{gate} fails the unplanted build ({record})"
+STALE_MISSING = "stale fault: {file} does not exist at the pin"
+STALE_NO_MATCH = "stale fault: {file} has no match for {anchor!r}"
+STALE_MATCHES = "stale fault: {file} has {count} matches for {anchor!r}; make the search unique"
+FAULT_TIMEOUT_NOT_POSITIVE = "--fault-timeout {timeout:g}: must be more than 0 seconds"
+FAULT_SAYS = "gate_selftest: {fault}: {what}"
+ENDED_AT_TIMEOUT = "ended after {timeout:g} s (--fault-timeout) before {missing} finished; its run's last line: {last}"
+GOT_STALE = "stale"
+GOT_NOT_RUN = "not run"
+GOT_GATE = "{gate} {status}"  # a fault whose gates gave different verdicts: each gate's, joined by ", "
+MISSED_BY = " (missed by {gates})"
+MISSED_BY_PASSED = ", {gates} passed"
+# the summary: SUMMARY, then SUMMARY_TIMES, then SUMMARY_SLOWEST when a fault ran
+SUMMARY = "{verdict}: {caught}/{faults} faults caught by their gates, {benign}/{benigns} benign edits passed every gate"
+SUMMARY_TIMES = "; {seconds:.1f} s in all, {width} at a time"
+SUMMARY_SLOWEST = ", {ratio:.2f}x the slowest fault ({slowest:.1f} s)"
+
 
 @dataclass(frozen=True)
 class Fault:
@@ -88,13 +112,13 @@ def load_faults(path: Path | None = None) -> tuple[Fault, ...]:
         gate = s.string("gate")
         known = (*registry.plantable(), ALL)
         if gate not in known:
-            raise s.error(f'"{gate}" is not a gate: {", ".join(known)}', "gate")
+            raise s.error(NOT_A_GATE.format(gate=gate, known=", ".join(known)), "gate")
         expect = s.string("expect")
         if expect not in ("failed", "error", "passed"):
             raise s.error(f'"{expect}" is not failed or error (caught) nor passed (benign)', "expect")
         fault_id = s.string("id")
         if (why := id_problem(fault_id)) is not None:
-            raise s.error(f'"{fault_id}" is not a fault id ({why})', "id")
+            raise s.error(NOT_A_FAULT_ID.format(id=fault_id, why=why), "id")
         fault = Fault(
             id=fault_id,
             file=s.string("file"),
@@ -109,14 +133,14 @@ def load_faults(path: Path | None = None) -> tuple[Fault, ...]:
         )
         for j, other in enumerate(fault.missed_by):
             if other not in known or other in (ALL, gate):
-                raise s.error(f'"{other}" is not another gate: {", ".join(g for g in known if g not in (ALL, gate))}', f"missed_by[{j}]")
+                raise s.error(NOT_ANOTHER_GATE.format(gate=other, known=", ".join(g for g in known if g not in (ALL, gate))), f"missed_by[{j}]")
         s.done()
         if (why := relative_problem(fault.file)) is not None:
             raise s.error(f'"{fault.file}": {why}', "file")
         if fault.search == fault.replace:
             raise s.error("search and replace are the same: that plants nothing")
         if fault.id in {f.id for f in faults}:
-            raise s.error(f'the id "{fault.id}" is given twice', "id")
+            raise s.error(ID_TWICE.format(id=fault.id), "id")
         faults.append(fault)
     top.done()
     return tuple(faults)
@@ -129,13 +153,13 @@ def unjudged(fault: Fault, failing: Mapping[str, str]) -> str | None:
     blocked = [g for g in fault.gates if g in failing and not fault.fixes]
     if not blocked:
         return None
-    return "not judged: " + "; ".join(f"{g} fails the unplanted build ({failing[g]})" for g in blocked) + "; make it pass first"
+    return NOT_JUDGED.format(blocked="; ".join(BLOCKED_BY.format(gate=g, record=failing[g]) for g in blocked))
 
 
 def _flag(s: Section, name: str) -> bool:
     value = s._get(name, False)
     if value is not True and value is not False and s.has(name):
-        raise s.error("is not true or false", name)
+        raise s.error(NOT_A_FLAG, name)
     return value is True
 
 
@@ -156,12 +180,12 @@ def committed_faults_sha256(profile: str) -> str:
 def stale(fault: Fault, text: str | None) -> str | None:
     """Why ``fault`` no longer applies to ``text`` (the file at pin + series; None: no such file), or None."""
     if text is None:
-        return f"stale fault: {fault.file} does not exist at the pin"
+        return STALE_MISSING.format(file=fault.file)
     n = text.count(fault.search)
     if n == 0:
-        return f"stale fault: {fault.file} has no match for {fault.anchor()!r}"
+        return STALE_NO_MATCH.format(file=fault.file, anchor=fault.anchor())
     if n > 1:
-        return f"stale fault: {fault.file} has {n} matches for {fault.anchor()!r}; make the search unique"
+        return STALE_MATCHES.format(file=fault.file, count=n, anchor=fault.anchor())
     return None
 
 
@@ -262,11 +286,11 @@ class Outcome:
     @property
     def got_text(self) -> str:
         if self.stale:
-            return "stale"
+            return GOT_STALE
         if not self.got:
-            return "not run"
+            return GOT_NOT_RUN
         values = {s.value for s in self.got.values()}
-        return values.pop() if len(values) == 1 else ", ".join(f"{g} {s.value}" for g, s in self.got.items())
+        return values.pop() if len(values) == 1 else ", ".join(GOT_GATE.format(gate=g, status=s.value) for g, s in self.got.items())
 
 
 def selftest(
@@ -298,12 +322,12 @@ def selftest(
     if jobs < 0:
         raise ConfigError(f"--jobs {jobs}: must be 0 (a fault per 4 cores) or more")
     if not timeout > 0:
-        raise ConfigError(f"--fault-timeout {timeout:g}: must be more than 0 seconds")
+        raise ConfigError(FAULT_TIMEOUT_NOT_POSITIVE.format(timeout=timeout))
     root = project_root / "build" / "selftest" / profile
     outcomes: dict[str, Outcome] = {}
     for fault in faults:
         if (why := unjudged(fault, failing or {})) is not None:
-            say(f"gate_selftest: {fault.id}: {why}")
+            say(FAULT_SAYS.format(fault=fault.id, what=why))
             outcomes[fault.id] = Outcome(fault, {}, why, 0.0)
     to_plant = [f for f in faults if f.id not in outcomes]
     texts = files_at(source.gitdir, Git(source.gitdir, source.workdir).write_tree(), [f.file for f in to_plant]) if to_plant else {}
@@ -311,7 +335,7 @@ def selftest(
     for fault in to_plant:
         why = stale(fault, texts[fault.file])
         if why is not None:
-            say(f"gate_selftest: {fault.id}: {why}")
+            say(FAULT_SAYS.format(fault=fault.id, what=why))
             outcomes[fault.id] = Outcome(fault, {}, why, 0.0, stale=True)
             continue
         trials.append(plant(source.workdir, build_dir, fault, root))
@@ -382,7 +406,7 @@ def _outcome(fault: Fault, trial: Trial, code: int, output: str, seconds: float,
         tail = [ln for ln in output.strip().splitlines() if ln.strip()][-1:] or [f"exit status {code}"]
         if timed_out is not None:
             missing = ", ".join(g for g in fault.gates if g not in got)
-            problem = f"ended after {timed_out:g} s (--fault-timeout) before {missing} finished; its run's last line: {tail[0]}"
+            problem = ENDED_AT_TIMEOUT.format(timeout=timed_out, missing=missing, last=tail[0])
         else:
             problem = problem or f"the fault's run stopped before its gates finished: {tail[0]}"
     rebuild = float(load_json(trial.work / "rebuild.json")["seconds"]) if (trial.work / "rebuild.json").is_file() else 0.0
@@ -405,8 +429,8 @@ def _result(key: str, outcomes: Sequence[Outcome], seconds: float, width: int = 
     benigns = sum(o.fault.expect is Status.PASSED for o in outcomes)
     status = Status.PASSED if all(o.ok for o in outcomes) else Status.FAILED
     slowest = max((o.seconds for o in outcomes), default=0.0)
-    summary = f"{status.value.upper()}: {caught}/{faults} faults caught by their gates, {benign}/{benigns} benign edits passed every gate"
-    summary += f"; {seconds:.1f} s in all, {width} at a time" + (f", {seconds / slowest:.2f}x the slowest fault ({slowest:.1f} s)" if slowest else "")
+    summary = SUMMARY.format(verdict=status.value.upper(), caught=caught, faults=faults, benign=benign, benigns=benigns)
+    summary += SUMMARY_TIMES.format(seconds=seconds, width=width) + (SUMMARY_SLOWEST.format(ratio=seconds / slowest, slowest=slowest) if slowest else "")
     metrics = tuple((f"{o.fault.id}.seconds", round(o.seconds, 1)) for o in outcomes) + tuple((f"{o.fault.id}.rebuild_seconds", o.rebuild) for o in outcomes)
     metrics += (("slowest_fault_seconds", round(slowest, 1)), ("parallel", width))
     return GateResult(GATE, status, summary, tuple(cases), tuple(problems), case_counts(cases), (("build_key", key),), metrics, seconds)
@@ -415,8 +439,8 @@ def _result(key: str, outcomes: Sequence[Outcome], seconds: float, width: int = 
 def table(outcomes: Sequence[Outcome]) -> str:
     rows = [("fault", "gate", "expected", "got", "seconds", "first problem")]
     for o in outcomes:
-        gate = o.fault.gate + (f" (missed by {', '.join(o.fault.missed_by)})" if o.fault.missed_by else "")
-        expected = o.fault.expect.value + (f", {', '.join(o.fault.missed_by)} passed" if o.fault.missed_by else "")
+        gate = o.fault.gate + (MISSED_BY.format(gates=", ".join(o.fault.missed_by)) if o.fault.missed_by else "")
+        expected = o.fault.expect.value + (MISSED_BY_PASSED.format(gates=", ".join(o.fault.missed_by)) if o.fault.missed_by else "")
         rows.append((o.fault.id, gate, expected, o.got_text + ("" if o.ok else " (!)"), f"{o.seconds:.1f}", o.problem))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1] for r in rows)

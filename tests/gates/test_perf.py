@@ -11,6 +11,7 @@ from ci.errors import ConfigError
 from ci.gates import bench, perf
 from ci.gates.results import GateResult, Status
 from ci.pin import claims
+from tests.support.messages import pattern, said
 
 
 def sample(r: int, config: str, metric: str, tps: float, tokens: int, draft_n: int = 0, draft_n_accepted: int = 0, draft_max: int = 0) -> bench.Sample:
@@ -39,8 +40,7 @@ def test_a_ratio_above_its_floor_passes_with_its_interval() -> None:
     result = judge([c], samples([100, 102, 98, 101, 99], [300, 310, 295, 305, 290]), None, "a" * 40, "release models", 1.0)
     assert result.status is Status.PASSED
     (case,) = result.cases
-    assert case.message.startswith("decode(draft, code) / decode(base, code) = 3.010 (95% interval ")
-    assert case.message.endswith("5 rounds) against the floor 2.5: passes")
+    assert pattern(perf.FIGURE + perf.PASSES, check="decode(draft, code) / decode(base, code)", median=3.010, rounds=5, floor=2.5).fullmatch(case.message)
     m = dict(result.metrics)
     assert m["decode(draft, code) / decode(base, code).round1"] == 3.0  # every sample kept
 
@@ -49,11 +49,11 @@ def test_below_fails_and_straddling_is_inconclusive() -> None:
     c = check("decode(draft, code) / decode(base, code) >= 2.5")
     low = judge([c], samples([100] * 5, [200, 210, 190, 205, 195]), None, "a" * 40, "x", 1.0)
     assert low.status is Status.FAILED
-    assert low.cases[0].message.endswith(": fails")
+    assert low.cases[0].message.endswith(perf.FAILS)
     noisy = judge([c], samples([100] * 5, [200, 300, 240, 260, 280]), None, "a" * 40, "x", 1.0)
     assert noisy.status is Status.FAILED
-    assert noisy.cases[0].message.endswith(": inconclusive: raise --rounds")
-    assert "1 inconclusive" in noisy.summary
+    assert noisy.cases[0].message.endswith(perf.IS_INCONCLUSIVE)
+    assert noisy.summary.endswith(perf.SUMMARY_INCONCLUSIVE.format(count=1))
 
 
 def test_tokens_per_step_and_a_regression_against_the_last_release() -> None:
@@ -63,8 +63,8 @@ def test_tokens_per_step_and_a_regression_against_the_last_release() -> None:
     result = judge([c], now, released, "c" * 40, "release models", 1.0)
     assert result.status is Status.FAILED
     msg = result.cases[0].message
-    assert "= 5.447" in msg
-    assert "a regression: 5.447 at pin ccccccc against 6.700 at the last release (pin bbbbbbb), -18.7% beyond the 10% tolerance" in msg
+    assert said(perf.FIGURE, msg, check="tokens_per_step(draft, code)", median=5.447)
+    assert perf.REGRESSION.format(median=5.447, pin="ccccccc", before=6.7, released="bbbbbbb", change=-18.7, tolerance=10) in msg
     assert judge([c], now, perf.Released("b" * 40, {"tokens_per_step(draft, code)": 5.5}), "c" * 40, "x", 1.0).ok
 
 
@@ -122,7 +122,7 @@ def test_the_chart_shows_each_judged_check_with_its_floor_and_title(tmp_path: Pa
     drawn = perf.chart(judged, tmp_path / "perf.svg", "perf: cpu, pin aaaaaaa, tiny generated models only (5 rounds)")
     assert drawn == tmp_path / "perf.svg"
     svg = drawn.read_text()
-    for text in ("perf: cpu, pin aaaaaaa", "floor 2.5", "decode(draft, code) / decode(base, code)", "passed"):
+    for text in ("perf: cpu, pin aaaaaaa", perf.FLOOR_LABEL.format(floor=2.5), "decode(draft, code) / decode(base, code)", "passed"):
         assert text in svg
 
 

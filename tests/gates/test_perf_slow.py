@@ -9,11 +9,12 @@ from collections.abc import Callable
 
 import pytest
 
-from ci.gates import bench, equivalence, perf
+from ci.gates import bench, equivalence, perf, perf_run
 from ci.gates.results import GateResult, Status
 from ci.pin import claims, pins
 from ci.release import ledger
 from tests.support.build import build_cpu, manifest, stand_in_flags
+from tests.support.messages import said
 from tests.support.project import Project
 
 pytestmark = pytest.mark.slow
@@ -86,8 +87,8 @@ def test_a_drafter_whose_every_draft_is_rejected_fails(perf_project: Project) ->
     code, printed, _ = perf_gate(perf_project, "--model", str(target), "--drafter", str(random_drafter))
     assert code == 7, printed
     # the random drafter's drafts are all but never accepted: about one token per step, against the floor 3.5
-    assert "tokens_per_step(draft, code) = 1.0" in printed
-    assert "against the floor 3.5: fails" in printed
+    about_one = perf.FIGURE.replace("{median:.3f}", "1.0{median}")  # a median of 1.0-something
+    assert said(about_one + perf.FAILS, printed, check="tokens_per_step(draft, code)", floor=3.5)
 
 
 def test_a_floor_inside_the_interval_is_inconclusive_not_a_pass(perf_project: Project) -> None:
@@ -103,7 +104,7 @@ def test_a_floor_inside_the_interval_is_inconclusive_not_a_pass(perf_project: Pr
         claims.parse_check(f"prompt(draft) / prompt(base) >= {median}", "its own median", 0.1, "test"), values, None, "c0ffee0"
     )
     assert judged.status is Status.FAILED
-    assert judged.message.endswith("inconclusive: raise --rounds")
+    assert judged.message.endswith(perf.IS_INCONCLUSIVE)
 
 
 def test_a_drop_against_the_last_release_fails_with_both_figures_and_pins(perf_project: Project) -> None:
@@ -120,12 +121,12 @@ def test_a_drop_against_the_last_release_fails_with_both_figures_and_pins(perf_p
     ledger.append(book, GateResult("ship", Status.PASSED, "shipped", properties=(("release", "old.release.json"),)), before)
     code, printed, result = perf_gate(perf_project)
     assert code == 7, printed
-    assert "a regression: 4." in printed
-    assert "against 10.000 at the last release (pin b82c8b8)" in printed
+    about_four = perf.REGRESSION.replace("{median:.3f}", "4.{median}")  # a median of 4-something
+    assert said(about_four, printed, before=10.0, released="b82c8b8")
     props = result["properties"]
     assert isinstance(props, dict)
     assert (props["models"], props["pin"], props["released_pin"]) == (equivalence.TINY_MODELS, manifest(perf_project)["pin"]["commit"], old_pin)
     # the chart is drawn with the plot extra (the tests install it), titled, with the floors
     chart = perf_project.root / "build" / "results" / manifest(perf_project)["key"][:12] / "perf.svg"
     assert props["chart"] == str(chart)
-    assert f"perf: cpu, pin {manifest(perf_project)['pin']['commit'][:7]}" in chart.read_text()
+    assert said(perf_run.CHART_TITLE, chart.read_text(), profile="cpu", pin=manifest(perf_project)["pin"]["commit"][:7], models=equivalence.TINY_MODELS)

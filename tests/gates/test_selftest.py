@@ -6,17 +6,20 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 
+from ci.commands import gate_selftest
 from ci.errors import ConfigError
 from ci.gates import selftest
 from ci.gates.results import Status
 from ci.release import ledger
 from tests.support.build import build_cpu, stand_in_flags
+from tests.support.messages import pattern, said
 from tests.support.project import Project
 
 FAULTS = """\
@@ -71,6 +74,10 @@ faults:
 """
 
 
+# the verdict line: the summary's counts, then its timings (any text) and the ledger line
+VERDICT = gate_selftest.VERDICT_LINE.format(summary=selftest.SUMMARY + "{timings}", line="{line}")
+
+
 def tree_digest(path: Path) -> str:
     h = hashlib.sha256()
     for p in sorted(path.rglob("*")):
@@ -96,7 +103,8 @@ def test_caught_stale_and_benign_on_the_fixture_fork(
     assert (tree_digest(project.submodule), tree_digest(project.root / "build" / "cpu")) == before  # the user's tree and build untouched
     assert r.code == 7, r.out + r.err  # the stale fault is not as expected
     lines = r.out.splitlines()
-    assert "gate_selftest: moved-away: stale fault: ggml/ggml.c has no match for 'return ggml_old_name();'" in lines
+    stale = selftest.STALE_NO_MATCH.format(file="ggml/ggml.c", anchor="return ggml_old_name();")
+    assert selftest.FAULT_SAYS.format(fault="moved-away", what=stale) in lines
     row = {
         ln.split()[0]: ln.split()
         for ln in lines
@@ -105,8 +113,8 @@ def test_caught_stale_and_benign_on_the_fixture_fork(
     assert row["answer-off-by-one"][1:4] == ["backend_ops", "failed", "failed"]
     assert row["comment"][1:4] == ["all", "passed", "passed"]
     assert row["cmake-comment"][1:4] == ["all", "passed", "passed"]  # planted, configured again, -dirty: judged as planted
-    assert row["moved-away"][3] == "stale"
-    assert "gate_selftest: FAILED: 1/2 faults caught by their gates, 2/2 benign edits passed every gate" in r.out
+    assert row["moved-away"][3] == selftest.GOT_STALE
+    assert said(VERDICT, r.out, verdict="FAILED", caught=1, faults=2, benign=2, benigns=2)
     assert "-dirty" in (project.root / "build" / "selftest" / "cpu" / "cmake-comment" / "gates" / "backend_ops.json").read_text()
     for fault in ("answer-off-by-one", "comment", "cmake-comment"):  # the copies are gone once judged; the records stay
         work = project.root / "build" / "selftest" / "cpu" / fault
@@ -130,16 +138,17 @@ def test_caught_stale_and_benign_on_the_fixture_fork(
     r = project.ci("gate-selftest", "--profile", "cpu", "--faults", str(faults), "--fault", "answer-off-by-one", "--keep")
     assert r.code == 0, r.out + r.err
     assert (project.root / "build" / "selftest" / "cpu" / "answer-off-by-one" / "src" / "ggml" / "ggml.c").is_file()  # --keep
-    assert "gate_selftest: PASSED: 1/1 faults caught by their gates, 0/0 benign edits passed every gate" in r.out
+    assert said(VERDICT, r.out, verdict="PASSED", caught=1, faults=1, benign=0, benigns=0)
 
 
 def test_faults_file_errors_are_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "faults.yaml"
     bad.write_text(FAULTS.replace("gate: backend_ops", "gate: backendops", 1))
-    with pytest.raises(ConfigError, match=r'faults\[0\]\.gate: "backendops" is not a gate: backend_ops, equivalence, archs, all'):
+    not_a_gate = selftest.NOT_A_GATE.format(gate="backendops", known="backend_ops, equivalence, archs, all")
+    with pytest.raises(ConfigError, match=re.escape(f"faults[0].gate: {not_a_gate}")):
         selftest.load_faults(bad)
     bad.write_text(FAULTS.replace("id: comment\n", "id: answer-off-by-one\n"))
-    with pytest.raises(ConfigError, match=r'faults\[2\]\.id: the id "answer-off-by-one" is given twice'):
+    with pytest.raises(ConfigError, match=re.escape("faults[2].id: " + selftest.ID_TWICE.format(id="answer-off-by-one"))):
         selftest.load_faults(bad)
 
 
@@ -149,8 +158,9 @@ def test_a_fault_id_that_is_a_path_is_refused(tmp_path: Path, fault_id: str) -> 
     once had a directory outside the checkout deleted (issue 24)."""
     bad = tmp_path / "faults.yaml"
     bad.write_text(FAULTS.replace("id: comment\n", f"id: {json.dumps(fault_id)}\n"))
-    with pytest.raises(ConfigError, match=r"faults\[2\]\.id: .* is not a fault id \(letters, digits"):
+    with pytest.raises(ConfigError, match=pattern("faults[2].id: " + selftest.NOT_A_FAULT_ID, id=fault_id)) as exc:
         selftest.load_faults(bad)
+    assert "is not a fault id (letters, digits" in str(exc.value)  # why: ci.places says it
 
 
 def test_the_committed_faults_aim_at_the_real_forks_files() -> None:
@@ -166,11 +176,11 @@ def test_the_committed_faults_aim_at_the_real_forks_files() -> None:
 
 def test_a_stale_fault_is_named_with_its_anchor() -> None:
     (fault,) = [f for f in selftest.load_faults() if f.id == "cuda-gdn-decay"]
-    assert selftest.stale(fault, "no kernel here") == f"stale fault: {fault.file} has no match for '{fault.search}'"
+    assert selftest.stale(fault, "no kernel here") == selftest.STALE_NO_MATCH.format(file=fault.file, anchor=fault.search)
     twice = selftest.stale(fault, fault.search + fault.search)
     assert twice is not None
-    assert twice.startswith(f"stale fault: {fault.file} has 2 matches")
-    assert selftest.stale(fault, None) == f"stale fault: {fault.file} does not exist at the pin"
+    assert pattern(selftest.STALE_MATCHES, file=fault.file, count=2).match(twice)
+    assert selftest.stale(fault, None) == selftest.STALE_MISSING.format(file=fault.file)
     assert selftest.stale(fault, "x" + fault.search + "y") is None
 
 
@@ -182,17 +192,19 @@ def test_missed_by_runs_the_older_checks_too_and_wants_them_passed(tmp_path: Pat
     failed, passed = Status.FAILED, Status.PASSED
     caught = selftest.Outcome(fault, {"equivalence": failed, "backend_ops": passed, "archs": passed}, "", 1.0)
     assert caught.ok
-    assert caught.got_text == "equivalence failed, backend_ops passed, archs passed"
+    got = (("equivalence", "failed"), ("backend_ops", "passed"), ("archs", "passed"))
+    assert caught.got_text == ", ".join(selftest.GOT_GATE.format(gate=g, status=s) for g, s in got)
     assert not selftest.Outcome(
         fault, {"equivalence": failed, "backend_ops": failed, "archs": passed}, "", 1.0
     ).ok  # an old check caught it
     assert not selftest.Outcome(fault, {"equivalence": passed, "backend_ops": passed, "archs": passed}, "", 1.0).ok
     row = selftest.table([caught]).splitlines()[-1]
-    assert "equivalence (missed by backend_ops, archs)" in row
-    assert "failed, backend_ops, archs passed" in row
+    assert "equivalence" + selftest.MISSED_BY.format(gates="backend_ops, archs") in row
+    assert "failed" + selftest.MISSED_BY_PASSED.format(gates="backend_ops, archs") in row
     bad = tmp_path / "faults.yaml"
     bad.write_text(FAULTS.replace("    gate: backend_ops\n", "    gate: backend_ops\n    missed_by: [backend_ops]\n", 1))
-    with pytest.raises(ConfigError, match=r'faults\[0\]\.missed_by\[0\]: "backend_ops" is not another gate: equivalence, archs'):
+    not_another = selftest.NOT_ANOTHER_GATE.format(gate="backend_ops", known="equivalence, archs")
+    with pytest.raises(ConfigError, match=re.escape(f"faults[0].missed_by[0]: {not_another}")):
         selftest.load_faults(bad)
     # a run that stopped after the old checks passed judged only part of the fault: never as expected
     assert not selftest.Outcome(fault, {"backend_ops": passed, "archs": passed}, "", 1.0).ok
@@ -221,14 +233,11 @@ def test_a_fault_run_that_never_ends_is_ended_at_the_timeout_with_its_tree_stand
         assert psutil.Process(child).status() == psutil.STATUS_ZOMBIE
     o = selftest._outcome(fault, trial, code, output, seconds, 1.0)
     assert not o.ok
-    assert (
-        o.problem
-        == "ended after 1 s (--fault-timeout) before equivalence, archs finished; its run's last line: equivalence: near: code: started"
-    )
+    assert o.problem == selftest.ENDED_AT_TIMEOUT.format(timeout=1.0, missing="equivalence, archs", last="equivalence: near: code: started")
 
 
 def test_a_fault_timeout_that_is_not_positive_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"^--fault-timeout 0: must be more than 0 seconds$"):
+    with pytest.raises(ConfigError, match=f"^{re.escape(selftest.FAULT_TIMEOUT_NOT_POSITIVE.format(timeout=0))}$"):
         selftest.selftest("k", None, tmp_path, tmp_path, "cpu", None, ["cpu-gdn-snapshot-slot"], print, timeout=0)  # type: ignore[arg-type]
 
 
@@ -263,19 +272,19 @@ def test_a_fault_whose_gate_fails_the_unplanted_build_is_not_judged_unless_it_is
     fault, fix = selftest.load_faults(path)
     assert (fault.fixes, fix.fixes) == (False, True)
     failing = {"equivalence": "failed: build/results/ledger.jsonl line 4"}
-    assert selftest.unjudged(fault, failing) == (
-        "not judged: equivalence fails the unplanted build (failed: build/results/ledger.jsonl line 4); make it pass first"
-    )
+    blocked = selftest.BLOCKED_BY.format(gate="equivalence", record="failed: build/results/ledger.jsonl line 4")
+    assert selftest.unjudged(fault, failing) == selftest.NOT_JUDGED.format(blocked=blocked)
     assert selftest.unjudged(fix, failing) is None
-    assert selftest.unjudged(fault, {"backend_ops": "error: x"}) == "not judged: backend_ops fails the unplanted build (error: x); make it pass first"
+    blocked = selftest.BLOCKED_BY.format(gate="backend_ops", record="error: x")
+    assert selftest.unjudged(fault, {"backend_ops": "error: x"}) == selftest.NOT_JUDGED.format(blocked=blocked)
     assert selftest.unjudged(fault, {}) is None
-    said: list[str] = []  # every fault blocked: nothing is read from a source, nothing planted
-    result, shown = selftest.selftest("k" * 64, None, tmp_path, tmp_path, "cpu", path, ["snapshot-slot"], said.append, failing=failing)  # type: ignore[arg-type]
-    assert (result.status, said) == (Status.FAILED, [f"gate_selftest: snapshot-slot: {selftest.unjudged(fault, failing)}"])
-    assert "not run" in shown
+    told: list[str] = []  # every fault blocked: nothing is read from a source, nothing planted
+    result, shown = selftest.selftest("k" * 64, None, tmp_path, tmp_path, "cpu", path, ["snapshot-slot"], told.append, failing=failing)  # type: ignore[arg-type]
+    assert (result.status, told) == (Status.FAILED, [selftest.FAULT_SAYS.format(fault="snapshot-slot", what=selftest.unjudged(fault, failing))])
+    assert selftest.GOT_NOT_RUN in shown
     assert not (tmp_path / "build").exists()
     path.write_text(PIN_FAILS.replace("    fixes: true\n", "    fixes: yes please\n"))
-    with pytest.raises(ConfigError, match=r"faults\[1\]\.fixes: is not true or false"):
+    with pytest.raises(ConfigError, match=re.escape("faults[1].fixes: " + selftest.NOT_A_FLAG)):
         selftest.load_faults(path)
 
 
@@ -293,4 +302,5 @@ def test_the_unplanted_builds_failing_gates_come_from_its_newest_records(tmp_pat
     ledger.append(book, GateResult("backend_ops", Status.FAILED, "f"), ctx)
     ledger.append(book, GateResult("backend_ops", Status.PASSED, "p"), ctx)
     ledger.append(book, GateResult("archs", Status.ERROR, "e"), other)  # another build's
-    assert unplanted_failures(book, "k" * 64, tmp_path) == {"equivalence": "failed: build/results/ledger.jsonl line 2"}
+    record = gate_selftest.FAILING_RECORD.format(verdict="failed", ledger="build/results/ledger.jsonl", line=2)
+    assert unplanted_failures(book, "k" * 64, tmp_path) == {"equivalence": record}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ci.errors import ConfigError
+from ci.gates import backend_ops_judge as judging
 from ci.gates.backend_ops import GateSpec, plan
 
 BINARY = "build/rocm/bin/test-backend-ops"  # need not exist: nothing runs
@@ -30,11 +31,11 @@ def test_one_console_run_per_op_then_one_sql_run() -> None:
 @pytest.mark.parametrize(
     ("device", "ops", "message"),
     [
-        ("", ["GATED_DELTA_NET"], '--device "": not a test-backend-ops device name'),
-        ("ROCm 0", ["GATED_DELTA_NET"], '--device "ROCm 0": not a test-backend-ops device name'),
-        ("ROCm0", [], "no test-backend-ops expectations"),
-        ("ROCm0", ["gated_delta_net"], 'expectation "gated_delta_net": not a ggml op name'),
-        ("ROCm0", ["ADD", "ADD"], "expectations name an op twice: ADD, ADD"),
+        ("", ["GATED_DELTA_NET"], judging.BAD_DEVICE.format(device="")),
+        ("ROCm 0", ["GATED_DELTA_NET"], judging.BAD_DEVICE.format(device="ROCm 0")),
+        ("ROCm0", [], judging.NO_EXPECTATIONS),
+        ("ROCm0", ["gated_delta_net"], judging.BAD_OP.format(op="gated_delta_net")),
+        ("ROCm0", ["ADD", "ADD"], judging.OP_TWICE.format(ops="ADD, ADD")),
     ],
 )
 def test_bad_plans_are_refused_with_the_reason(device: str, ops: list[str], message: str) -> None:
@@ -46,9 +47,9 @@ def test_bad_plans_are_refused_with_the_reason(device: str, ops: list[str], mess
 @pytest.mark.parametrize(
     ("pinned", "expected", "message"),
     [
-        ("b82c8", {"GATED_DELTA_NET": 54}, 'pinned commit "b82c8": not a commit sha (7 to 40 hex digits)'),
-        ("not-a-sha", {"GATED_DELTA_NET": 54}, 'pinned commit "not-a-sha": not a commit sha'),
-        (None, {"GATED_DELTA_NET": 0}, "expectation GATED_DELTA_NET=0: the count must be a whole number of cases, 1 or more"),
+        ("b82c8", {"GATED_DELTA_NET": 54}, judging.NOT_A_SHA.format(commit="b82c8")),
+        ("not-a-sha", {"GATED_DELTA_NET": 54}, judging.NOT_A_SHA.format(commit="not-a-sha")),
+        (None, {"GATED_DELTA_NET": 0}, judging.BAD_COUNT.format(op="GATED_DELTA_NET", count=0)),
     ],
 )
 def test_bad_specs_are_refused(pinned: str | None, expected: dict[str, int], message: str) -> None:

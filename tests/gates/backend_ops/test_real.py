@@ -16,10 +16,13 @@ import pytest
 
 from ci import command
 from ci.cli import main
+from ci.gates import backend_ops
+from ci.gates import backend_ops_judge as judging
 from ci.gates.backend_ops import judge_log, run_gate
 from ci.gates.backend_ops_output import CaseMark, parse_console
 from tests.support.backend_ops import ENGINE_PIN, OP
 from tests.support.binaries import llama_binary
+from tests.support.messages import pattern, said
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +39,7 @@ def test_cpu_really_tests_and_passes(binary: Path, tmp_path: Path) -> None:
     assert result.ok
     assert result.count("passed") == 36
     p = dict(result.properties)
-    assert (p["sql_cross_check"], p["build_commit"], p["build_commit_check"]) == ("made", "unknown", "not made: no pinned commit given")
+    assert (p["sql_cross_check"], p["build_commit"], p["build_commit_check"]) == ("made", "unknown", judging.NO_PIN_GIVEN)
     assert (p["exit.GATED_DELTA_NET"], p["exit.sql"]) == ("status 0", "status 0")
     report = parse_console((logs / "test-backend-ops.CPU.GATED_DELTA_NET.log").read_text())
     cpu = report.device("CPU")
@@ -48,16 +51,14 @@ def test_cpu_really_tests_and_passes(binary: Path, tmp_path: Path) -> None:
 
 def test_an_expectation_above_the_real_count(binary: Path, tmp_path: Path) -> None:
     result = run_gate(binary, "CPU", {OP: 54}, None, False, 120.0, tmp_path / "logs")
-    assert result.problems == ("GATED_DELTA_NET: 54 expected, 36 ran and passed",)
+    assert result.problems == (judging.COUNT_PASSED.format(op=OP, expected=54, passed=36),)
 
 
 def test_an_unknown_device(binary: Path, tmp_path: Path) -> None:
     result = run_gate(binary, "NOPE", {OP: 36}, None, False, 120.0, tmp_path / "logs")
-    assert result.problems[0] == (
-        "device NOPE did not run: the build has no device named NOPE (it listed CPU (skipped)); test-backend-ops skipped every device and still said OK"
-    )
+    assert result.problems[0] == judging.NO_SUCH_DEVICE.format(device="NOPE", listed=judging.LISTED_SKIPPED.format(device="CPU"), verdict="OK")
     assert dict(result.properties)["exit.GATED_DELTA_NET"] == "status 0"  # it exits 0 having tested nothing
-    assert "the --output sql cross-check: no rows for NOPE: the device did not run in the sql run" in result.problems
+    assert judging.SQL_NO_ROWS.format(label=judging.SQL_LABEL, device="NOPE") in result.problems
 
 
 def test_no_b_on_a_cpu_only_build(binary: Path, tmp_path: Path) -> None:
@@ -66,25 +67,23 @@ def test_no_b_on_a_cpu_only_build(binary: Path, tmp_path: Path) -> None:
         done = command.run([binary, "test", "-o", OP], timeout=120, check=False, log_file=fh)
     assert done.returncode == 0
     result = judge_log(log, "CPU", {OP: 36})
-    assert result.problems == (
-        'device CPU did not run: test-backend-ops printed "Skipping CPU backend" for it (without -b it never tests the CPU, '
-        "so a CPU-only build tests nothing and exits 0; run it with -b CPU)",
-    )
+    assert result.problems == (judging.DEVICE_SKIPPED.format(device="CPU", skipped='"Skipping CPU backend"', hint=judging.HINT_CPU_WITHOUT_B),)
 
 
 def test_a_pinned_commit_the_pip_build_cannot_show(binary: Path, tmp_path: Path) -> None:
     result = run_gate(binary, "CPU", {OP: 36}, ENGINE_PIN, False, 120.0, tmp_path / "logs")
-    assert result.problems == ('build_commit is "unknown": the binary was built outside a git checkout, so it cannot be shown to be the pin 8abd563',)
+    assert result.problems == (judging.COMMIT_UNKNOWN.format(build_commit="unknown", pin="8abd563"),)
 
 
 def test_a_run_cut_short_by_the_timeout(binary: Path, tmp_path: Path) -> None:
     # MUL_MAT -b CPU runs for minutes on this CPU (20 s gave 330 of its cases), so a 1 s timeout always cuts it
     result = run_gate(binary, "CPU", {"MUL_MAT": 1000}, None, False, 1.0, tmp_path / "logs")
     [problem] = result.problems
-    assert problem.startswith("test-backend-ops -o MUL_MAT -b CPU: it timed out after 1 s and was killed (SIGTERM) ")
+    how = judging.HOW_TIMED_OUT.format(timeout=1.0) + judging.HOW_SIGNAL.format(signal="SIGTERM")
+    assert pattern(judging.CUT_SHORT, label=judging.LABEL_RUN.format(op="MUL_MAT", device="CPU"), subject=judging.CUT_SUBJECT_RUN, how=how).match(problem)
     passed = result.count("passed")
-    assert f"the rest count as not run (MUL_MAT: {1000 - passed} of the 1000 expected)" in problem
-    assert dict(result.properties)["sql_cross_check"] == "not made: a console run did not finish"
+    assert said(judging.CUT_SHORT, problem, rest=judging.REST_NOT_RUN.format(op="MUL_MAT", left=1000 - passed, expected=1000))
+    assert dict(result.properties)["sql_cross_check"] == backend_ops.CONSOLE_UNFINISHED
     assert not (tmp_path / "logs" / "test-backend-ops.CPU.sql").exists()
 
 
@@ -93,7 +92,8 @@ def test_the_cli_on_the_real_binary(binary: Path, tmp_path: Path) -> None:
     with contextlib.redirect_stdout(out):
         code = main(["backend-ops", "--binary", str(binary), "--device", "CPU", "--expect", f"{OP}=36", "--pinned-commit", "none", "--out", str(tmp_path / "gates")])
     assert code == 0, out.getvalue()
-    assert out.getvalue().startswith("backend_ops: PASSED on CPU: GATED_DELTA_NET 36/36 passed")
+    tallies = judging.TALLY.format(op=OP, passed=36, expected=36)
+    assert out.getvalue().startswith("backend_ops: " + judging.PASSED_UNCHECKED.format(device="CPU", tallies=tallies, check=judging.NO_PIN_GIVEN))
     data = json.loads((tmp_path / "gates" / "backend_ops.json").read_text())
     assert data["counts"]["passed"] == 36
     assert (tmp_path / "gates" / "backend_ops-logs" / "test-backend-ops.CPU.GATED_DELTA_NET.log").is_file()

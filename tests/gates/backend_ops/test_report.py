@@ -7,6 +7,7 @@ from pathlib import Path
 
 from junitparser import Error, Failure, JUnitXml, Skipped, TestSuite
 
+from ci.gates import backend_ops_judge as judging
 from ci.gates import results
 from ci.gates.backend_ops import judge_log
 from ci.gates.results import GateResult
@@ -53,14 +54,14 @@ def test_one_test_case_per_op_case_failures_with_their_message(tmp_path: Path) -
 def test_unsupported_cases_are_skipped(tmp_path: Path) -> None:
     suite = junit(tmp_path, judge_log(DATA / "h200-cuda0-unsupported.console.txt", "CUDA0", {OP: 34}))
     assert (suite.tests, suite.failures, suite.errors, suite.skipped) == (36, 0, 0, 2)
-    assert [m for _, m in outcomes(suite)["Skipped"]] == ["not supported [CUDA0]", "not supported [CUDA0]"]
+    assert [m for _, m in outcomes(suite)["Skipped"]] == [judging.NOT_SUPPORTED_CASE.format(reason="CUDA0")] * 2
     assert properties(suite)["verdict"] == "passed"
 
 
 def test_a_count_failure_shows_in_junit_with_every_case_passing(tmp_path: Path) -> None:
     suite = junit(tmp_path, judge_log(DATA / "h200-cuda0.console.txt", "CUDA0", {OP: 54}))
     assert (suite.tests, suite.failures, suite.errors, suite.skipped) == (37, 1, 0, 0)
-    assert outcomes(suite)["Failure"] == [("gate verdict", "GATED_DELTA_NET: 54 expected, 36 ran and passed")]
+    assert outcomes(suite)["Failure"] == [(results.VERDICT_CASE, judging.COUNT_PASSED.format(op=OP, expected=54, passed=36))]
 
 
 def test_a_cut_run_has_its_last_case_as_an_error(tmp_path: Path) -> None:
@@ -68,7 +69,7 @@ def test_a_cut_run_has_its_last_case_as_an_error(tmp_path: Path) -> None:
     assert (suite.tests, suite.failures, suite.errors) == (13, 0, 1)
     [(name, message)] = outcomes(suite)["Error"]
     assert name.startswith(f"{OP}(type=f32,head_count=4,head_size=16,")
-    assert message.startswith("no status: the run was cut short after this case line")
+    assert message.startswith(judging.CUT_AFTER_CASE)
     assert {type(r) for case in suite for r in case.result} == {Error}
 
 
@@ -87,8 +88,8 @@ def test_json(tmp_path: Path) -> None:
     data = json.loads(path.read_text())
     assert data["gate"] == "backend_ops"
     assert data["status"] == "failed"
-    assert data["summary"] == "FAILED on CUDA0: GATED_DELTA_NET 33/54 passed; 4 problems"
-    assert data["problems"][0] == "GATED_DELTA_NET: 54 expected, 36 ran, 33 passed"
+    assert data["summary"] == judging.FAILED_SUMMARY.format(device="CUDA0", tallies=judging.TALLY.format(op=OP, passed=33, expected=54), problems="4 problems")
+    assert data["problems"][0] == judging.COUNT_RAN.format(op=OP, expected=54, ran=36, passed=33)
     assert data["counts"] == {"passed": 33, "failed": 3, "skipped": 0, "error": 0, "expected": 54}
     assert data["properties"]["device"] == "CUDA0"
     assert len(data["cases"]) == 36
@@ -98,5 +99,5 @@ def test_json(tmp_path: Path) -> None:
         "name": f"{OP}(type=f32,head_count=4,head_size=64,n_seq_tokens=1,n_seqs=2,v_repeat=1,permuted=0,kda=1,K=1)",
         "status": "failed",
         "message": "[GATED_DELTA_NET] NaN at index 17 (CUDA0=nan CPU=0.318254)",
-        "detail": f"line 29 of {DATA / 'h200-cuda0-fail.console.txt'}",
+        "detail": judging.CASE_LINE_OF.format(line=29, log=DATA / "h200-cuda0-fail.console.txt"),
     }

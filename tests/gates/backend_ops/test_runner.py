@@ -14,8 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from ci.gates import backend_ops
+from ci.gates import backend_ops_judge as judging
 from ci.gates.backend_ops import plan, run_gate
 from tests.support.backend_ops import CAPTURE_COMMIT, DATA, OP
+from tests.support.messages import pattern, said
 
 STAND_IN = """\
 #!{python}
@@ -45,6 +48,12 @@ def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return exe
 
 
+RUN = judging.LABEL_RUN.format(op=OP, device="CUDA0")
+SQL = judging.SQL_LABEL
+# a run cut short after case lines, with the fields of what it saw and of the one op's cases left
+CUT_SHORT = judging.CUT_SHORT.replace("{seen}", judging.SEEN_CASES).replace("{rest}", judging.REST_NOT_RUN)
+
+
 def argv_seen(tmp_path: Path) -> list[list[str]]:
     return [json.loads(line) for line in (tmp_path / "argv.jsonl").read_text().splitlines()]
 
@@ -68,10 +77,10 @@ def test_a_run_that_dies_by_a_signal(stand_in: Path, tmp_path: Path, monkeypatch
     monkeypatch.setenv("STANDIN_SIGNAL", signal_name)
     result = run_gate(stand_in, "CUDA0", {OP: 54}, CAPTURE_COMMIT, True, 30.0, tmp_path / "logs")
     [problem] = result.problems
-    assert problem.startswith(f"test-backend-ops -o GATED_DELTA_NET -b CUDA0: it was killed by {signal_name} (signal {number}) after ")
-    assert "the rest count as not run (GATED_DELTA_NET: " in problem
+    how = judging.HOW_KILLED.format(signal=signal_name, number=number)
+    assert pattern(CUT_SHORT, label=RUN, subject=judging.CUT_SUBJECT_RUN, how=how, op=OP).match(problem)
     assert dict(result.properties)["exit.GATED_DELTA_NET"] == f"{signal_name} (killed by signal {number})"
-    assert dict(result.properties)["sql_cross_check"] == "not made: a console run did not finish"
+    assert dict(result.properties)["sql_cross_check"] == backend_ops.CONSOLE_UNFINISHED
     assert len(argv_seen(tmp_path)) == 1  # the sql run is not started after a crash
     assert not (tmp_path / "logs" / "test-backend-ops.CUDA0.sql").exists()
 
@@ -81,8 +90,8 @@ def test_a_run_that_hangs(stand_in: Path, tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("STANDIN_HANG", "1")
     result = run_gate(stand_in, "CUDA0", {OP: 54}, CAPTURE_COMMIT, True, 2.0, tmp_path / "logs")
     [problem] = result.problems
-    assert problem.startswith("test-backend-ops -o GATED_DELTA_NET -b CUDA0: it timed out after 2 s and was killed (SIGTERM) after 21 case lines on CUDA0")
-    assert "GATED_DELTA_NET: 34 of the 54 expected" in problem
+    how = judging.HOW_TIMED_OUT.format(timeout=2.0) + judging.HOW_SIGNAL.format(signal="SIGTERM")
+    assert pattern(CUT_SHORT, label=RUN, subject=judging.CUT_SUBJECT_RUN, how=how, lines="21 case lines", device="CUDA0", op=OP, left=34, expected=54).match(problem)
 
 
 def test_a_failing_run_exits_1(stand_in: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -92,8 +101,9 @@ def test_a_failing_run_exits_1(stand_in: Path, tmp_path: Path, monkeypatch: pyte
     assert result.count("failed") == 3
     assert dict(result.properties)["exit.GATED_DELTA_NET"] == "status 1"
     # exit 1 with three FAIL lines is what test-backend-ops does: no complaint about the console run's status
-    assert not any(p.startswith("test-backend-ops -o GATED_DELTA_NET -b CUDA0: exited with") for p in result.problems)
+    exited = (judging.EXITED_ALTHOUGH_OK, judging.EXITED_0_ALTHOUGH_FAIL)
+    assert not any(pattern(template, label=RUN).match(p) for template in exited for p in result.problems)
     # the stand-in's sql run replays a capture where every row passed (the failing cases have rows that passed):
     # a real disagreement; its exit status 1 is what a run with failing cases does, no problem of its own
-    assert not any("although every row passed" in p for p in result.problems)
-    assert "the --output sql cross-check: GATED_DELTA_NET passed 36 of 36 in the sql run but 33 of 36 on the console: the two runs disagree" in result.problems
+    assert not any(said(judging.SQL_EXITED_ALTHOUGH_PASSED, p, label=SQL) for p in result.problems)
+    assert judging.SQL_DISAGREES.format(label=SQL, op=OP, sql_passed=36, sql_ran=36, passed=33, ran=36) in result.problems

@@ -16,8 +16,11 @@ from pathlib import Path
 import pytest
 
 from ci.cli import main
+from ci.commands import bench as bench_command
+from ci.gates import bench, perf
 from ci.gates.tinymodels import TinyModels
 from tests.support.binaries import llama_binary
+from tests.support.messages import said
 from tests.support.processes import live_processes_naming
 
 pytestmark = pytest.mark.slow
@@ -71,13 +74,13 @@ def test_two_configs_two_rounds_interleaved_on_fresh_servers(tiny_models: TinyMo
     assert rates[0] - 1e-3 <= low <= drafted["median"] <= high <= rates[-1] + 1e-3
     assert len(drafted["iqr"]) == 2
     lines = printed.splitlines()
-    header = next(i for i, line in enumerate(lines) if line.startswith("config  "))
-    assert lines[header].split() == ["config", "prompt", "decode", "code", "decode", "prose", "decode", "short"]
+    header = next(i for i, line in enumerate(lines) if line.startswith(f"{bench.CONFIG_COLUMN}  "))
+    assert lines[header].split() == [bench.CONFIG_COLUMN, "prompt", "decode", "code", "decode", "prose", "decode", "short"]
     assert lines[header + 1].startswith("base    ")
     assert lines[header + 2].startswith("drafted ")
-    assert "%)" in lines[header + 2]
-    assert "%)" not in lines[header + 1]
-    assert f"bench: wrote {tmp_path / 'bench.json'}" in printed
+    assert said(bench.CELL_CHANGE, lines[header + 2])
+    assert not said(bench.CELL_CHANGE, lines[header + 1])
+    assert bench.WROTE.format(path=tmp_path / "bench.json") in printed
     assert live_processes_naming(str(tiny_models.target)) == []
 
 
@@ -87,7 +90,7 @@ def test_a_config_the_server_rejects_is_reported_and_reaped(tiny_models: TinyMod
     rc = main(args)
     err = capsys.readouterr().err
     assert rc == 8
-    assert "broken (round 1) server exited with status 1 before it was healthy" in err
+    assert bench.SERVER_NAME.format(config="broken", round=1) + " server exited with status 1 before it was healthy" in err
     assert not (tmp_path / "bench.json").exists()
     assert live_processes_naming(str(tiny_models.target)) == []
 
@@ -134,8 +137,13 @@ def test_a_recipe_is_re_measured_with_and_without_and_its_claim_checked(
     ])  # fmt: skip
     out = capsys.readouterr()
     assert rc == code, out.out + out.err
-    assert 'measured: "prompt ' in out.out
-    assert "median of 2 interleaved rounds (nox -s bench -- " in out.out
-    assert "bench: recipe cpu-ub-64: prompt(with) / prompt(without) = " in out.out
+    # the measured line, its first part the prompt's change, its rounds and its command filled in as their own templates
+    measured = (
+        bench_command.MEASURED.replace("{parts}", bench_command.METRIC_CHANGE + "{more}")
+        .replace("{rounds}", bench_command.ROUNDS)
+        .replace("{command}", bench_command.SHOWN_COMMAND)
+    )
+    assert said(measured, out.out, metric="prompt", rounds=2)
+    assert said(bench_command.RECIPE_VERDICT.replace("{verdict}", perf.FIGURE), out.out, recipe="cpu-ub-64", check="prompt(with) / prompt(without)")
     if code:
-        assert "its claim no longer holds (prompt(with) / prompt(without) >= 100)" in out.err
+        assert bench_command.CLAIM_BROKEN.format(recipe="cpu-ub-64", claim="prompt(with) / prompt(without) >= 100") in out.err

@@ -12,6 +12,7 @@ from ci.errors import ConfigError, ServerFailed
 from ci.gates import bench
 from ci.gates.equivalence_judge import Prompt
 from ci.gates.tinymodels import TinyModels
+from tests.support.messages import pattern
 
 PROMPTS = (Prompt("code", "def f():"), Prompt("prose", "Once"), Prompt("short", "Hi"))
 
@@ -28,13 +29,13 @@ def test_a_config_is_serve_options_then_llama_server_args_after_the_double_dash(
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("base", '--config "base": not NAME=ARGS'),
-        ("=--dflash D", '--config "=--dflash D": not NAME=ARGS'),
-        ("a b=x", '--config "a b=x": not NAME=ARGS'),
-        ("q=--dflash 'D.gguf", "--config q: \"--dflash 'D.gguf\": No closing quotation"),
-        ("p=--port 9000", "--config p: --port is not a config's to set (the bench picks free ports)"),
-        ("m=-m other.gguf", "--config m: -m is not a config's to set (the model is the bench's -m)"),
-        ("s=--llama-server=/bin/true", "--config s: --llama-server is not a config's to set"),
+        ("base", bench.NOT_NAME_ARGS.format(text="base")),
+        ("=--dflash D", bench.NOT_NAME_ARGS.format(text="=--dflash D")),
+        ("a b=x", bench.NOT_NAME_ARGS.format(text="a b=x")),
+        ("q=--dflash 'D.gguf", bench.CONFIG_UNSPLITTABLE.format(name="q", args="--dflash 'D.gguf", reason="No closing quotation")),
+        ("p=--port 9000", bench.OWNED_FLAG.format(name="p", flag="--port", why=bench.OWNED["--port"])),
+        ("m=-m other.gguf", bench.OWNED_FLAG.format(name="m", flag="-m", why=bench.OWNED["-m"])),
+        ("s=--llama-server=/bin/true", bench.OWNED_FLAG.format(name="s", flag="--llama-server", why=bench.OWNED["--llama-server"])),
     ],
 )
 def test_a_bad_config_names_itself(text: str, message: str) -> None:
@@ -71,7 +72,7 @@ def test_each_run_is_the_launcher_with_the_configs_arguments(tmp_path: Path) -> 
         "-m", "serve", "serve", "-m", str(model), "--device", "cuda", "--llama-server", "/opt/llama/llama-server",
         "--host", "127.0.0.1", "--port", "41234", "-c", "8192", "--", "-ub", "1024",
     )  # fmt: skip
-    assert launch.name == "fast (round 1)"
+    assert launch.name == bench.SERVER_NAME.format(config="fast", round=1)
     assert launch.url == "http://127.0.0.1:41234"
 
 
@@ -90,12 +91,12 @@ def test_the_request_bodies_measure_the_whole_prompt_and_exactly_n_decode_tokens
 @pytest.mark.parametrize(
     ("kw", "message"),
     [
-        ({"configs": ()}, "no --config: give the baseline first"),
-        ({"configs": (bench.BenchConfig("a"), bench.BenchConfig("a"))}, "--config a: given twice"),
-        ({"rounds": 0}, "--rounds 0: must be at least 1"),
-        ({"decode_tokens": 0}, "--decode-tokens 0: must be at least 1"),
-        ({"warmup_tokens": -1}, "--warmup-tokens -1: must be 0 (no warm-up) or more"),
-        ({"prompt_tokens": 4096, "context": 4096}, "--prompt-tokens 4096: does not fit the context -c 4096"),
+        ({"configs": ()}, bench.NO_CONFIG),
+        ({"configs": (bench.BenchConfig("a"), bench.BenchConfig("a"))}, bench.CONFIG_TWICE.format(name="a")),
+        ({"rounds": 0}, bench.AT_LEAST_ONE.format(flag="--rounds", value=0)),
+        ({"decode_tokens": 0}, bench.AT_LEAST_ONE.format(flag="--decode-tokens", value=0)),
+        ({"warmup_tokens": -1}, bench.BAD_WARMUP.format(value=-1)),
+        ({"prompt_tokens": 4096, "context": 4096}, bench.PROMPT_TOO_LONG.format(tokens=4096, context=4096)),
     ],
 )
 def test_bad_options_are_refused_before_anything_starts(tmp_path: Path, kw: dict[str, object], message: str) -> None:
@@ -107,7 +108,7 @@ def test_bad_options_are_refused_before_anything_starts(tmp_path: Path, kw: dict
 
 
 def test_a_missing_model_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"-m .*nope.gguf: no such file"):
+    with pytest.raises(ConfigError, match=pattern(bench.NO_MODEL, model=tmp_path / "nope.gguf")):
         _plan(tmp_path / "nope.gguf")
 
 
@@ -120,10 +121,14 @@ def test_each_config_goes_through_serves_dry_run_first(tiny_models: TinyModels) 
     check(f"drafted=-- -md {tiny_models.drafter} --spec-type draft-simple")
     with pytest.raises(ConfigError) as exc:
         check(f"dflash=--dflash {tiny_models.drafter}")
-    assert exc.value.message.startswith("--config dflash: 1bit serve: ")
-    assert "dflash" in exc.value.message.split("1bit serve: ", 1)[1]
-    with pytest.raises(ConfigError, match=r"--config typo: 1bit serve: .*--mtp-maxx"):
+    refused = bench.SERVE_REFUSED.format(name="dflash", line="")  # what comes before serve's own line
+    assert exc.value.message.startswith(refused)
+    assert "dflash" in exc.value.message.removeprefix(refused)
+    with pytest.raises(ConfigError) as exc:
         check("typo=--mtp-maxx 4")
+    refused = bench.SERVE_REFUSED.format(name="typo", line="")
+    assert exc.value.message.startswith(refused)
+    assert "--mtp-maxx" in exc.value.message.removeprefix(refused)
 
 
 def _sample(config: str, metric: str, tps: float, rep: int = 1, drafted: tuple[int, int] = (0, 0)) -> bench.Sample:
@@ -155,10 +160,14 @@ def test_figures_are_best_and_median_over_every_sample_and_the_change_is_against
     # the spread: the interquartile range, and a bootstrap 95% interval of the median (the same samples, the same interval)
     assert base.to_json()["iqr"] == [95.0, 110.0]
     assert base.to_json()["median_95"] == [90.0, 120.0]
-    assert bench.table(p, list(figures.values())) == (
-        "config  prompt                             decode code\n"
-        "base    120.0 / 100.0 [90.0-120.0]         10.0 / 10.0 [10.0-10.0]\n"
-        "fast    110.0 / 99.0 [80.0-110.0] (-1.0%)  32.0 / 31.0 [30.0-32.0] (+210.0%)"
+    base_prompt = bench.CELL.format(best=120, median=100) + bench.CELL_INTERVAL.format(low=90, high=120)
+    base_decode = bench.CELL.format(best=10, median=10) + bench.CELL_INTERVAL.format(low=10, high=10)
+    fast_prompt = bench.CELL.format(best=110, median=99) + bench.CELL_INTERVAL.format(low=80, high=110) + bench.CELL_CHANGE.format(change=-1.0)
+    fast_decode = bench.CELL.format(best=32, median=31) + bench.CELL_INTERVAL.format(low=30, high=32) + bench.CELL_CHANGE.format(change=210.0)
+    assert bench.table(p, list(figures.values())) == (  # each column as wide as its widest cell, two spaces apart
+        f"{bench.CONFIG_COLUMN:8}{'prompt':35}decode code\n"
+        f"{'base':8}{base_prompt:35}{base_decode}\n"
+        f"{'fast':8}{fast_prompt:35}{fast_decode}"
     )
 
 
@@ -171,9 +180,9 @@ def test_a_sample_comes_from_the_servers_own_timings() -> None:
                           r, "decode code", 1, 0.6, "base")  # fmt: skip
     assert (d.tokens, d.draft_n, d.draft_n_accepted) == (256, 80, 60)
     assert d.tps == pytest.approx(500.0)
-    with pytest.raises(ServerFailed, match="base server: the /completion answer has no timings"):
+    with pytest.raises(ServerFailed, match=pattern(bench.NO_TIMINGS, server="base")):
         bench.sample_from({}, r, "prompt", 1, 0.1, "base")
-    with pytest.raises(ServerFailed, match="lack predicted_n/_ms"):
+    with pytest.raises(ServerFailed, match=pattern(bench.TIMINGS_LACK, server="base", phase="predicted")):
         bench.sample_from({"timings": {"prompt_n": 9, "prompt_ms": 1.0}}, r, "decode code", 1, 0.1, "base")
 
 
