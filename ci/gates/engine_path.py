@@ -1,14 +1,18 @@
-"""The equivalence gate on the engine's own path: a qwen35 (gated delta net) target with both drafter kinds the engine
+"""The equivalence gate on the engine's own path: a qwen35 (gated delta net) target with each drafter kind the engine
 can run, each leg judged by :mod:`ci.gates.equivalence` with evidence floors of its own kind.
 
-- ``near``: the target perturbed, ``--spec-type draft-simple``. The fork gives draft-simple ``n_rs_seq = 0``: a
-  rejected draft rolls the recurrent state back through whole-state checkpoints.
-- ``dflash``: the DFlash drafter through ``1bit serve --dflash`` (draft length and rollback depth =
-  ``dflash.block_size`` - 1). The fork gives DFlash ``n_rs_seq = draft_max``: a rejected draft restores a per-token
-  snapshot (``llama_memory_recurrent::seq_rm``), and the drafter reads the target's layer inputs at
-  ``dflash.target_layers``.
+- ``near``: the target perturbed, ``--spec-type draft-simple``, rolled back through whole-state checkpoints.
+- ``dflash``: the DFlash drafter through ``1bit serve --dflash`` (draft length = ``dflash.block_size`` - 1); the
+  drafter reads the target's layer inputs at ``dflash.target_layers``. At c14872f the fork gives it no per-token
+  snapshots either (``common/common.cpp``, TAG_RS_STATE_ROLLBACK_SUPPORT: ``n_rs_seq = 0`` for every speculative type
+  but MTP on a recurrent or hybrid target), so it too rolls back through whole-state checkpoints.
+- ``mtp``: an MTP head through ``1bit serve --mtp`` (``--spec-type draft-mtp``, 2 drafts a step). The one kind the
+  fork gives ``n_rs_seq = draft_max``: the target's verification batch writes a state snapshot per token (the fused
+  delta-net op) and a rejected draft restores one (``llama_memory_recurrent::seq_rm``). Only this leg reaches that
+  rollback: with the snapshot written one slot off (the self-test's ``cpu-gdn-snapshot-slot``) it diverges on every
+  prompt while the other legs pass.
 
-Both legs (baseline and drafter) run with ``-b 64 -ub 16``: every prompt is longer than one 16-token micro-batch, so
+Each leg's two servers (baseline and drafter) run with ``-b 64 -ub 16``: every prompt is longer than one 16-token micro-batch, so
 the chunked delta-net prefill, its snapshot writes and the layer inputs' micro-batch offsets all run (docs/gates.md).
 
 - ``dflash-whole``: the DFlash leg again with each prompt in one micro-batch (``-b 2048 -ub 2048``). The DFlash
@@ -37,7 +41,7 @@ from ci.pin.pins import Floors
 
 MICRO_BATCH = ("-b", "64", "-ub", "16")
 ONE_MICRO_BATCH = ("-b", "2048", "-ub", "2048")  # every prompt and its 256 tokens fit the servers' context of 2048
-NEAR, DFLASH, DFLASH_WHOLE, LLAMA = "near", "dflash", "dflash-whole", "llama"
+NEAR, DFLASH, DFLASH_WHOLE, MTP, LLAMA = "near", "dflash", "dflash-whole", "mtp", "llama"
 CONTEXT = "dflash-context"
 # Drafts that may differ between the two DFlash legs on a GPU, whose kernels round differently per batch shape:
 # not measured (no GPU run yet); on the CPU the two legs draft exactly the same (docs/equivalence.md).
@@ -46,6 +50,9 @@ GPU_ACCEPTANCE_SLACK = 0.02
 # 191 of 1141 drafts accepted (16.7%), 57-74 per prompt, so the near drafter's run floor (0.1) holds with a margin but
 # the per-prompt floors are halved beside the near leg's hundreds.
 DFLASH_FLOORS = Floors(accepted=defaults.FLOOR_ACCEPTED // 2, rejected=defaults.FLOOR_REJECTED, acceptance=defaults.FLOOR_ACCEPTANCE)
+# The MTP head is built too (tiny_qwen35.mtp_weights): on the CPU 66-81 of 345-376 drafts per prompt accepted
+# (17.6-23.5%), well above the default floors, which it runs on.
+MTP_FLOORS = Floors()
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 SUMMARY = "{status}: {legs}"
@@ -67,7 +74,7 @@ DRAFTER_LINE = (
 
 @dataclass(frozen=True)
 class EngineLeg:
-    kind: str  # NEAR or DFLASH
+    kind: str  # NEAR, DFLASH, DFLASH_WHOLE, MTP or LLAMA
     plan: EquivalencePlan
 
 
@@ -91,11 +98,13 @@ def plans(
     llama_server_sha256: str | None = None,
     floors: Floors | None = None,
     dflash_floors: Floors = DFLASH_FLOORS,
+    mtp_floors: Floors = MTP_FLOORS,
     llama: tinymodels.TinyModels | None = None,
     llama_spec_type: str | None = "draft-simple",
 ) -> tuple[EngineLeg, ...]:
-    """The two legs on the qwen35 target (pure but for the files' sha256): the near drafter with ``floors`` (pins.yaml
-    equivalence.floors), the DFlash drafter with ``dflash_floors``; and, given ``llama``, the llama target's leg."""
+    """The legs on the qwen35 target (pure but for the files' sha256): the near drafter with ``floors`` (pins.yaml
+    equivalence.floors), the DFlash drafter with ``dflash_floors`` (twice: 16-token micro-batches and one), the MTP
+    head with ``mtp_floors``; and, given ``llama``, the llama target's leg."""
 
     def leg(drafter: Path, spec_type: str | None, leg_floors: Floors | None, target: Path = models.target) -> EquivalencePlan:
         p = equivalence.plan(
@@ -119,6 +128,7 @@ def plans(
         EngineLeg(NEAR, with_micro_batch(leg(models.near_drafter, "draft-simple", floors))),
         EngineLeg(DFLASH, with_micro_batch(dflash)),
         EngineLeg(DFLASH_WHOLE, with_micro_batch(dflash, ONE_MICRO_BATCH)),
+        EngineLeg(MTP, with_micro_batch(leg(models.mtp, equivalence.MTP, mtp_floors))),
     ]
     if llama is not None:  # last: the run's shared identity (model, its sha256) stays the qwen35 target's
         legs.append(EngineLeg(LLAMA, leg(llama.near_drafter, llama_spec_type, floors, target=llama.target)))
@@ -231,7 +241,7 @@ def gate(
     floors: Floors,
     spec_type: str | None = "draft-simple",
 ) -> GateResult:
-    """The registry's entry for the tiny generated models: write them under the build, run the qwen35 target's two legs
+    """The registry's entry for the tiny generated models: write them under the build, run the qwen35 target's legs
     and the llama target's."""
     models = tiny_qwen35.write_qwen35_models(build_dir / "tiny-models")
     llama = tinymodels.write_tiny_models(build_dir / "tiny-models")

@@ -57,6 +57,10 @@ HANG_FACTOR = 20.0
 # the facts' probe: 8 drafted tokens a step, no probability cut (the fork's 0.75 default cuts blocks short)
 DRAFT_MAX = 8
 DRAFT_ARGS = ("--spec-draft-n-max", str(DRAFT_MAX), "--spec-draft-p-min", "0")
+MTP = "draft-mtp"
+# An MTP head drafts from its own last guess, so its acceptance falls with each token further out: 2 a step keeps the
+# tiny head's near 20% (8 a step: 5%, below the floors) and still rolls back up to 2 tokens (docs/equivalence.md)
+MTP_DRAFT_MAX = 2
 RELEASE_MODELS = "release models"
 TINY_MODELS = "tiny generated models only"
 GIVEN_MODELS = "given models"
@@ -219,11 +223,14 @@ def gguf_architecture(path: Path) -> str:
 
 
 def drafter_leg(drafter: Path, spec_type: str | None, model: Path) -> tuple[Leg, str, int]:
-    """The drafter leg: a DFlash drafter through the launcher's ``--dflash`` (its route and recipes); any other
-    drafter, or an explicit ``--spec-type``, as ``-md`` plus the speculative args after ``--``. With the draft
-    length this gate sets (0: the launcher's)."""
+    """The drafter leg: a DFlash drafter through the launcher's ``--dflash`` (its route and recipes), an MTP head
+    (``--spec-type draft-mtp``) through its ``--mtp``; any other drafter, or another ``--spec-type``, as ``-md`` plus
+    the speculative args after ``--``. With the draft length this gate sets (0: the launcher's)."""
     if spec_type is None and gguf_architecture(drafter) == "dflash":
         return Leg("drafter", model, serve_options=("--dflash", str(drafter))), "draft-dflash", 0
+    if spec_type == MTP:
+        options = ("--mtp", str(drafter), "--mtp-max", str(MTP_DRAFT_MAX), "--mtp-p-min", "0")
+        return Leg("drafter", model, serve_options=options), MTP, MTP_DRAFT_MAX
     kind = spec_type or DEFAULT_SPEC_TYPE
     return Leg("drafter", model, extra=("-md", str(drafter), "--spec-type", kind, *DRAFT_ARGS)), kind, DRAFT_MAX
 

@@ -1,5 +1,6 @@
-"""Tiny GGUF models of the engine's own class: a ``qwen35`` target (gated delta net), its near drafter, and a DFlash
-drafter; deterministic from a seed, beside the llama ones of :mod:`ci.gates.tinymodels` and with their vocabulary.
+"""Tiny GGUF models of the engine's own class: a ``qwen35`` target (gated delta net), its near drafter, a DFlash
+drafter and an MTP head; deterministic from a seed, beside the llama ones of :mod:`ci.gates.tinymodels` and with their
+vocabulary.
 
 Names, shapes and keys follow the fork's ``gguf-py/gguf/constants.py`` (MODEL_ARCH.QWEN35, MODEL_ARCH.DFLASH) and its
 loaders ``src/models/qwen35.cpp`` and ``src/models/dflash.cpp`` (ciru-ai/ROCmFPX c14872f):
@@ -12,6 +13,10 @@ loaders ``src/models/qwen35.cpp`` and ``src/models/dflash.cpp`` (ciru-ai/ROCmFPX
   normalises the fused context, then decoder layers with q/k norms; no token embedding and no output head of its own
   (it borrows the target's). ``dflash.block_size`` sets the block: the launcher drafts ``block_size - 1`` tokens.
   The mask token is ``<unk>``.
+- MTP head: a qwen35 file with ``nextn_predict_layers`` = 1 and only its next-token block (``blk.{layers}``: a
+  full-attention block plus ``nextn.eh_proj``, ``nextn.enorm``, ``nextn.hnorm``), no trunk layers, and the target's
+  token embedding and output head; the fork loads it "MTP only" (``src/models/qwen35.cpp``, ``mtp_only``) and drafts
+  with it through ``--spec-type draft-mtp -md HEAD`` (the launcher's ``--mtp``).
 """
 
 from __future__ import annotations
@@ -97,11 +102,21 @@ class DFlashSpec:
         return self.target.dim
 
 
+@dataclass(frozen=True)
+class MtpSpec:
+    """A tiny MTP head for a qwen35 target: the target's shape with one next-token block past its layers."""
+
+    name: str
+    seed: int
+    target: Qwen35Spec
+
+
 TARGET = Qwen35Spec(name="tiny-qwen35-target", seed=11, branch_scale=0.5)
 PERTURB = 0.05
 NEAR_DRAFTER = Qwen35Spec(name="tiny-qwen35-near-drafter", seed=12, perturb_of=TARGET, perturb=PERTURB)
 # target_layers (0, last): layer 0's input is the token embedding, which the canary heads recognise BOS by
 DFLASH_DRAFTER = DFlashSpec(name="tiny-qwen35-dflash", seed=13, target=TARGET, target_layers=(0, 3), heads=8, canary=True)
+MTP_HEAD = MtpSpec(name="tiny-qwen35-mtp", seed=14, target=TARGET)
 # the canary heads (dflash_canary_weights)
 CANARY_SCALE = 10.0  # m: how hard a row 0 that is not BOS's pushes the drafts off the anchor copy
 CANARY_GAIN = 8.0  # q_norm on the BOS heads' two dims: BOS's score 8 * sqrt(32) = 45
@@ -287,6 +302,44 @@ def dflash_canary_weights(spec: DFlashSpec) -> list[tuple[str, np.ndarray]]:
     return _dflash_tensors(spec, fc, [(wq, wk, wv, wo, q_norm)])
 
 
+def mtp_weights(spec: MtpSpec, n_vocab: int) -> list[tuple[str, np.ndarray]]:
+    """An MTP head built, not trained: ``eh_proj`` passes the normalised embedding of the next token x(p+1) through and
+    drops the target's hidden state, and the block's attention output and FFN down projection are zero, so the block
+    is the identity on that embedding and the head drafts the token the target's output head favours for it. The
+    target's branches run at half strength (``TARGET.branch_scale``), so that is often the target's own next token:
+    on the CPU 18-24% of its drafts are accepted (docs/equivalence.md). Token embedding and output head are the
+    target's, which the head's graph reads from its own file."""
+    t, d = spec.target, spec.target.dim
+    rng = np.random.default_rng(spec.seed)
+
+    def normal(shape: Sequence[int], std: float) -> np.ndarray:
+        return rng.normal(0.0, std, size=tuple(shape)).astype(np.float32)
+
+    target = dict(qwen35_weights(t, n_vocab))
+    eh_proj = zeros(d, 2 * d)
+    eh_proj[:, :d] = np.eye(d, dtype=np.float32)  # the concat is [enorm(embedding of x(p+1)), hnorm(h(p))]
+    p = f"blk.{t.layers}."
+    return [
+        ("token_embd.weight", target["token_embd.weight"]),
+        (p + "attn_norm.weight", ones(d)),
+        (p + "post_attention_norm.weight", ones(d)),
+        (p + "attn_q.weight", normal((2 * t.heads * t.head_dim, d), d**-0.5)),
+        (p + "attn_k.weight", normal((t.heads_kv * t.head_dim, d), d**-0.5)),
+        (p + "attn_v.weight", normal((t.heads_kv * t.head_dim, d), d**-0.5)),
+        (p + "attn_output.weight", zeros(d, t.heads * t.head_dim)),
+        (p + "attn_q_norm.weight", ones(t.head_dim)),
+        (p + "attn_k_norm.weight", ones(t.head_dim)),
+        (p + "ffn_gate.weight", normal((t.ff, d), d**-0.5)),
+        (p + "ffn_up.weight", normal((t.ff, d), d**-0.5)),
+        (p + "ffn_down.weight", zeros(d, t.ff)),
+        (p + "nextn.eh_proj.weight", eh_proj),
+        (p + "nextn.enorm.weight", ones(d)),
+        (p + "nextn.hnorm.weight", ones(d)),
+        ("output_norm.weight", target["output_norm.weight"]),
+        ("output.weight", target["output.weight"]),
+    ]
+
+
 def _writer(tmp: Path, architecture: str, name: str) -> Any:
     import gguf
 
@@ -329,10 +382,28 @@ def write_qwen35(path: Path, spec: Qwen35Spec) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     w = _writer(tmp, QWEN35, spec.name)
+    _qwen35_keys(w, spec, spec.layers)
+    _add_vocab(w)
+    return _finish(w, qwen35_weights(spec, len(vocab())), tmp, path)
+
+
+def write_mtp(path: Path, spec: MtpSpec) -> Path:
+    """Write ``spec`` as a GGUF MTP head at ``path`` (atomically): the target's keys, one block more, that block the
+    next-token one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    w = _writer(tmp, QWEN35, spec.name)
+    _qwen35_keys(w, spec.target, spec.target.layers + 1)
+    w.add_uint32(f"{QWEN35}.nextn_predict_layers", 1)
+    _add_vocab(w)
+    return _finish(w, mtp_weights(spec, len(vocab())), tmp, path)
+
+
+def _qwen35_keys(w: Any, spec: Qwen35Spec, blocks: int) -> None:
     a = QWEN35
     w.add_uint32(f"{a}.context_length", spec.context)
     w.add_uint32(f"{a}.embedding_length", spec.dim)
-    w.add_uint32(f"{a}.block_count", spec.layers)
+    w.add_uint32(f"{a}.block_count", blocks)
     w.add_uint32(f"{a}.feed_forward_length", spec.ff)
     w.add_uint32(f"{a}.attention.head_count", spec.heads)
     w.add_uint32(f"{a}.attention.head_count_kv", spec.heads_kv)
@@ -350,8 +421,6 @@ def write_qwen35(path: Path, spec: Qwen35Spec) -> Path:
     w.add_uint32(f"{a}.ssm.group_count", spec.k_heads)
     w.add_uint32(f"{a}.ssm.time_step_rank", spec.v_heads)
     w.add_uint32(f"{a}.ssm.inner_size", spec.inner)
-    _add_vocab(w)
-    return _finish(w, qwen35_weights(spec, len(vocab())), tmp, path)
 
 
 def write_dflash(path: Path, spec: DFlashSpec) -> Path:
@@ -387,29 +456,32 @@ def write_dflash(path: Path, spec: DFlashSpec) -> Path:
 class Qwen35Models:
     target: Path
     near_drafter: Path  # the target perturbed (draft-simple): whole-state checkpoints roll it back
-    dflash: Path  # the DFlash drafter (draft-dflash): per-token snapshots roll it back
+    dflash: Path  # the DFlash drafter (draft-dflash): whole-state checkpoints roll it back at c14872f
+    mtp: Path  # the MTP head (draft-mtp): the one kind the fork rolls back through per-token snapshots
 
     def describe(self) -> str:
-        files = (self.target, self.near_drafter, self.dflash)
+        files = (self.target, self.near_drafter, self.dflash, self.mtp)
         return "\n".join(tinymodels.describe_file(p) for p in files)
 
 
 def write_qwen35_models(directory: Path) -> Qwen35Models:
-    """The engine-class tiny models in ``directory``: the qwen35 target, its near drafter and its DFlash drafter."""
+    """The engine-class tiny models in ``directory``: the qwen35 target, its near drafter, its DFlash drafter and its
+    MTP head."""
     return Qwen35Models(
         target=write_qwen35(directory / f"{TARGET.name}.gguf", TARGET),
         near_drafter=write_qwen35(directory / f"{NEAR_DRAFTER.name}.gguf", NEAR_DRAFTER),
         dflash=write_dflash(directory / f"{DFLASH_DRAFTER.name}.gguf", DFLASH_DRAFTER),
+        mtp=write_mtp(directory / f"{MTP_HEAD.name}.gguf", MTP_HEAD),
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m ci.gates.tiny_qwen35 DIR``: write the three models into DIR and describe them."""
+    """``python -m ci.gates.tiny_qwen35 DIR``: write the four models into DIR and describe them."""
     import sys
 
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 1:
-        print("usage: python -m ci.gates.tiny_qwen35 DIR", file=sys.stderr)
+    if len(args) != 1 or args[0].startswith("-"):
+        print("usage: python -m ci.gates.tiny_qwen35 DIR (writes the four tiny qwen35 models there)", file=sys.stderr)
         return 2
     print(write_qwen35_models(Path(args[0])).describe())
     return 0

@@ -21,16 +21,16 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tiny_qwen35.Qwen35Models
     return tiny_qwen35.write_qwen35_models(tmp_path_factory.mktemp("qwen35"))
 
 
-def test_both_legs_run_the_qwen35_target_on_micro_batches(models: tiny_qwen35.Qwen35Models, tmp_path: Path) -> None:
+def test_every_drafter_kind_runs_the_qwen35_target_on_micro_batches(models: tiny_qwen35.Qwen35Models, tmp_path: Path) -> None:
     server = tmp_path / "llama-server"
     server.write_text("")
-    near, dflash, whole = engine_path.plans(models, server, llama_server_sha256="0" * 64)
-    assert (near.kind, dflash.kind, whole.kind) == ("near", "dflash", "dflash-whole")
+    near, dflash, whole, mtp = engine_path.plans(models, server, llama_server_sha256="0" * 64)
+    assert (near.kind, dflash.kind, whole.kind, mtp.kind) == ("near", "dflash", "dflash-whole", "mtp")
     # the same DFlash leg with each prompt in one micro-batch: the drafts the two give are compared
     assert whole.plan.drafter.serve_options == dflash.plan.drafter.serve_options
     assert whole.plan.baseline.extra == whole.plan.drafter.extra[-4:] == ("-b", "2048", "-ub", "2048")
-    for leg in (near, dflash):
-        assert leg.plan.baseline.model == models.target
+    for leg in (near, dflash, mtp):
+        assert leg.plan.baseline.model == leg.plan.drafter.model == models.target
         assert leg.plan.baseline.extra == ("-b", "64", "-ub", "16")
         assert leg.plan.drafter.extra[-4:] == ("-b", "64", "-ub", "16")
         assert leg.plan.identity is not None
@@ -43,6 +43,10 @@ def test_both_legs_run_the_qwen35_target_on_micro_batches(models: tiny_qwen35.Qw
     assert dflash.plan.floors == engine_path.DFLASH_FLOORS
     argv = dflash.plan.launch(dflash.plan.drafter, 8080).argv
     assert argv[-5:] == ("--", "-b", "64", "-ub", "16")
+    # the MTP head through the launcher's --mtp: the one kind the fork rolls back through per-token snapshots
+    assert (mtp.plan.spec_type, mtp.plan.draft_max, mtp.plan.floors) == ("draft-mtp", 2, engine_path.MTP_FLOORS)
+    assert mtp.plan.drafter.serve_options == ("--mtp", str(models.mtp), "--mtp-max", "2", "--mtp-p-min", "0")
+    assert mtp.plan.drafter.extra == ("-b", "64", "-ub", "16")
     # a request of the tiny models takes under a second; a drafter server that never answers (a planted fault kept one
     # busy for the full 600 s) is given up on after two minutes, or 20 times the baseline's time on a busy machine
     assert (near.plan.hang_after, dflash.plan.hang_after, near.plan.request_timeout) == (120.0, 120.0, 600.0)
@@ -91,7 +95,7 @@ def test_combine_prefixes_each_leg_and_takes_the_worst() -> None:
 
 
 @pytest.mark.slow
-def test_both_drafter_kinds_pass_on_the_real_cpu_server(models: tiny_qwen35.Qwen35Models, tmp_path: Path) -> None:
+def test_every_drafter_kind_passes_on_the_real_cpu_server(models: tiny_qwen35.Qwen35Models, tmp_path: Path) -> None:
     legs = engine_path.plans(models, llama_binary("llama-server"))
     verdict = engine_path.run(legs, tmp_path / "logs")
     write_json(tmp_path / "equivalence.json", verdict)
@@ -106,7 +110,7 @@ def test_both_drafter_kinds_pass_on_the_real_cpu_server(models: tiny_qwen35.Qwen
             m[f"dflash-whole.{prompt}.draft_n"],
             m[f"dflash-whole.{prompt}.draft_n_accepted"],
         )
-    for kind in ("near", "dflash", "dflash-whole"):
+    for kind in ("near", "dflash", "dflash-whole", "mtp"):
         assert m[f"{kind}.draft_n_accepted"] > 0
         assert m[f"{kind}.draft_n"] > m[f"{kind}.draft_n_accepted"]  # accepted and rejected: both paths ran
         for prompt in ("code", "prose", "short"):
@@ -115,6 +119,9 @@ def test_both_drafter_kinds_pass_on_the_real_cpu_server(models: tiny_qwen35.Qwen
     log = (tmp_path / "logs" / "dflash" / "drafter.log").read_text()
     assert "draft-dflash" in log
     assert json.loads((tmp_path / "equivalence.json").read_text())["properties"]["dflash.spec_type"] == "draft-dflash"
+    # the MTP head through the launcher's --mtp, with the draft length the gate sets
+    mtp_log = (tmp_path / "logs" / "mtp" / "drafter.log").read_text()
+    assert f"--spec-type draft-mtp -md {models.mtp} -ngld 0 --spec-draft-n-max 2 --spec-draft-p-min 0 -b 64 -ub 16" in mtp_log
 
 
 DATA = Path(__file__).parent / "data"

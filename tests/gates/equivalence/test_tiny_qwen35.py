@@ -94,13 +94,37 @@ def test_dflash_drafter_has_what_the_fork_loader_reads(models: tq.Qwen35Models) 
     assert "output.weight" not in shapes
 
 
+def test_mtp_head_has_what_the_fork_loader_reads_and_no_trunk(models: tq.Qwen35Models) -> None:
+    kv, shapes = fields(models.mtp)
+    assert kv["general.architecture"] == "qwen35"
+    assert (kv["qwen35.block_count"], kv["qwen35.nextn_predict_layers"]) == (5, 1)  # the target's 4 layers, then the head
+    assert not [n for n in shapes if n.startswith(("blk.0.", "blk.1.", "blk.2.", "blk.3."))]  # loaded "MTP only"
+    assert shapes["blk.4.nextn.eh_proj.weight"] == (2 * 128, 128)  # [enorm(embedding), hnorm(hidden)] -> n_embd
+    assert shapes["blk.4.attn_q.weight"] == (128, 2 * 4 * 32)  # query and gate, as the target's attention layers
+    n = len(vocab())
+    target, head = dict(tq.qwen35_weights(tq.TARGET, n)), dict(tq.mtp_weights(tq.MTP_HEAD, n))
+    for name in ("token_embd.weight", "output.weight", "output_norm.weight"):  # the target's own
+        np.testing.assert_array_equal(head[name], target[name])
+
+
+def test_the_mtp_head_drafts_what_the_output_head_favours_for_the_next_token() -> None:
+    """The block is the identity on the next token's normalised embedding: eh_proj keeps it, attention and FFN add 0."""
+    n = len(vocab())
+    head = dict(tq.mtp_weights(tq.MTP_HEAD, n))
+    e, h = np.random.default_rng(0).normal(size=(2, 128)).astype(np.float32)
+    x = head["blk.4.nextn.eh_proj.weight"] @ np.concatenate([rms(e), rms(h)])
+    np.testing.assert_allclose(x, rms(e), rtol=1e-6)
+    assert not head["blk.4.attn_output.weight"].any()
+    assert not head["blk.4.ffn_down.weight"].any()
+
+
 def test_every_model_carries_the_same_vocabulary(models: tq.Qwen35Models) -> None:
     import gguf
 
     def tokens(path: Path) -> list[str]:
         return list(gguf.GGUFReader(str(path)).fields["tokenizer.ggml.tokens"].contents())
 
-    assert tokens(models.target) == tokens(models.near_drafter) == tokens(models.dflash) == list(vocab().tokens)
+    assert tokens(models.target) == tokens(models.near_drafter) == tokens(models.dflash) == tokens(models.mtp) == list(vocab().tokens)
 
 
 def rms(x: np.ndarray, w: np.ndarray | float = 1.0) -> np.ndarray:
