@@ -28,6 +28,7 @@ CRASH_LOG = "onebit-ci-crash.log"
 ERROR = PROG + ": error: {message}"  # each line of an error's message
 INTERRUPTED = PROG + ": interrupted"
 INTERRUPTED_BY = PROG + ": interrupted by {signal}"
+AT_FILE = "{path}: {reason}"  # an OSError that names its file (ERROR's message): a full disk, a read-only directory
 
 
 # each command's module under ci/commands/ and its function there: imported when dispatched, so --help stays quick
@@ -98,8 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # the disk, not the code: a full disk, a read-only or vanished directory
         if args.debug:
             raise
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(ERROR.format(message=f"{where}{exc.strerror or exc}"), file=sys.stderr)
+        reason = exc.strerror or exc
+        print(ERROR.format(message=AT_FILE.format(path=exc.filename, reason=reason) if exc.filename else reason), file=sys.stderr)
         return IO_ERROR
     except Exception as exc:  # a bug: one line, the traceback in a file (or on the terminal with --debug)
         if args.debug:

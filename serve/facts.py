@@ -50,6 +50,7 @@ DEFAULT_ALIGNMENT = 32  # GGUF's own default when general.alignment is absent
 NO_SUCH_FILE = "no such file"
 IS_EMPTY = "is empty (0 bytes), not a GGUF file"
 IS_A_DIRECTORY = "is a directory, not a GGUF file"
+NOT_A_REGULAR_FILE = "is not a regular file (a FIFO or a device), not a GGUF file"
 NOT_GGUF = "not a GGUF file (it starts with {start!r}, a GGUF file with b'GGUF')"
 UNREADABLE = "{problem}; not a readable GGUF file (re-download or re-convert it)"  # a corrupt header's problems, below
 UNKNOWN_VERSION = "GGUF version {version} (this reader knows versions 2 and 3)"
@@ -215,7 +216,7 @@ def read_header(path: str) -> tuple[dict[str, Scalar], dict[str, ValueType]]:
             if stat.S_ISDIR(st.st_mode):
                 raise IsADirectoryError(path)
             if not stat.S_ISREG(st.st_mode):
-                raise FileProblem("is not a regular file (a FIFO or a device), not a GGUF file", path)
+                raise FileProblem(NOT_A_REGULAR_FILE, path)
             if st.st_size == 0:
                 raise FileProblem(IS_EMPTY, path)
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:

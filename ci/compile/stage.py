@@ -33,6 +33,7 @@ STALE_BUILD = "the {profile} build is stale (key {old}, current {key}: {reasons}
 STEP = "step: {step}: {state} in {seconds:.2f} s"
 STEP_DONE = "done"
 STEP_FAILED = "FAILED"
+BUILD_DIRECTORY = "the build directory {directory}"  # what the build's lock guards (ci.locks' HELD)
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ def run_build(build_plan: BuildPlan, source: Source, root: Path, remote: str | N
     """checkout at pin + series → (configure) → compile → manifest; the pin verified and the plan made before. One
     build at a time per build directory: two at once left a build.json whose flags did not describe its binaries."""
     lock = build_plan.build_dir.parent / f".{build_plan.build_dir.name}{LOCK_NAME}"
-    with held_lock(lock, "build", f"the build directory {shown(build_plan.build_dir, root)}", purpose=command_line()):
+    with held_lock(lock, "build", BUILD_DIRECTORY.format(directory=shown(build_plan.build_dir, root)), purpose=command_line()):
         return _locked_build(build_plan, source, root, remote, say)
 
 

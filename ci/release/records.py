@@ -21,6 +21,7 @@ COUNTS = tuple(s.value for s in Status)  # the summary table's count columns
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 GATES_FAILED = "gpu_tests: {failed} of {total} gates did not pass: {gates}"
 ALL_PASSED = "gpu_tests: all {total} gates passed"
+TABLE_COLUMNS = ("gate", "verdict", *COUNTS, "seconds", "summary")  # the console table's header (summary_table)
 SUMMARY_HEADING = "### {title}"
 SUMMARY_HEADER = "| gate | verdict | passed | failed | skipped | error | seconds | summary |"
 SUMMARY_ROW = "| {gate} | {verdict} | {counts} | {seconds:.1f} | {summary} |"
@@ -72,7 +73,7 @@ def step_summary(markdown: str) -> None:
 
 
 def summary_table(gate_results: Sequence[GateResult]) -> str:
-    rows: list[tuple[str, ...]] = [("gate", "verdict", *COUNTS, "seconds", "summary")]
+    rows: list[tuple[str, ...]] = [TABLE_COLUMNS]
     for r in gate_results:
         rows.append(
             (

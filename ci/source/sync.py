@@ -58,6 +58,8 @@ LOCAL_CHANGES = (
 AT_COMMIT = "at {commit}"
 NO_COMMIT_CHECKED_OUT = "with no commit checked out"
 VERDICT_LINE = "  {verdict}"
+CHECKING = "patches: {patches} ({digest}) against the pin {commit}:"  # --check, then a VERDICT_LINE a patch
+THE_CHECKOUT = "the checkout {name}"  # what the sync's lock guards (ci.locks' HELD)
 
 
 @dataclass(frozen=True)
@@ -257,7 +259,7 @@ def sync(source: Source, *, remote: str | None = None, reset: bool = False, say:
     from ci.locks import LOCK_NAME, command_line, held_lock
 
     source.gitdir.mkdir(parents=True, exist_ok=True)
-    with held_lock(source.gitdir / LOCK_NAME, "patches", f"the checkout {source.workdir.name}", purpose=command_line()):
+    with held_lock(source.gitdir / LOCK_NAME, "patches", THE_CHECKOUT.format(name=source.workdir.name), purpose=command_line()):
         store = ensure_commit(source, remote, say)
         plan = prepare(source, store, reset=reset)
         execute(plan)
@@ -269,7 +271,7 @@ def check(source: Source, remote: str | None, say: Callable[[str], None]) -> int
     store = ensure_commit(source, remote, say=log.info)
     check_paths(source.series, store.tree_of(source.commit), source.workdir if source.workdir.is_dir() else None, source.omit)
     plan = classify(source.gitdir, source.commit, source.series)
-    say(f"patches: {count(len(source.series.patches), 'patch')} ({source.series.digest[:12]}) against the pin {source.short}:")
+    say(CHECKING.format(patches=count(len(source.series.patches), "patch"), digest=source.series.digest[:12], commit=source.short))
     for line in plan.lines():
         say(VERDICT_LINE.format(verdict=line))
     return 0 if plan.clean else Refused.exit_code

@@ -8,9 +8,12 @@ from pathlib import Path
 import pytest
 from junitparser import JUnitXml
 
+from ci import cli
 from ci.commands import gpu_tests
-from ci.release import ledger
+from ci.compile import cmake, manifest, stage
+from ci.release import ledger, records
 from tests.support.build import BuildFork, add_fixture_patch, build_cpu
+from tests.support.messages import pattern, said
 from tests.support.project import Project
 
 DATA = Path(__file__).parents[1] / "gates" / "backend_ops" / "data"
@@ -19,7 +22,7 @@ DATA = Path(__file__).parents[1] / "gates" / "backend_ops" / "data"
 def test_without_a_build_it_refuses_and_says_how_to_make_one(build_project: Project) -> None:
     r = build_project.ci("gpu-tests", "--profile", "cpu")
     assert r.code == 4
-    assert "no build of profile cpu (build/cpu/build.json is missing): run nox -s build -- --profile cpu" in r.err
+    assert stage.NO_BUILD.format(profile="cpu", manifest="build/cpu/build.json", hint=stage.REBUILD.format(profile="cpu")) in r.err
 
 
 def test_a_stale_build_is_never_tested(build_project: Project, build_fork: BuildFork) -> None:
@@ -27,8 +30,8 @@ def test_a_stale_build_is_never_tested(build_project: Project, build_fork: Build
     add_fixture_patch(build_project, build_fork, "hello.patch", "tools/server/server.cpp", "llama-server %s", "llama-server says %s")
     r = build_project.ci("gpu-tests", "--profile", "cpu")
     assert r.code == 4
-    assert "the cpu build is stale" in r.err
-    assert "patches changed" in r.err
+    reasons = cmake.KEY_PART_CHANGED.format(part="patches")
+    assert said(stage.STALE_BUILD, r.err, profile="cpu", reasons=reasons, hint=stage.REBUILD.format(profile="cpu"))
     assert not (build_project.root / "build" / "results" / "ledger.jsonl").exists()
 
 
@@ -39,7 +42,7 @@ def test_a_replaced_binary_is_never_tested(build_project: Project) -> None:
     tbo.write_bytes(tbo.read_bytes() + b"\0")
     r = build_project.ci("gpu-tests", "--profile", "cpu")
     assert r.code == 4
-    assert "test-backend-ops differs from its recorded sha256" in r.err
+    assert cmake.ARTIFACT_WRONG.format(name="test-backend-ops", problem=manifest.DIFFERS) in r.err
 
 
 def test_the_gates_run_on_the_build_and_land_in_the_ledger(build_project: Project) -> None:
@@ -47,14 +50,13 @@ def test_the_gates_run_on_the_build_and_land_in_the_ledger(build_project: Projec
     assert build_cpu(build_project).code == 0
     r = build_project.ci("gpu-tests", "--profile", "cpu", "--gate", "route", "--gate", "backend_ops")
     assert r.code == 7, r.out + r.err
-    manifest = json.loads((build_project.root / "build" / "cpu" / "build.json").read_text())
-    out = build_project.root / "build" / "results" / manifest["key"][:12]
+    built = json.loads((build_project.root / "build" / "cpu" / "build.json").read_text())
+    out = build_project.root / "build" / "results" / built["key"][:12]
     lines = r.out.splitlines()
-    header = next(i for i, ln in enumerate(lines) if ln.startswith("gate "))
-    assert lines[header].split()[:7] == ["gate", "verdict", "passed", "failed", "skipped", "error", "seconds"]
+    header = next(i for i, ln in enumerate(lines) if ln.split() == list(records.TABLE_COLUMNS))
     assert lines[header + 1].split()[:2] == ["route", "passed"]
     assert lines[header + 2].split()[:2] == ["backend_ops", "FAILED"]
-    assert "gpu_tests: 1 of 2 gates did not pass: backend_ops" in r.err
+    assert records.GATES_FAILED.format(failed=1, total=2, gates="backend_ops") in r.err
     route = json.loads((out / "route.json").read_text())
     assert route["status"] == "passed"
     assert route["counts"]["passed"] > 100
@@ -63,10 +65,10 @@ def test_the_gates_run_on_the_build_and_land_in_the_ledger(build_project: Projec
     assert bo["problems"]
     xml = JUnitXml.fromfile(str(out / "gpu_tests.junit.xml"))
     assert [s.name for s in xml] == ["route", "backend_ops"]
-    records = ledger.read(build_project.root / "build" / "results" / "ledger.jsonl").records
-    assert [(rec.gate, rec.verdict) for rec in records] == [("route", "passed"), ("backend_ops", "failed")]
-    assert {rec.build_key for rec in records} == {manifest["key"]}
-    assert records[1].data["artefacts"]["junit"] == f"build/results/{manifest['key'][:12]}/backend_ops.junit.xml"
+    done = ledger.read(build_project.root / "build" / "results" / "ledger.jsonl").records
+    assert [(rec.gate, rec.verdict) for rec in done] == [("route", "passed"), ("backend_ops", "failed")]
+    assert {rec.build_key for rec in done} == {built["key"]}
+    assert done[1].data["artefacts"]["junit"] == f"build/results/{built['key'][:12]}/backend_ops.junit.xml"
 
 
 def test_from_log_judges_a_saved_capture_with_the_pins_expectation(build_project: Project) -> None:
@@ -74,8 +76,8 @@ def test_from_log_judges_a_saved_capture_with_the_pins_expectation(build_project
     r = build_project.ci("gpu-tests", "--profile", "cuda", "--from-log", str(capture))
     assert r.code == 7
     assert "GATED_DELTA_NET: 54 expected, 36 ran and passed" in r.out
-    records = ledger.read(build_project.root / "build" / "results" / "ledger.jsonl").records
-    assert records[-1].build_key == ""  # a log from elsewhere never counts for ship
+    done = ledger.read(build_project.root / "build" / "results" / "ledger.jsonl").records
+    assert done[-1].build_key == ""  # a log from elsewhere never counts for ship
 
 
 def test_on_github_actions_the_table_goes_to_the_job_summary(build_project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -86,10 +88,11 @@ def test_on_github_actions_the_table_goes_to_the_job_summary(build_project: Proj
     assert r.code == 7
     text = summary.read_text()
     heading = gpu_tests.TITLE.format(profile="cuda")
-    assert text.startswith(f"earlier step\n### {heading}\n\n| gate | verdict | passed | failed | skipped | error | seconds | summary |\n")
-    row = next(line for line in text.splitlines() if line.startswith("| backend_ops |"))
-    assert row.startswith("| backend_ops | **FAILED** | 36 | 0 | 0 | 0 | ")
-    assert "- backend_ops: GATED_DELTA_NET: 54 expected, 36 ran and passed" in text
+    assert text.startswith(f"earlier step\n{records.SUMMARY_HEADING.format(title=heading)}\n\n{records.SUMMARY_HEADER}\n")
+    failed = records.SUMMARY_FAILED.format(verdict="FAILED")
+    assert pattern(records.SUMMARY_ROW, gate="backend_ops", verdict=failed, counts="36 | 0 | 0 | 0").search(text)
+    # the gate's problem (ci/gates/backend_ops_judge.py)
+    assert records.SUMMARY_PROBLEM.format(gate="backend_ops", problem="GATED_DELTA_NET: 54 expected, 36 ran and passed") in text
 
 
 
@@ -99,7 +102,8 @@ def test_release_models_are_checked_against_their_sha256_before_anything_runs(ma
     assert build_cpu(project).code == 0
     r = project.ci("gpu-tests", "--profile", "cpu", "--gate", "equivalence")
     assert r.code == 2
-    assert r.err.startswith("onebit-ci: error: pins.yaml: equivalence.model.path: models/target.gguf: no such file")
+    # the model check's message (ci/gates/target.py)
+    assert r.err.startswith(cli.ERROR.format(message="pins.yaml: equivalence.model.path: models/target.gguf: no such file"))
     (project.root / "models").mkdir()
     (project.root / "models" / "target.gguf").write_bytes(b"not the release's target")
     (project.root / "models" / "drafter.gguf").write_bytes(b"nor its drafter")
@@ -114,5 +118,5 @@ def test_the_archs_gate_is_in_the_registry_and_names_a_missing_binary(build_proj
     """The fixture build has no test-llama-archs: ``--gate archs`` reaches the registry's archs gate, which says so."""
     assert build_cpu(build_project).code == 0
     r = build_project.ci("gpu-tests", "--profile", "cpu", "--gate", "archs")
-    assert "the cpu build has no test-llama-archs; add it to pins.yaml build.targets and build again" in r.err, r.out + r.err
+    assert manifest.NO_SUCH_BINARY.format(profile="cpu", name="test-llama-archs") in r.err, r.out + r.err
     assert r.code != 0

@@ -6,9 +6,12 @@ from pathlib import Path
 import pytest
 
 from ci.commands import gpu_tests, main_job
-from ci.release import ledger
+from ci.commands import ship as ship_command
+from ci.compile import rocm, stage
+from ci.pin import verify
+from ci.release import ledger, records
 from tests.support.build import count_calls, manifest, stand_in_flags, stand_in_server_flags
-from tests.support.messages import said
+from tests.support.messages import pattern, said
 from tests.support.project import Project
 
 
@@ -16,9 +19,9 @@ def test_without_the_toolchain_it_verifies_and_runs_the_no_gpu_gate(build_projec
     monkeypatch.setenv("ROCM_PATH", str(build_project.root / "no-rocm-here"))
     r = build_project.ci("main-job", "--profile", "gfx1151")
     assert r.code == 0, r.err
-    assert r.out.startswith("verify_pin: OK")
-    # what is missing is the toolchain's own sentence (ci/compile/rocm.py), naming the profile and ROCM_PATH first
-    assert said(main_job.NO_TOOLCHAIN.format(profile="gfx1151", missing="gfx1151: ROCM_PATH={rest}"), r.out)
+    assert pattern(verify.VERIFIED, reference="ROCmFPX#2", branch="main").match(r.out)
+    missing = rocm.ROCM_PATH_MISSING.format(profile="gfx1151", root=build_project.root / "no-rocm-here")
+    assert main_job.NO_TOOLCHAIN.format(profile="gfx1151", missing=missing) in r.out
     assert main_job.ROUTE_ONLY in r.out
     assert "route  passed" in r.out
     (record,) = ledger.read(build_project.root / "build" / "results" / "ledger.jsonl").records
@@ -27,7 +30,7 @@ def test_without_the_toolchain_it_verifies_and_runs_the_no_gpu_gate(build_projec
 
 def test_with_the_toolchain_it_builds_gates_and_checks_shipping(build_project: Project) -> None:
     r = build_project.ci("main-job", "--profile", "cpu", "--remote", str(build_project.fork.path))
-    assert "build: building cpu" in r.out
+    assert said(stage.BUILDING, r.out, profile="cpu")
     built = manifest(build_project)
     on_build = gpu_tests.ON_BUILD.format(
         profile="cpu", key=built["key"][:12], pin=built["pin"]["commit"][:7], patches=built["patches"]["digest"][:12], device=built["device"]
@@ -35,7 +38,7 @@ def test_with_the_toolchain_it_builds_gates_and_checks_shipping(build_project: P
     assert on_build in r.out
     # the fixture's test-backend-ops is no llama.cpp, so the real gate fails and nothing may ship
     assert r.code == 7
-    assert "gpu_tests: 2 of 3 gates did not pass: backend_ops, equivalence" in r.err
+    assert records.GATES_FAILED.format(failed=2, total=3, gates="backend_ops, equivalence") in r.err
 
 
 PERF = """\
@@ -64,12 +67,12 @@ def test_the_main_job_is_the_whole_pipeline_with_perf_declared_on_a_stand_in_ser
     assert r.code == 0, r.out + r.err
     # the job resolved once: pins.yaml parsed once, the pin verified once, the toolchain found once, the key derived once
     assert calls == {"ci.pin.pins.load": 1, "ci.compile.cmake.build_key": 1, "ci.pin.verify.verify": 1, "ci.compile.toolchain.detect": 1}
-    assert "gpu_tests: all 4 gates passed" in r.out
+    assert records.ALL_PASSED.format(total=4) in r.out
     assert "tokens_per_step(draft, code) = " in r.out  # each perf check's figures on the console
-    records = ledger.read(project.root / "build" / "results" / "ledger.jsonl").records
+    done = ledger.read(project.root / "build" / "results" / "ledger.jsonl").records
     key = manifest(project)["key"]
-    assert [(rec.gate, rec.verdict) for rec in records] == [("route", "passed"), ("backend_ops", "passed"), ("equivalence", "passed"), ("perf", "passed"), ("ship", "passed")]
-    assert {rec.build_key for rec in records} == {key}
+    assert [(rec.gate, rec.verdict) for rec in done] == [("route", "passed"), ("backend_ops", "passed"), ("equivalence", "passed"), ("perf", "passed"), ("ship", "passed")]
+    assert {rec.build_key for rec in done} == {key}
     (wheel,) = (project.root / "dist").glob("*.whl")
     assert f"+{manifest(project)['pin']['commit'][:7]}.{key[:8]}" in wheel.name
 
@@ -85,9 +88,9 @@ def test_the_main_job_passes_end_to_end_with_a_stand_in_test_backend_ops(make_bu
     monkeypatch.setenv("ONEBIT_CMAKE_ARGS", machine)  # the machine's flags reach the build, the gates and ship alike
     r = project.ci("main-job", "--profile", "cpu", "--remote", str(project.fork.path))
     assert r.code == 0, r.out + r.err
-    assert "gpu_tests: all 3 gates passed" in r.out
-    assert "ship: wrote dist/" in r.out
-    records = ledger.read(project.root / "build" / "results" / "ledger.jsonl").records
-    assert [(rec.gate, rec.verdict) for rec in records] == [("route", "passed"), ("backend_ops", "passed"), ("equivalence", "passed"), ("ship", "passed")]
+    assert records.ALL_PASSED.format(total=3) in r.out
+    assert said(ship_command.WROTE.format(path="dist/{file}"), r.out)
+    done = ledger.read(project.root / "build" / "results" / "ledger.jsonl").records
+    assert [(rec.gate, rec.verdict) for rec in done] == [("route", "passed"), ("backend_ops", "passed"), ("equivalence", "passed"), ("ship", "passed")]
     key = manifest(project)["key"]
-    assert {rec.build_key for rec in records} == {key}
+    assert {rec.build_key for rec in done} == {key}

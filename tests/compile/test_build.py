@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -12,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from ci import cli, errors, schema
 from ci.compile import cmake, flags, profiles, rocm, stage, toolchain
 from ci.compile.manifest import DIFFERS, build_key
 from ci.compile.toolchain import Tool, Toolchain, detect
 from ci.files import sha256_file
-from ci.pin.pins import BuildConfig, parse
+from ci.pin.pins import NOT_A_CMAKE_FLAG, BuildConfig, parse
 from tests.support.build import BuildFork, add_fixture_patch, build_cpu, count_calls, manifest, run_binary
 from tests.support.messages import pattern, said
 from tests.support.patches import add_to_series, make_patch_text
@@ -186,8 +188,8 @@ def test_a_failing_compile_leaves_no_manifest(build_project: Project, build_fork
     add_to_series(build_project.root, "broken.patch", make_patch_text(build_fork.builder, build_fork.f0, broken))
     r = build_cpu(build_project)
     assert r.code == 6
-    # "onebit-ci: error: " is ci/cli.py's, "exited with status 1" ci/errors.py's
-    assert r.err.endswith(f"onebit-ci: error: {cmake.STEP_FAILED.format(step='build', program='cmake --build')} exited with status 1\n")
+    failed = errors.EXITED.format(program=cmake.STEP_FAILED.format(step="build", program="cmake --build"), status=errors.STATUS.format(code=1))
+    assert r.err.endswith(cli.ERROR.format(message=failed) + "\n")
     assert "server.cpp" in r.err  # the tail of the log
     assert stage.FULL_LOG.format(log="build/cpu/build.log") in r.out
     assert not (build_project.root / "build" / "cpu" / "build.json").exists()
@@ -214,7 +216,7 @@ def test_a_missing_tool_is_one_line(build_project: Project, monkeypatch: pytest.
     monkeypatch.setenv("PATH", str(empty))
     r = build_cpu(build_project)
     assert r.code == 5
-    assert r.err == f"onebit-ci: error: {toolchain.NOT_ON_PATH.format(role='cmake', names='cmake', hint=toolchain.INSTALL_CMAKE)}\n"
+    assert r.err == cli.ERROR.format(message=toolchain.NOT_ON_PATH.format(role="cmake", names="cmake", hint=toolchain.INSTALL_CMAKE)) + "\n"
 
 
 def test_no_rocm_names_what_is_missing_and_how_to_point_at_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -232,8 +234,8 @@ def test_no_rocm_names_what_is_missing_and_how_to_point_at_it(monkeypatch: pytes
 def test_an_unknown_profile_suggests_one(build_project: Project) -> None:
     r = build_project.ci("build", "--profile", "gfx1115")
     assert r.code == 2
-    # the suggestion is ci/schema.py's did_you_mean
-    assert profiles.UNKNOWN_PROFILE.format(name="gfx1115", suggestion=' (did you mean "gfx1151"?)', known=", ".join(profiles.PROFILES)) in r.err
+    suggestion = schema.DID_YOU_MEAN.format(word="gfx1151")
+    assert profiles.UNKNOWN_PROFILE.format(name="gfx1115", suggestion=suggestion, known=", ".join(profiles.PROFILES)) in r.err
 
 
 def test_ctrl_c_during_the_compile_leaves_no_manifest_and_no_process(build_project: Project) -> None:
@@ -256,7 +258,7 @@ def test_ctrl_c_during_the_compile_leaves_no_manifest_and_no_process(build_proje
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
     rest = proc.communicate(timeout=30)[0]
     assert proc.returncode == 130, "".join(seen) + rest
-    assert "onebit-ci: interrupted" in rest
+    assert cli.INTERRUPTED in rest
     assert not (build_project.root / "build" / "cpu" / "build.json").exists()
     with pytest.raises(ProcessLookupError):
         os.killpg(proc.pid, 0)
@@ -300,7 +302,7 @@ def test_a_full_disk_is_one_line_naming_the_log_and_leaves_no_manifest(build_pro
     log.symlink_to("/dev/full")  # every write answers ENOSPC, as a full disk does
     r = build_cpu(build_project, "-DFIXTURE_GREETING=again")
     assert r.code == 74
-    assert r.err == f"onebit-ci: error: {log}: No space left on device\n"
+    assert r.err == cli.ERROR.format(message=cli.AT_FILE.format(path=log, reason=os.strerror(errno.ENOSPC))) + "\n"
     assert not (build_project.root / "build" / "cpu" / "build.json").exists()
 
 
@@ -310,8 +312,8 @@ def test_a_bad_define_is_refused_before_anything_is_touched(build_project: Proje
     before = (build_project.root / "build" / "cpu" / "build.json").read_bytes()
     r = build_cpu(build_project, "-D", bad)
     assert r.code == 2
-    problem = f'"-D{bad}" is not a CMake cache flag'  # ci/pin/pins.py's
-    assert r.err.startswith("onebit-ci: error: " + flags.BAD_FLAG.format(where="-D", problem=problem)), r.err
+    problem = NOT_A_CMAKE_FLAG.format(flag=f"-D{bad}")
+    assert r.err.startswith(cli.ERROR.format(message=flags.BAD_FLAG.format(where="-D", problem=problem))), r.err
     assert (build_project.root / "build" / "cpu" / "build.json").read_bytes() == before
 
 
@@ -319,10 +321,10 @@ def test_a_bad_machine_flag_names_where_it_comes_from(build_project: Project, mo
     (build_project.root / "cmake-args.local").write_text("# this box\n-DGOOD=1 -D=ON\n")
     r = build_cpu(build_project)
     assert r.code == 2
-    problem = '"-D=ON" is not a CMake cache flag (-DNAME=VALUE, NAME of letters, digits and _)'  # ci/pin/pins.py's
-    assert r.err == f"onebit-ci: error: {flags.BAD_FLAG.format(where='cmake-args.local:2', problem=problem)}\n"
+    problem = NOT_A_CMAKE_FLAG.format(flag="-D=ON")
+    assert r.err == cli.ERROR.format(message=flags.BAD_FLAG.format(where="cmake-args.local:2", problem=problem)) + "\n"
     (build_project.root / "cmake-args.local").unlink()
     monkeypatch.setenv("ONEBIT_CMAKE_ARGS", "-DA='unclosed")
     r = build_cpu(build_project)
     assert r.code == 2
-    assert r.err == f"onebit-ci: error: {flags.UNSPLITTABLE.format(where='ONEBIT_CMAKE_ARGS', problem='No closing quotation')}\n"  # shlex's problem
+    assert r.err == cli.ERROR.format(message=flags.UNSPLITTABLE.format(where="ONEBIT_CMAKE_ARGS", problem="No closing quotation")) + "\n"  # shlex's problem

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -16,10 +17,15 @@ from ci.errors import ConfigError
 from ci.gates import backend_ops, bench
 from ci.gates.backend_ops_output import parse_console
 from ci.gates.results import Status
+from ci.pin import claims
+from ci.pin import pins as pins_yaml
 from ci.pin.claims import parse_check
-from serve import bounded, recipes
-from serve.errors import ServeError
+from ci.release import ledger
+from serve import bounded, facts, recipes
+from serve.errors import AT, ServeError
+from tests.support.messages import pattern
 from tests.support.project import Project
+from tests.support.route import ERROR_PREFIX as SERVE_ERROR
 
 DATA = Path(__file__).resolve().parents[1] / "gates" / "backend_ops" / "data"
 
@@ -27,8 +33,9 @@ DATA = Path(__file__).resolve().parents[1] / "gates" / "backend_ops" / "data"
 def test_from_log_dev_zero_is_one_line_and_reads_nothing(project: Project) -> None:
     r = project.ci("gpu-tests", "--profile", "cpu", "--from-log", "/dev/zero")
     assert r.code == 2
-    # the gate's message (ci/gates/backend_ops.py) around the reader's reason (serve/bounded.py)
-    message = "--from-log /dev/zero: cannot be read: a character device, where a regular file is expected; give a saved test-backend-ops output"  # fmt: skip
+    # the gate's message (ci/gates/backend_ops.py) around the reader's reason
+    reason = bounded.NOT_REGULAR.format(kind="a character device")
+    message = f"--from-log /dev/zero: cannot be read: {reason}; give a saved test-backend-ops output"
     assert r.err == cli.ERROR.format(message=message) + "\n"
 
 
@@ -46,7 +53,7 @@ def test_a_file_over_its_limit_is_refused_before_it_is_read(tmp_path: Path) -> N
     big = tmp_path / "big.json"
     with big.open("wb") as fh:
         fh.truncate(bounded.CONFIG_LIMIT + 1)  # sparse: nothing is written, the size says it
-    with pytest.raises(bounded.TooLarge, match=r"16777217 bytes, more than the 16 MiB this reader takes"):
+    with pytest.raises(bounded.TooLarge, match=re.escape(bounded.TOO_LARGE.format(size=bounded.CONFIG_LIMIT + 1, limit="16 MiB"))):
         bounded.read_regular(big, bounded.CONFIG_LIMIT)
 
 
@@ -56,8 +63,8 @@ def test_pins_yaml_that_is_a_fifo_is_one_line(project: Project) -> None:
     os.mkfifo(pins)
     r = project.ci("verify-pin")
     assert r.code == 2
-    # pins.yaml's reader (ci/pin/pins.py) around the reader's reason (serve/bounded.py)
-    assert r.err == cli.ERROR.format(message="pins.yaml: cannot be read (a FIFO, where a regular file is expected)") + "\n"
+    unreadable = pins_yaml.UNREADABLE.format(file="pins.yaml", error=bounded.NOT_REGULAR.format(kind="a FIFO"))
+    assert r.err == cli.ERROR.format(message=unreadable) + "\n"
 
 
 def test_a_log_repeating_one_case_line_is_a_failure(tmp_path: Path) -> None:
@@ -79,8 +86,9 @@ def test_log_judging_keeps_a_bounded_tail_of_noise() -> None:
 
 @pytest.mark.parametrize("tolerance", [float("nan"), 5.0, -0.1])
 def test_a_perf_tolerance_that_turns_the_regression_check_off_is_refused(tolerance: float) -> None:
-    with pytest.raises(ConfigError, match="must be a fraction from 0 to 1"):
-        parse_check("tokens_per_second(dflash) / tokens_per_second(base) >= 1.5", "x", tolerance, "pins.yaml: expect.perf[0]")
+    where = "pins.yaml: expect.perf[0]"
+    with pytest.raises(ConfigError, match=re.escape(claims.BAD_TOLERANCE.format(where=where, tolerance=tolerance))):
+        parse_check("tokens_per_second(dflash) / tokens_per_second(base) >= 1.5", "x", tolerance, where)
 
 
 @pytest.mark.parametrize(
@@ -88,7 +96,9 @@ def test_a_perf_tolerance_that_turns_the_regression_check_off_is_refused(toleran
 )
 def test_a_recipe_env_that_loads_code_is_refused(name: str) -> None:
     doc = {"recipes": [{"id": "evil", "match": {}, "env": {name: "/tmp/x.so"}, "why": "w", "measured": "m", "source": "s"}]}
-    with pytest.raises(ServeError, match=f"env.{name}: not a variable a recipe may set"):
+    at = f"{recipes.RECIPE.format(id='evil')}: env.{name}"
+    refused = AT.format(where="recipes.json", problem=AT.format(where=at, problem=recipes.ENV_REFUSED))
+    with pytest.raises(ServeError, match=pattern(refused)):
         recipes.parse(json.dumps(doc), "recipes.json")
 
 
@@ -117,15 +127,14 @@ def test_serve_names_a_model_that_is_not_a_regular_file_at_once(tmp_path: Path, 
     assert done == [2]  # a FIFO once hung the GGUF reader
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert err.startswith(f"1bit serve: error: {path}: is ")
+    problem = facts.IS_A_DIRECTORY if kind == "directory" else facts.NOT_A_REGULAR_FILE
+    assert err == SERVE_ERROR + AT.format(where=path, problem=problem) + "\n"
 
 
 def test_a_witness_that_is_not_one_is_one_line(tmp_path: Path) -> None:
-    from ci.release import ledger
-
     witness = tmp_path / "witness"
     witness.write_text("garbage")
-    with pytest.raises(ConfigError, match=r"ONEBIT_LEDGER_WITNESS\): not a ledger witness"):
+    with pytest.raises(ConfigError, match=re.escape(ledger.NOT_A_WITNESS.format(witness=witness, var=ledger.WITNESS_VAR))):
         ledger.read(tmp_path / "ledger.jsonl", witness=witness)
 
 
@@ -154,5 +163,5 @@ def test_the_machines_flags_and_a_prompt_that_are_fifos_are_named_not_waited_on(
     assert len(done) == 1  # a hang would leave it empty
     code, err = done[0]
     assert code != 0
-    assert "a FIFO, where a regular file is expected" in err
+    assert bounded.NOT_REGULAR.format(kind="a FIFO") in err
     assert err.count("\n") == 1

@@ -14,13 +14,18 @@ import pytest
 
 from ci import cli, schema
 from ci.errors import ServerFailed
+from ci.gates import llama
 from ci.gates.llama import LlamaServer, ServerLaunch
+from ci.source import series as series_file
+from ci.source import sync
+from ci.words import count
 from serve.cli import main as serve_main
 from tests.support.fixtures import MakePatch
 from tests.support.gguf_files import make
 from tests.support.http import answering
-from tests.support.messages import said
+from tests.support.messages import pattern, said
 from tests.support.project import DELTA_AT_C1, Project
+from tests.support.route import ERROR_PREFIX as SERVE_ERROR
 
 BINARY = bytes(range(256)) * 8  # NUL, control codes, bytes that are not UTF-8
 DEEP = 100_000
@@ -109,7 +114,7 @@ def test_patch_series(project: Project, add_patch: MakePatch, kind: str) -> None
     r = project.ci("patches", "--check", "--remote", str(project.fork.path))
     if kind == "empty":  # an empty series is a series of no patches: nothing to refuse
         assert r.code == 0, r.err
-        assert "0 patches" in r.out
+        assert said(sync.CHECKING, r.out, patches=count(0, "patch"), commit=project.fork.c1[:7])
     else:
         one_error_line(Outcome(r.code, r.out, r.err), cli.ERROR.format(message=""), "patches/series")
     assert path.read_bytes() == content
@@ -134,7 +139,7 @@ def test_patch_file(project: Project, add_patch: MakePatch, kind: str) -> None:
     r = project.ci("patches", "--check", "--remote", str(project.fork.path))
     line = one_error_line(Outcome(r.code, r.out, r.err), cli.ERROR.format(message=""), "patches/fix.patch")
     if kind == "duplicated-key":
-        assert "Upstream: is given twice" in line
+        assert line == cli.ERROR.format(message=series_file.TRAILER_TWICE.format(patch="patches/fix.patch", trailer="Upstream"))
     assert path.read_bytes() == content
 
 
@@ -165,7 +170,7 @@ def test_recipes_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: p
     path = tmp_path / "hostile-recipes.json"
     path.write_bytes(recipes(kind))
     o = serve(capsys, "-m", model, "--recipes", str(path), "--llama-server", "/bin/true")
-    one_error_line(o, "1bit serve: error: ", "hostile-recipes.json")
+    one_error_line(o, SERVE_ERROR, "hostile-recipes.json")
     assert path.read_bytes() == recipes(kind)
 
 
@@ -195,7 +200,7 @@ def test_gguf_header(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: py
     content = gguf(kind, good)
     path.write_bytes(content)
     o = serve(capsys, "-m", "hostile.gguf", "--llama-server", "/bin/true")
-    one_error_line(o, "1bit serve: error: ", "hostile.gguf")
+    one_error_line(o, SERVE_ERROR, "hostile.gguf")
     assert path.read_bytes() == content
 
 
@@ -297,7 +302,8 @@ def test_server_answers(tmp_path: Path, kind: str) -> None:
         handle._http.close()
     message = exc.value.message
     assert "\n" not in message
-    assert message.startswith("baseline server: POST /completion: the answer is ")
+    not_json = pattern(llama.BAD_ANSWER, leg="baseline", path="/completion")
+    assert not_json.fullmatch(message) or message == llama.NOT_AN_OBJECT.format(leg="baseline", path="/completion"), message
 
 
 Check = Callable[[], None]

@@ -12,7 +12,8 @@ import pytest
 from ci import cli, git, schema
 from ci.errors import ConfigError, ToolchainError
 from ci.pin.pins import parse
-from ci.release.ship import _require_pypa_build
+from ci.release.ship import NO_PYPA, _require_pypa_build
+from ci.source import series
 from ci.source.series import load_series
 from tests.support.fixtures import MakePatch
 from tests.support.messages import pattern
@@ -48,14 +49,15 @@ def test_a_bad_hunk_names_the_line_of_the_patch_file(project: Project, add_patch
     path.write_text("".join(lines))
     with pytest.raises(ConfigError) as exc:
         load_series(project.root / "patches")
-    assert exc.value.message == f"patches/fix.patch:{n + 1}: the diff cannot be parsed (invalid patch hunk header)"
+    # the diff parser's own words (unidiff) in the parentheses
+    assert exc.value.message == series.DIFF_UNPARSABLE_AT.format(patch="patches/fix.patch", line=n + 1, error="invalid patch hunk header")
 
 
 def test_a_series_file_that_is_not_utf8_names_the_line(tmp_path: Path) -> None:
     d = tmp_path / "patches"
     d.mkdir()
     (d / "series").write_bytes(b"# order\nfix\xff.patch\n")
-    with pytest.raises(ConfigError, match=r"^patches/series:2: not UTF-8 text \(byte 0xff\)"):
+    with pytest.raises(ConfigError, match="^" + re.escape(series.SERIES_NOT_UTF8.format(series="patches/series", line=2, byte=0xFF))):
         load_series(d)
 
 
@@ -84,6 +86,6 @@ def test_ship_without_pypa_build_says_what_is_missing(monkeypatch: pytest.Monkey
     assert shadow is not None
     assert shadow.origin is None  # what `python -m build` then finds: a namespace package
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: shadow if name == "build" else real(name, *a))
-    with pytest.raises(ToolchainError, match=r"ship: the Python package build is not installed here; pip install build"):
+    with pytest.raises(ToolchainError, match=re.escape(NO_PYPA.format(package="build"))):
         _require_pypa_build()
 

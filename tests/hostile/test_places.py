@@ -12,9 +12,13 @@ from pathlib import Path
 import pytest
 
 from ci import cli, locks, places, schema
+from ci.compile import stage
 from ci.errors import ConfigError
 from ci.gates import bench, selftest
+from ci.pin import project as pin_project
+from ci.source import series, sync
 from ci.source.series import load_series
+from serve import bounded
 from tests.support.build import build_cpu
 from tests.support.messages import pattern, said
 from tests.support.project import Project
@@ -73,11 +77,13 @@ def test_a_faults_file_that_is_a_symlink_or_a_fifo_is_refused(tmp_path: Path) ->
     real.write_text(FAULT.format(id="ok", file="a.c"))
     link = tmp_path / "link.yaml"
     link.symlink_to(real)
-    with pytest.raises(ConfigError, match=r"--faults .*link.yaml: cannot be read: a symbolic link"):
+    # "--faults FILE: cannot be read: " is the self-test's (ci/gates/selftest.py), the reason the reader's
+    with pytest.raises(ConfigError, match=re.escape(f"--faults {link}: cannot be read: {bounded.SYMBOLIC_LINK}")):
         selftest.load_faults(link)
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)
-    with pytest.raises(ConfigError, match=r"--faults .*fifo.yaml: cannot be read: a FIFO, where a regular file is expected"):
+    fifo_refused = f"--faults {fifo}: cannot be read: {bounded.NOT_REGULAR.format(kind='a FIFO')}"
+    with pytest.raises(ConfigError, match=re.escape(fifo_refused)):
         selftest.load_faults(fifo)  # named at once, never waited on
 
 
@@ -113,9 +119,9 @@ def test_a_second_build_of_one_build_directory_is_refused_naming_the_holder(buil
     with locks.held_lock(lock, "test", "the build directory", purpose="the first build"):
         r = build_project.ci("build", "--profile", "cpu", "--remote", str(build_project.fork.path))
     assert r.code == 4, r.err
-    # what the lock guards is the build stage's (ci/compile/stage.py)
     holder = locks.WITH_PURPOSE.format(holder=locks.HOLDER, purpose="the first build")
-    held = cli.ERROR.format(message=locks.HELD.format(who="build", what="the build directory build/cpu", holder=holder, path=lock))
+    what = stage.BUILD_DIRECTORY.format(directory="build/cpu")
+    held = cli.ERROR.format(message=locks.HELD.format(who="build", what=what, holder=holder, path=lock))
     assert pattern(held, pid=os.getpid()).match(r.err), r.err
     assert not (build_project.root / "build" / "cpu" / "build.json").exists()
 
@@ -132,8 +138,8 @@ def test_a_second_sync_of_one_checkout_is_refused(build_project: Project) -> Non
     finally:
         os.close(fd)
     assert r.code == 4, r.err
-    # what the lock guards is the sync's (ci/source/sync.py)
-    assert said(locks.HELD, r.err, who="patches", what="the checkout llama.cpp-rocmfpx", holder=locks.UNKNOWN_HOLDER)
+    what = sync.THE_CHECKOUT.format(name="llama.cpp-rocmfpx")
+    assert said(locks.HELD, r.err, who="patches", what=what, holder=locks.UNKNOWN_HOLDER)
 
 
 def test_a_lock_held_by_a_killed_run_holds_nothing(tmp_path: Path) -> None:
@@ -148,11 +154,11 @@ def test_a_series_that_is_a_directory_or_a_dangling_link_is_an_error(tmp_path: P
     patches.mkdir()
     assert load_series(patches).patches == ()  # absent: no patches
     (patches / "series").mkdir()
-    with pytest.raises(ConfigError, match=r"patches/series: a directory; the series must be a regular file"):
+    with pytest.raises(ConfigError, match=re.escape(series.SERIES_NOT_REGULAR.format(series="patches/series", kind="a directory"))):
         load_series(patches)
     (patches / "series").rmdir()
     (patches / "series").symlink_to(tmp_path / "gone")
-    with pytest.raises(ConfigError, match=r"patches/series: a symbolic link; the series must be a regular file"):
+    with pytest.raises(ConfigError, match=re.escape(series.SERIES_NOT_REGULAR.format(series="patches/series", kind="a symbolic link"))):
         load_series(patches)
 
 
@@ -200,7 +206,6 @@ def test_gitmodules_include_is_refused(project: Project, tmp_path: Path) -> None
     gm.write_text(gm.read_text() + f"[include]\n\tpath = {other}\n")
     r = project.ci("verify-pin")
     assert r.code == 2
-    # the .gitmodules reader's message (ci/pin/project.py)
-    include = ".gitmodules:5: an [include] section: git ignores it in .gitmodules and libgit2 does not; write the submodule here"
+    include = pin_project.INCLUDE_SECTION.format(file=".gitmodules", line=5)
     assert r.err.splitlines()[0] == cli.ERROR.format(message=include)
     assert "evil.example" not in r.err + r.out

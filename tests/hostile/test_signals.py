@@ -15,7 +15,9 @@ import psutil
 import pytest
 
 from ci import cli, files
+from ci.compile import cmake
 from tests.support.build import build_cpu
+from tests.support.messages import pattern
 from tests.support.project import Project
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +46,7 @@ def test_a_signal_to_the_build_alone_ends_cmake_and_ninja(build_project: Project
     seen = []
     for line in proc.stdout:
         seen.append(line)
-        if line.startswith("configure: done"):
+        if pattern(cmake.CONFIGURE_DONE).match(line):
             break
     deadline = time.monotonic() + 30
     while not any("sleep" in " ".join(p.cmdline()) for p in psutil.Process(proc.pid).children(recursive=True)):

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import errno
+import os
 from pathlib import Path
 
 import pygit2
 import pytest
 
-from ci import files
+from ci import cli, files
 from ci.commands import bump_pin
 from ci.source import store, sync
 from tests.support.messages import said
@@ -82,9 +84,9 @@ def test_an_ambiguous_prefix_lists_the_candidates(project: Project) -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("zzzzzzz", "onebit-ci: error: " + store.NOT_A_COMMIT_ID.format(spec="zzzzzzz", digits=4)),
-        ("abc", "onebit-ci: error: " + store.TOO_SHORT.format(spec="abc", digits=4)),
-        ("0000000", "onebit-ci: error: " + store.NOT_IN_FORK.format(spec="0000000")),
+        ("zzzzzzz", cli.ERROR.format(message=store.NOT_A_COMMIT_ID.format(spec="zzzzzzz", digits=4))),
+        ("abc", cli.ERROR.format(message=store.TOO_SHORT.format(spec="abc", digits=4))),
+        ("0000000", cli.ERROR.format(message=store.NOT_IN_FORK.format(spec="0000000"))),
     ],
 )
 def test_bad_commit_ids_get_a_clear_error(project: Project, spec: str, message: str) -> None:
@@ -159,13 +161,14 @@ def test_a_write_error_half_way_restores_pins_yaml(project: Project, monkeypatch
     def failing(path: Path, data: bytes | str, *, mode: int | None = None) -> None:
         calls.append(path)
         if path.name == ".gitmodules" and len(calls) == 2:
-            raise OSError(28, "No space left on device", str(path))
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         real(path, data, mode=mode)
 
     monkeypatch.setattr("ci.commands.bump_pin.write_atomic", failing)
     r = bump(project, project.fork.c5[:7], "--branch", "many")
     assert r.code == 74
-    assert r.err.endswith(f"onebit-ci: error: {project.root / '.gitmodules'}: No space left on device\n")
+    full = cli.AT_FILE.format(path=project.root / ".gitmodules", reason=os.strerror(errno.ENOSPC))
+    assert r.err.endswith(cli.ERROR.format(message=full) + "\n")
     assert calls[0].name == "pins.yaml"
     assert project.state() == before
 

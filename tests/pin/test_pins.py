@@ -5,8 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from ci import schema
 from ci.errors import ConfigError
 from ci.pin import pins
+from tests.support.messages import pattern
 from tests.support.project import FORK_URL, PINS_TEMPLATE
 
 SHA = "8abd563db5a3666adbd6eaa50c6826dfbe9abfef"
@@ -15,6 +17,20 @@ GOOD = PINS_TEMPLATE.format(url=FORK_URL, commit=SHA)
 
 def load(text: str) -> pins.Pins:
     return pins.parse(text, Path("pins.yaml"))
+
+
+def at(key: str, problem: str) -> str:
+    """pins.yaml's message about ``key``."""
+    return schema.AT_KEY.format(file="pins.yaml", key=key, problem=problem)
+
+
+def bad(key: str, value: object, problem: str) -> str:
+    """pins.yaml's message about a value a check refused."""
+    return at(key, schema.VALUE_PROBLEM.format(value=schema.describe(value), problem=problem))
+
+
+def unknown(key: str, meant: str) -> str:
+    return at(key, schema.UNKNOWN_KEY.format(suggestion=schema.DID_YOU_MEAN.format(word=meant)))
 
 
 def error_of(text: str) -> str:
@@ -44,19 +60,19 @@ def test_the_repository_pins_yaml_loads() -> None:
 @pytest.mark.parametrize(
     ("old", "new", "message"),
     [
-        (f"commit: {SHA}", "commit: b82c8b8", 'pins.yaml: fork.commit: "b82c8b8" ' + pins.NOT_A_FULL_SHA),
-        (f"commit: {SHA}", f"commit: {SHA.upper()}", "fork.commit: "),
-        (f"url: {FORK_URL}", "url: http://example.invalid/x.git", 'pins.yaml: fork.url: "http://example.invalid/x.git" ' + pins.NOT_AN_HTTPS_URL),
-        ("branch: main", "branch: refs/heads/main", "pins.yaml: fork.branch: "),
-        ("date: 2026-09-28", "date: someday", 'pins.yaml: fork.date: "someday" ' + pins.NOT_A_DATE),
-        ("  reference:", "  refrence:", 'pins.yaml: fork.refrence: unknown key (did you mean "reference"?)'),
-        ("GATED_DELTA_NET: 54", "GATED_DELTA_NET: many", 'pins.yaml: expect.backend_ops.GATED_DELTA_NET: "many" is not an integer'),
-        ("GATED_DELTA_NET: 54", "GATED_DELTA_NET: 0", "pins.yaml: expect.backend_ops.GATED_DELTA_NET: 0 is below the minimum 1"),
-        ("GATED_DELTA_NET: 54", "gated_delta_net: 54", "pins.yaml: expect.backend_ops.gated_delta_net: " + pins.NOT_AN_OP),
-        ("backend_ops:", "backend_opz:", 'pins.yaml: expect.backend_opz: unknown key (did you mean "backend_ops"?)'),
-        ("submodule: third_party/llama.cpp-rocmfpx", "submodule: ../elsewhere", 'pins.yaml: submodule: "../elsewhere" ' + pins.NOT_A_RELATIVE_PATH),
-        ("omit: [models/, docs/]", "omit: models/", 'pins.yaml: checkout.omit: "models/" is not a list of strings'),
-        ("omit: [models/, docs/]", "omit: [/abs]", "pins.yaml: checkout.omit[0]: " + pins.OMIT_NOT_RELATIVE.format(path="/abs")),
+        (f"commit: {SHA}", "commit: b82c8b8", bad("fork.commit", "b82c8b8", pins.NOT_A_FULL_SHA)),
+        (f"commit: {SHA}", f"commit: {SHA.upper()}", bad("fork.commit", SHA.upper(), pins.NOT_A_FULL_SHA)),
+        (f"url: {FORK_URL}", "url: http://example.invalid/x.git", bad("fork.url", "http://example.invalid/x.git", pins.NOT_AN_HTTPS_URL)),
+        ("branch: main", "branch: refs/heads/main", bad("fork.branch", "refs/heads/main", pins.NOT_A_BRANCH_NAME)),
+        ("date: 2026-09-28", "date: someday", bad("fork.date", "someday", pins.NOT_A_DATE)),
+        ("  reference:", "  refrence:", unknown("fork.refrence", "reference")),
+        ("GATED_DELTA_NET: 54", "GATED_DELTA_NET: many", at("expect.backend_ops.GATED_DELTA_NET", schema.NOT_AN_INTEGER.format(value=schema.describe("many")))),
+        ("GATED_DELTA_NET: 54", "GATED_DELTA_NET: 0", at("expect.backend_ops.GATED_DELTA_NET", schema.BELOW_MINIMUM.format(value=0, minimum=1))),
+        ("GATED_DELTA_NET: 54", "gated_delta_net: 54", at("expect.backend_ops.gated_delta_net", pins.NOT_AN_OP)),
+        ("backend_ops:", "backend_opz:", unknown("expect.backend_opz", "backend_ops")),
+        ("submodule: third_party/llama.cpp-rocmfpx", "submodule: ../elsewhere", bad("submodule", "../elsewhere", pins.NOT_A_RELATIVE_PATH)),
+        ("omit: [models/, docs/]", "omit: models/", at("checkout.omit", schema.NOT_A_LIST_OF_STRINGS.format(value=schema.describe("models/")))),
+        ("omit: [models/, docs/]", "omit: [/abs]", at("checkout.omit[0]", pins.OMIT_NOT_RELATIVE.format(path="/abs"))),
     ],
 )
 def test_every_error_names_the_file_the_key_and_what_was_expected(old: str, new: str, message: str) -> None:
@@ -65,13 +81,13 @@ def test_every_error_names_the_file_the_key_and_what_was_expected(old: str, new:
 
 
 def test_a_missing_key_and_an_unknown_section() -> None:
-    assert error_of(GOOD.replace("  branch: main\n", "")) == "pins.yaml: fork.branch: is required"
-    assert 'pins.yaml: forks: unknown key (did you mean "fork"?)' in error_of(GOOD + "forks: {}\n")
+    assert error_of(GOOD.replace("  branch: main\n", "")) == at("fork.branch", schema.REQUIRED)
+    assert unknown("forks", "fork") in error_of(GOOD + "forks: {}\n")
 
 
 def test_not_yaml_and_not_a_mapping() -> None:
-    assert error_of("fork: [unclosed\n").startswith("pins.yaml: not valid YAML at line")
-    assert error_of("- a list\n") == "pins.yaml: expected a mapping, got a list"
+    assert pattern(schema.NOT_YAML, file="pins.yaml", where=schema.YAML_AT_LINE.format(line=2)).match(error_of("fork: [unclosed\n"))
+    assert error_of("- a list\n") == schema.IN_FILE.format(file="pins.yaml", problem=schema.EXPECTED_MAPPING.format(value="a list"))
 
 
 def test_a_missing_file_says_where_to_run(tmp_path: Path) -> None:

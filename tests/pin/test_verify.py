@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pygit2
 
+from ci import cli, schema
 from ci.pin import pins, verify
 from tests.support.project import FORK_URL, Project
 
@@ -22,12 +23,12 @@ def test_every_disagreement_is_reported_in_one_run(project: Project) -> None:
     index.write()
     r = project.ci("verify-pin")
     assert r.code == 2
-    lines = [line for line in r.err.splitlines() if line.startswith("onebit-ci: error: ")]
+    lines = [line for line in r.err.splitlines() if line.startswith(cli.ERROR.format(message=""))]
     assert len(lines) == 4, r.err
     assert verify.URL_DISAGREES.format(name=SUBMODULE, url=FORK_URL.replace("example.invalid", "example.org"), pinned=FORK_URL) in lines[0]
     assert verify.BRANCH_DISAGREES.format(name=SUBMODULE, branch="dev", pinned="main") in lines[1]
     assert verify.GITLINK_DISAGREES.format(path=SUBMODULE, gitlink=project.fork.c2[:12], commit=project.fork.c1[:12]) in lines[2]
-    assert lines[3] == "onebit-ci: error: " + verify.PROBLEMS.format(count=3)
+    assert lines[3] == cli.ERROR.format(message=verify.PROBLEMS.format(count=3))
 
 
 def test_a_missing_gitlink_and_a_missing_gitmodules(project: Project) -> None:
@@ -56,4 +57,5 @@ def test_a_broken_pins_yaml_is_one_clear_line(project: Project) -> None:
     project.pins.write_text(project.pins.read_text().replace("commit: ", "commit: b82c8b8 #"))
     r = project.ci("verify-pin")
     assert r.code == 2
-    assert 'onebit-ci: error: pins.yaml: fork.commit: "b82c8b8" ' + pins.NOT_A_FULL_SHA in r.err
+    problem = schema.VALUE_PROBLEM.format(value=schema.describe("b82c8b8"), problem=pins.NOT_A_FULL_SHA)
+    assert cli.ERROR.format(message=schema.AT_KEY.format(file="pins.yaml", key="fork.commit", problem=problem)) in r.err

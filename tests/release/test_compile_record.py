@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ci.commands import bump_pin
 from ci.commands.bump_pin import compile_verdict
 from ci.commands.job import Job
 from ci.compile import rocm
@@ -20,6 +21,7 @@ from ci.compile.stage import CurrentBuild
 from ci.gates.registry import always
 from ci.gates.results import Status
 from ci.release import compile_record, ledger, ship
+from tests.support.messages import pattern
 from tests.support.project import Project
 
 SRC = "/src/onebit-ci/third_party/llama.cpp-rocmfpx/ggml/src/ggml-cuda"
@@ -125,10 +127,10 @@ def test_a_bump_report_gets_the_compile_verdict_of_the_new_pin(build_project: Pr
     verdict = compile_verdict(Job.resolve(build_project.root), report, said.append, profile="cpu", remote=str(build_project.fork.path))
     key = json.loads((build_project.root / "build" / "cpu" / "build.json").read_text())["key"]
     assert verdict is not None
-    assert verdict.startswith("passed: cpu compiled in ")
-    assert verdict.endswith(f" s (build key {key[:12]})")
-    assert report.read_text() == f"## Bump to c14872f\n\nthe report\n\n## Compile (cpu)\n\n{verdict}\n"
-    assert said[-1] == f"bump_pin: cpu compile {verdict}"
+    assert pattern(bump_pin.COMPILED_IN + bump_pin.BUILD_KEY, profile="cpu", key=key[:12], up_to_date="").fullmatch(verdict), verdict
+    heading = bump_pin.COMPILE_HEADING.format(profile="cpu")
+    assert report.read_text() == f"## Bump to c14872f\n\nthe report\n\n{heading}\n\n{verdict}\n"
+    assert said[-1] == bump_pin.COMPILE_SAID.format(profile="cpu", verdict=verdict)
 
 
 def test_no_toolchain_no_verdict_and_the_report_untouched(build_project: Project, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -138,5 +140,5 @@ def test_no_toolchain_no_verdict_and_the_report_untouched(build_project: Project
     said: list[str] = []
     assert compile_verdict(Job.resolve(build_project.root), report, said.append) is None
     assert report.read_text() == "the report\n"
-    # "bump_pin: no gfx1151 compile verdict: " is ci/commands/bump_pin.py's
-    assert said == [f"bump_pin: no gfx1151 compile verdict: {rocm.ROCM_PATH_MISSING.format(profile='gfx1151', root=tmp_path / 'no-rocm')}"]
+    missing = rocm.ROCM_PATH_MISSING.format(profile="gfx1151", root=tmp_path / "no-rocm")
+    assert said == [bump_pin.NO_COMPILE_VERDICT.format(profile="gfx1151", reason=missing)]

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from ci import cli
 from ci.commands import ship as ship_command
 from ci.compile import cmake, stage
 from ci.compile.manifest import Manifest
@@ -215,7 +216,7 @@ def test_a_forged_last_record_stops_ship(build_project: Project) -> None:
     path.write_text("\n".join([*lines[:-1], json.dumps(last, sort_keys=True)]) + "\n")
     r = ship(build_project)
     assert r.code == 2
-    assert r.err == f"onebit-ci: error: {ledger.HEAD_MISMATCH.format(path=path)}\n"
+    assert r.err == cli.ERROR.format(message=ledger.HEAD_MISMATCH.format(path=path)) + "\n"
     assert not (build_project.root / "dist").exists()
 
 
@@ -235,24 +236,24 @@ def equivalence_on(models: str, model_sha: str, drafter_sha: str) -> GateResult:
 def test_with_release_models_named_a_tiny_model_pass_does_not_ship(make_build_project: Callable[..., Project]) -> None:
     project = make_build_project(RELEASE_PINS)
     m = built(project)
-    record(project, m, GATES.route, GATES.backend_ops, equivalence_on("tiny generated models only", "c" * 64, "d" * 64))
+    record(project, m, GATES.route, GATES.backend_ops, equivalence_on(TINY_MODELS, "c" * 64, "d" * 64))
     r = ship(project)
     assert r.code == 7
-    assert row("equivalence", "MISSING", missing_on(RELEASE_MODELS, not_counted_models("tiny generated models only", 3))) in r.out
-    record(project, m, equivalence_on("release models", "e" * 64, RELEASE["drafter"]))  # another file than the release's
-    assert not_counted_models("release models", 4, more=1) in ship(project, "--check").out
-    record(project, m, equivalence_on("release models", RELEASE["model"], RELEASE["drafter"]))
+    assert row("equivalence", "MISSING", missing_on(RELEASE_MODELS, not_counted_models(TINY_MODELS, 3))) in r.out
+    record(project, m, equivalence_on(RELEASE_MODELS, "e" * 64, RELEASE["drafter"]))  # another file than the release's
+    assert not_counted_models(RELEASE_MODELS, 4, more=1) in ship(project, "--check").out
+    record(project, m, equivalence_on(RELEASE_MODELS, RELEASE["model"], RELEASE["drafter"]))
     r = ship(project)
     assert r.code == 0, r.out + r.err
     assert release_ship.MODELS_TAG.format(models=RELEASE_MODELS) in r.out
     release = json.loads(next((project.root / "dist").glob("onebit_serve-*.release.json")).read_text())
-    assert release["evidence"] == "release models"
+    assert release["evidence"] == RELEASE_MODELS
     assert release["gates"]["equivalence"]["properties"]["model_sha256"] == RELEASE["model"]
 
 
 def test_without_release_models_the_table_says_what_the_evidence_covers(build_project: Project) -> None:
     m = built(build_project)
-    record(build_project, m, GATES.route, GATES.backend_ops, equivalence_on("tiny generated models only", "c" * 64, "d" * 64))
+    record(build_project, m, GATES.route, GATES.backend_ops, equivalence_on(TINY_MODELS, "c" * 64, "d" * 64))
     r = ship(build_project, "--check")
     assert r.code == 0, r.err
     assert release_ship.MODELS_TAG.format(models=TINY_MODELS) in r.out

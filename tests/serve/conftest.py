@@ -7,11 +7,9 @@ from typing import Any
 
 import pytest
 
-from serve.cli import ERROR, main
+from serve.cli import main
 from tests.support.gguf_files import make
-from tests.support.route import DryRun
-
-ERROR_PREFIX = ERROR.format(prog="1bit serve", problem="")  # what comes before the problem on serve's one error line
+from tests.support.route import ERROR_PREFIX, DryRun
 
 
 @pytest.fixture(autouse=True)

@@ -147,7 +147,7 @@ def test_mtp_p_min_is_a_probability(p: str, ok: bool, gguf_file: FileFn, capsys:
     assert (code == 0) is ok
     if not ok:
         problem = AT.format(where="--mtp-p-min", problem=route.NOT_A_PROBABILITY.format(value=p))
-        assert err == cli.ERROR.format(prog="1bit serve", problem=problem) + "\n"
+        assert err == cli.ERROR.format(prog=cli.SERVE, problem=problem) + "\n"
 
 
 def test_bad_onebit_serve_device(gguf_file: FileFn, serve_error: ErrorFn, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -163,4 +163,4 @@ def test_missing_model_option(serve_error: ErrorFn) -> None:
 def test_unknown_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serv", "-m", "x.gguf"]) == 2
     problem = cli.UNKNOWN_COMMAND.format(command="serv", suggestion=DID_YOU_MEAN.format(choice="serve"), commands="serve")
-    assert capsys.readouterr().err == cli.ERROR.format(prog="1bit", problem=problem) + "\n"
+    assert capsys.readouterr().err == cli.ERROR.format(prog=cli.PROG, problem=problem) + "\n"

@@ -129,14 +129,14 @@ def test_no_build_stops_a_launch_with_how_to_make_one(tmp_path: Path, gguf_file:
     assert main(["serve", "-m", gguf_file("rotated-dense")]) == 5
     no_root = server.NO_ROOT.format(marker="pins.yaml", cwd=tmp_path, variable="ONEBIT_CI_ROOT")
     problem = server.NO_BUILD.format(profile="gfx1151", why=no_root)
-    assert capsys.readouterr().err.splitlines()[-1] == cli.ERROR.format(prog="1bit serve", problem=problem)
+    assert capsys.readouterr().err.splitlines()[-1] == cli.ERROR.format(prog=cli.SERVE, problem=problem)
 
 
 def test_no_manifest_under_the_root(tmp_path: Path, gguf_file: FileFn, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "pins.yaml").write_text("")
     assert main(["serve", "-m", gguf_file("plain"), "--device", "cpu"]) == 5
     problem = server.NO_BUILD.format(profile="cpu", why=server.NO_MANIFEST.format(manifest="build/cpu/build.json"))
-    assert capsys.readouterr().err.splitlines()[-1] == cli.ERROR.format(prog="1bit serve", problem=problem)
+    assert capsys.readouterr().err.splitlines()[-1] == cli.ERROR.format(prog=cli.SERVE, problem=problem)
 
 
 def test_root_is_found_upwards_and_from_onebit_ci_root(tmp_path: Path, dry_run: DryRunFn, monkeypatch: pytest.MonkeyPatch) -> None:

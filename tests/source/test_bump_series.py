@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pygit2
 
+from ci import git
 from ci.commands import bump_pin
 from ci.source import classify, sync
 from ci.source.classify import Fate
@@ -73,7 +74,9 @@ def test_a_conflict_at_the_new_pin_refuses_the_bump_naming_patch_and_hunk(projec
     before = project.state()
     r = bump(project, project.fork.c5[:8])
     assert r.code == 4
-    listing = bump_pin.CONFLICT_ITEM.format(patch="mine.patch", detail="ggml/src/delta.c: hunk 1 (@@ -5,7 +5,7 @@) does not match")
+    # the hunk's header is the patch's own
+    hunk = git.HUNK_DOES_NOT_MATCH.format(path="ggml/src/delta.c", number=1, header="@@ -5,7 +5,7 @@")
+    listing = bump_pin.CONFLICT_ITEM.format(patch="mine.patch", detail=hunk)
     assert bump_pin.CONFLICTS_REFUSED.format(commit=project.fork.c5[:12], listing=listing) in r.err
     assert project.state() == before
 

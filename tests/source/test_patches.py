@@ -1,13 +1,18 @@
 from __future__ import annotations
 
+import errno
+import os
 import subprocess
 from pathlib import Path
 
 import pygit2
 import pytest
 
+from ci import cli
+from ci import git as ci_git
 from ci.commands import bump_pin
 from ci.errors import ConfigError
+from ci.pin.project import Project as CiProject
 from ci.source import series, sync
 from ci.source.classify import IN_THE_TREE, VERDICT, VERDICT_DETAILED, Fate
 from ci.source.series import load_series
@@ -86,7 +91,8 @@ def test_a_conflicting_patch_names_the_patch_file_and_hunk_and_applies_nothing(p
     # made on c0 where line 3 was "x + 3": at the pin c1 that line reads "x + 33", so the hunk's context differs
     r = project.ci("patches", *remote(project))
     assert r.code == 4
-    conflict = VERDICT_DETAILED.format(patch="stale.patch", fate=Fate.CONFLICTS.value, detail="ggml/src/delta.c: hunk 1 (@@ -3,7 +3,7 @@) does not match")
+    hunk = ci_git.HUNK_DOES_NOT_MATCH.format(path="ggml/src/delta.c", number=1, header="@@ -3,7 +3,7 @@")  # the patch's own header
+    conflict = VERDICT_DETAILED.format(patch="stale.patch", fate=Fate.CONFLICTS.value, detail=hunk)
     assert sync.SERIES_DOES_NOT_APPLY.format(listing=sync.NOT_APPLYING.format(verdict=conflict)) in r.err
     assert not (project.submodule / ".git").exists()  # refused before the checkout was made
     r = project.ci("patches", "--check")
@@ -202,7 +208,8 @@ def test_a_hunk_whose_context_moved_applies_at_its_offset_as_git_apply_does(proj
     assert "@@ -2,6 +2,6 @@" in (project.root / "patches" / "moved.patch").read_text()
     r = project.ci("patches", "--check", *remote(project))
     assert r.code == 0, r.err
-    assert verdict_lines(VERDICT_DETAILED.format(patch="moved.patch", fate=Fate.APPLIES.value, detail="ggml/src/delta.c: hunk 1 at offset +5 lines")) in r.out
+    moved = ci_git.HUNK_AT_OFFSET.format(path="ggml/src/delta.c", number=1, offset=5)
+    assert verdict_lines(VERDICT_DETAILED.format(patch="moved.patch", fate=Fate.APPLIES.value, detail=moved)) in r.out
     r = project.ci("patches")
     assert r.code == 0, r.err
     assert (project.submodule / "ggml/src/delta.c").read_text() == DELTA_AT_C1.replace("x + 9;", "x + 90;")
@@ -356,12 +363,13 @@ def test_a_failure_while_moving_puts_the_checkout_back_as_it_was(project: Projec
     add_patch("readme.patch", {"README.md": "changed\n"})
 
     def full_disk(self: object, gitdir: Path) -> None:
-        raise OSError(28, "No space left on device", str(gitdir / "onebit-sync.json"))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(gitdir / sync.RECORD))
 
     monkeypatch.setattr("ci.source.sync.Record.write", full_disk)
     r = project.ci("patches")
     assert r.code == 74
-    assert "onebit-sync.json: No space left on device" in r.err
+    record = CiProject(project.root).module_gitdir(SUBMODULE) / sync.RECORD
+    assert r.err == cli.ERROR.format(message=cli.AT_FILE.format(path=record, reason=os.strerror(errno.ENOSPC))) + "\n"
     assert (git(project, "rev-parse", "HEAD"), git(project, "write-tree"), (project.submodule / "ggml/src/delta.c").read_text()) == before
     assert (project.submodule / "README.md").read_text() == "fork\n"  # the new patch's change was undone
     monkeypatch.undo()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from ci import cli
 from ci.pin.project import Project as CiProject
 from ci.source import store as store_mod
 from ci.source.store import ForkStore
@@ -46,7 +47,7 @@ def test_an_older_stores_alternates_to_a_moved_mirror_are_one_line_then_repaired
     mirror.rename(tmp_path / "moved.git")
     r = project.ci("patches")
     assert r.code == 3, r.err
-    assert r.err == "onebit-ci: error: " + store_mod.ALTERNATE_GONE.format(alternates=alt, mirror=mirror / "objects") + "\n"
+    assert r.err == cli.ERROR.format(message=store_mod.ALTERNATE_GONE.format(alternates=alt, mirror=mirror / "objects")) + "\n"
     assert "invalid object name" not in r.err
     r = project.ci("patches", "--remote", str(tmp_path / "moved.git"))
     assert r.code == 0, r.err

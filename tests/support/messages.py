@@ -27,3 +27,15 @@ def pattern(template: str, **known: object) -> re.Pattern[str]:
 def said(template: str, text: str, **known: object) -> bool:
     """Whether ``text`` holds the message ``template``, with the fields in ``known`` filled in."""
     return pattern(template, **known).search(text) is not None
+
+
+class _Open(dict[str, object]):
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def partly(template: str, **known: object) -> str:
+    """``template`` with the fields in ``known`` filled in and the others left as fields: a value that is itself a
+    template (a message built of messages, or one whose end the test does not know) keeps its own fields for
+    :func:`said` and :func:`pattern`."""
+    return template.format_map(_Open(known))

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ERROR_PREFIX = "1bit serve: error: "
+from serve.cli import ERROR, RECIPE_APPLIED, SERVE
+from tests.support.messages import pattern
+
+ERROR_PREFIX = ERROR.format(prog=SERVE, problem="")  # what comes before the problem on serve's one error line
 
 
 @dataclass(frozen=True)
@@ -21,4 +24,5 @@ class DryRun:
         return self.argv[1:]
 
     def recipe_lines(self) -> list[str]:
-        return [line for line in self.stderr.splitlines() if line.startswith("1bit serve: recipe ")]
+        applied = pattern(RECIPE_APPLIED)
+        return [line for line in self.stderr.splitlines() if applied.match(line)]

@@ -15,6 +15,7 @@ from ci.commands.job import Job
 from ci.gates.perf import INCONCLUSIVE
 from ci.gates.results import CaseResult, GateResult, Status
 from ci.release import ledger
+from ci.source import sync
 from tests.support.project import Fork, Project
 
 
@@ -224,5 +225,6 @@ def test_a_checkout_holding_someone_elses_changes_is_refused_untouched(project: 
     edited.write_text("my work\n")
     r = project.ci("bisect", "--profile", "cpu", "--gate", "backend_ops", "--bad", fork.c6)
     assert r.code == 4
-    assert "holds changes this tool did not make (README.md)" in r.err
+    at = sync.AT_COMMIT.format(commit=fork.c1[:7])
+    assert sync.LOCAL_CHANGES.format(name="third_party/llama.cpp-rocmfpx", at=at, listing="README.md") in r.err
     assert edited.read_text() == "my work\n"

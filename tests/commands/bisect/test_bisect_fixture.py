@@ -17,25 +17,15 @@ from ci import git as ci_git
 from ci.commands import bisect as bisect_
 from ci.git import Git
 from ci.release import ledger
+from ci.source.classify import VERDICT_DETAILED, Fate
 from ci.words import count
 from tests.support.bisect_fork import CONFLICT, PATCH_NEW, REGRESSION, SERVER, BisectFork
 from tests.support.build import build_cpu, manifest, replay_flags
-from tests.support.messages import pattern, said
+from tests.support.messages import partly, pattern, said
 from tests.support.processes import live_processes_naming
 from tests.support.project import Project
 
 pytestmark = pytest.mark.slow
-
-
-class _Open(dict[str, object]):
-    def __missing__(self, key: str) -> str:
-        return "{" + key + "}"
-
-
-def partly(template: str, **known: object) -> str:
-    """``template`` with the fields in ``known`` filled in and the others left as fields: a value that is itself a
-    template (a gate's summary whose end the test does not know) keeps its own fields for :func:`said`."""
-    return template.format_map(_Open(known))
 
 
 def bisect(project: Project, fork: BisectFork, *args: str) -> tuple[int, str, str]:
@@ -69,9 +59,10 @@ def test_bisect_names_the_planted_regression_and_skips_the_commit_the_series_doe
     assert said(bisect_.FOUND, out, commit=first_bad[:7], gate="backend_ops", subject=subject, steps=count(len(steps), "step"))
     skipped = [ln for ln in steps if said(bisect_.STEP_RESULT, ln, outcome=bisect_.Outcome.SKIP.value)]
     assert len(skipped) == 1
-    assert said(bisect_.STEP_RESULT, skipped[0], commit=bisect_fork.c(CONFLICT)[:7], outcome="skip")
-    # the classification's verdict on the patch (ci/source/classify.py), around git's hunk
-    conflict = bisect_.SERIES_DOES_NOT_APPLY.format(problems="patches/banner.patch: conflicts (" + ci_git.HUNK_DOES_NOT_MATCH + ")")
+    assert said(bisect_.STEP_RESULT, skipped[0], commit=bisect_fork.c(CONFLICT)[:7], outcome=bisect_.Outcome.SKIP.value)
+    # "patches/" before the patch's verdict is bisect's (ci/commands/bisect.py)
+    verdict = VERDICT_DETAILED.format(patch="banner.patch", fate=Fate.CONFLICTS.value, detail=ci_git.HUNK_DOES_NOT_MATCH)
+    conflict = bisect_.SERIES_DOES_NOT_APPLY.format(problems="patches/" + verdict)
     assert said(conflict, skipped[0], path="tools/server/server.cpp", number=1)
     assert bisect_.FIRST_BAD_FILES.format(files="ggml/ggml.c, notes/c21.txt") in out
     # the backend_ops gate's problem (ci/gates/backend_ops_judge.py)
@@ -87,7 +78,7 @@ def test_bisect_names_the_planted_regression_and_skips_the_commit_the_series_doe
     assert f"# first bad commit: [{first_bad}]" in report
     records = ledger.read(bisect_project.root / "build" / "results" / "ledger.jsonl").records
     assert len(records) == len(steps) - 1  # every step but the skipped one ran the gate
-    assert all(r.build_key.startswith("bisect:") and r.gate == "backend_ops" for r in records)
+    assert all(r.build_key.startswith(bisect_.KEY_PREFIX) and r.gate == "backend_ops" for r in records)
     assert {r.data["pin"] for r in records} <= set(bisect_fork.commits)
 
 
@@ -98,13 +89,13 @@ def test_ship_never_counts_a_step_even_at_the_pins_own_build(bisect_project: Pro
     assert code == 1, out + err
     # the backend_ops gate's summary (ci/gates/backend_ops_judge.py) as the step's reason, its end unknown here
     check_good = partly(bisect_.STEP_DONE, step="check-good", result=bisect_.STEP_RESULT)
-    assert said(partly(check_good, commit=bisect_fork.fork.f0[:7], outcome="good", reason="PASSED on CPU{more}"), out)
+    assert said(partly(check_good, commit=bisect_fork.fork.f0[:7], outcome=bisect_.Outcome.GOOD.value, reason="PASSED on CPU{more}"), out)
     assert said(bisect_.STOPPED, out, steps="1 step")
     assert_at_pin_and_series(bisect_project, bisect_fork)
     assert build_cpu(bisect_project).code == 0
     key = manifest(bisect_project)["key"]
     records = ledger.read(bisect_project.root / "build" / "results" / "ledger.jsonl").records
-    assert records[0].build_key == "bisect:" + key  # the check-good step built exactly the pin's build
+    assert records[0].build_key == bisect_.KEY_PREFIX + key  # the check-good step built exactly the pin's build
     assert records[0].verdict == "passed"
     r = bisect_project.ci("ship", "--profile", "cpu", "--check")
     assert r.code == 7, r.out + r.err
@@ -184,10 +175,10 @@ def test_check_good_refuses_a_good_end_that_fails_and_expect_replaces_the_pins_c
     # the backend_ops gate's summary (ci/gates/backend_ops_judge.py) as the reason, its end unknown here
     refused = partly(cli.ERROR, message=bisect_.GOOD_END_FAILS)
     failed = "FAILED on CPU: GATED_DELTA_NET 36/54 passed{more}"
-    assert said(partly(refused, commit=bisect_fork.fork.f0[:7], outcome="bad", gate="backend_ops", reason=failed), err)
+    assert said(partly(refused, commit=bisect_fork.fork.f0[:7], outcome=bisect_.Outcome.BAD.value, gate="backend_ops", reason=failed), err)
     assert_at_pin_and_series(bisect_project, bisect_fork)
     code, out, err = bisect(bisect_project, bisect_fork, "--check-good", "--expect", "GATED_DELTA_NET=36", "--max-steps", "1")
     assert code == 1, out + err
     check_good = partly(bisect_.STEP_DONE, step="check-good", result=bisect_.STEP_RESULT)
     passed = "PASSED on CPU: GATED_DELTA_NET 36/36 passed{more}"
-    assert said(partly(check_good, commit=bisect_fork.fork.f0[:7], outcome="good", reason=passed), out)
+    assert said(partly(check_good, commit=bisect_fork.fork.f0[:7], outcome=bisect_.Outcome.GOOD.value, reason=passed), out)

@@ -25,6 +25,8 @@ from ci.gates.llama import LlamaServer, ServerLaunch, free_ports, group_members
 from ci.gates.results import Status
 from ci.gates.tinymodels import TinyModels
 from ci.pin.pins import Floors
+from ci.release.records import GATE_SUMMARY
+from serve import cli as serve_cli
 from tests.support.binaries import llama_binary
 from tests.support.http import answering
 from tests.support.messages import pattern, said
@@ -70,8 +72,8 @@ def test_gate_passes_with_a_drafter_that_drafts(tiny_models: TinyModels, llama_s
                "--spec-type", "draft-simple", "--device", "cpu", "--out", str(out)])  # fmt: skip
     printed = capsys.readouterr().out
     assert rc == 0, printed
-    # "equivalence: " is how records.one_gate prints a gate's summary
-    assert pattern("equivalence: " + eq.SUMMARY, status="PASSED", passed=3, prompts=3, tokens=256, near_tie=eq.DEFAULT_NEAR_TIE).match(printed)
+    summary = GATE_SUMMARY.format(gate=eq.GATE, summary=eq.SUMMARY)  # how records.one_gate prints a gate's summary
+    assert pattern(summary, status="PASSED", passed=3, prompts=3, tokens=256, near_tie=eq.DEFAULT_NEAR_TIE).match(printed)
     result = json.loads((out / "equivalence.json").read_text())
     assert result["status"] == "passed"
     assert [c["name"] for c in result["cases"]] == ["code", "prose", "short"]
@@ -147,7 +149,8 @@ def test_a_drafter_that_never_drafts_fails(tiny_models: TinyModels, llama_server
                "--spec-type", "none", "--device", "cpu", "--tokens", "32", "--out", str(tmp_path)])  # fmt: skip
     printed = capsys.readouterr().out
     assert rc == 7
-    assert pattern("equivalence: " + eq.SUMMARY, status="FAILED", passed=0, prompts=3, tokens=32, near_tie=eq.DEFAULT_NEAR_TIE).match(printed)
+    summary = GATE_SUMMARY.format(gate=eq.GATE, summary=eq.SUMMARY)
+    assert pattern(summary, status="FAILED", passed=0, prompts=3, tokens=32, near_tie=eq.DEFAULT_NEAR_TIE).match(printed)
     result = json.loads((tmp_path / "equivalence.json").read_text())
     assert result["status"] == "failed"
     for case in result["cases"]:
@@ -232,7 +235,7 @@ def test_a_server_that_dies_mid_run_is_reported_and_reaped(tiny_models: TinyMode
     died_during = pattern(llama.DIED_DURING, leg="drafter", path="/completion")
     assert died_during.match(problem) or pattern(llama.DIED, leg="drafter", why=llama.LLAMA_SERVER_GONE).match(problem)
     assert said(eq.WITH_LOG_TAIL, problem)
-    assert "1bit serve: running:" in problem  # the launcher's own lines are in the server's log
+    assert said(serve_cli.RUNNING, problem)  # the launcher's own lines are in the server's log
     assert pattern(eq.SUMMARY, status="ERROR", passed=1, prompts=3, tokens=16, near_tie=plan.near_tie).match(result.summary)
     assert len(started) == 2
     assert_nothing_left(tiny_models.target)
