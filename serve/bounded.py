@@ -20,6 +20,13 @@ LEDGER_LIMIT = 256 * MiB  # about 100 000 records
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 SYMBOLIC_LINK = "a symbolic link, where a file of its own is expected"
 NOT_REGULAR = "{kind}, where a regular file is expected"
+# NOT_REGULAR's kinds
+A_DIRECTORY = "a directory"
+A_FIFO = "a FIFO"
+A_CHARACTER_DEVICE = "a character device"
+A_BLOCK_DEVICE = "a block device"
+A_SOCKET = "a socket"
+NOT_A_REGULAR_FILE = "not a regular file"
 TOO_LARGE = "{size} bytes, more than the {limit} this reader takes"
 
 
@@ -33,15 +40,15 @@ class TooLarge(OSError):
 
 def _kind(mode: int) -> str:
     for test, name in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, A_DIRECTORY),
+        (stat.S_ISFIFO, A_FIFO),
+        (stat.S_ISCHR, A_CHARACTER_DEVICE),
+        (stat.S_ISBLK, A_BLOCK_DEVICE),
+        (stat.S_ISSOCK, A_SOCKET),
     ):
         if test(mode):
             return name
-    return "not a regular file"
+    return NOT_A_REGULAR_FILE
 
 
 def _limit_text(limit: int) -> str:

@@ -22,6 +22,11 @@ from ci.pin.claims import Check, parse_check
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 SHOWN_COMMAND = "nox -s bench -- {args}"
 NO_RECIPE = "--recipe {recipe}: no such recipe{suggestion} in {recipes}"  # suggestion: ci.schema's did-you-mean, or nothing
+DOES_NOT_APPLY = (
+    "--recipe {recipe}: does not apply to this launch (the model, drafter and device given match none of its "
+    "match keys: serve applies {applied}); give the launch it is for (docs/recipes.md)"
+)
+APPLIES_NONE = "no recipe"  # DOES_NOT_APPLY's applied when serve applies none
 NO_CHECK = 'recipe "{recipe}" has no "check" to re-judge; add one (docs/recipes.md) or drop --check'
 # the measured line: MEASURED, its parts each a METRIC_CHANGE (or the metric alone) joined by "; ", and ROUNDS
 MEASURED = 'measured: "{parts}, {rounds} ({command}, {date}, {host})"'
@@ -108,10 +113,7 @@ def recipe_session(
     applied: dict[str, tuple[str, ...]] = {}
     bench.check_configs(bench_plan, applied)
     if target.id not in applied.get("with", ()):  # the two configs would be one: a measured line of noise
-        raise ConfigError(
-            f"--recipe {target.id}: does not apply to this launch (the model, drafter and device given match none of its "
-            f"match keys: serve applies {', '.join(applied.get('with', ())) or 'no recipe'}); give the launch it is for (docs/recipes.md)"
-        )
+        raise ConfigError(DOES_NOT_APPLY.format(recipe=target.id, applied=", ".join(applied.get("with", ())) or APPLIES_NONE))
     result, figures = bench.measure(bench_plan, logs, lock, json_out, say)
     by = {(f.config, f.metric): f for f in figures}
     parts = []

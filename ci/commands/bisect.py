@@ -67,7 +67,8 @@ FIRST_BAD_PROBLEM = "  {gate}: {problem}"
 LAST_GOOD_LINE = "  last good: {commit} {subject}"
 # why a step is a skip
 PERF_INCONCLUSIVE = "perf inconclusive after re-measuring with more rounds: {summary}"
-SERIES_DOES_NOT_APPLY = "the series does not apply: {problems}"
+SERIES_DOES_NOT_APPLY = "the series does not apply: {problems}"  # each patch's NOT_APPLYING, joined by "; "
+NOT_APPLYING = "patches/{verdict}"
 # the report (markdown)
 FIRST_BAD_HEADING = "**First bad commit: `{sha}`** {subject}"
 FILES_TOUCHED = "Files touched: {files}"
@@ -355,7 +356,7 @@ def run_step(job: _Job, number: int, sha: str, say: Callable[[str], None]) -> St
     stepped = step_job(job.base, sha, job.request.expect)
     plan = classify(job.source.gitdir, sha, stepped.series)
     if not plan.clean:
-        bad = "; ".join(f"patches/{v.line()}" for v in plan.verdicts if v.fate is not Fate.APPLIES)
+        bad = "; ".join(NOT_APPLYING.format(verdict=v.line()) for v in plan.verdicts if v.fate is not Fate.APPLIES)
         return Step(number, commit, Outcome.SKIP, SERIES_DOES_NOT_APPLY.format(problems=bad), seconds=time.monotonic() - t0)
     quiet: list[str] = []
     try:

@@ -27,6 +27,7 @@ from ci.release import binding, ledger, records
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 VERDICT_LINE = "gate_selftest: {summary} (ledger line {line})"
 FAILING_RECORD = "{verdict}: {ledger} line {line}"  # which record says a gate fails the unplanted build
+WORK_DIRECTORY = "--work (the fault's directory, under {area})"  # what places.OUTSIDE names
 
 
 def session(
@@ -87,7 +88,7 @@ def selftest_fault(args: argparse.Namespace) -> int:
         raise ConfigError(f"--fault {args.fault}: no such fault")
     job = job_of(args)
     area = job.root / "build" / "selftest" / args.profile
-    trial = selftest.Trial(fault, places.inside(area, Path(args.work), f"--work (the fault's directory, under {shown(area, job.root)})"))
+    trial = selftest.Trial(fault, places.inside(area, Path(args.work), WORK_DIRECTORY.format(area=shown(area, job.root))))
     if trial.work.name != fault.id:
         raise ConfigError(f"--work {args.work}: not the directory of fault {fault.id} ({shown(area / fault.id, job.root)})")
     plan = job.build_plan(BuildRequest(profile=args.profile))

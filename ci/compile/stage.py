@@ -33,6 +33,8 @@ STALE_BUILD = "the {profile} build is stale (key {old}, current {key}: {reasons}
 STEP = "step: {step}: {state} in {seconds:.2f} s"
 STEP_DONE = "done"
 STEP_FAILED = "FAILED"
+STEP_CHECKOUT = "checkout and patches"  # STEP's steps
+STEP_COMPILE = "configure and compile"
 BUILD_DIRECTORY = "the build directory {directory}"  # what the build's lock guards (ci.locks' HELD)
 
 
@@ -54,7 +56,7 @@ def run_build(build_plan: BuildPlan, source: Source, root: Path, remote: str | N
 
 def _locked_build(build_plan: BuildPlan, source: Source, root: Path, remote: str | None, say: Callable[[str], None]) -> BuildOutcome:
     profile, tools = build_plan.profile, build_plan.toolchain
-    with timed(say, "checkout and patches"):
+    with timed(say, STEP_CHECKOUT):
         say(sync(source, remote=remote).describe())
     old = read_manifest(build_plan.manifest_path)
     decision = decide(build_plan, old)
@@ -74,7 +76,7 @@ def _locked_build(build_plan: BuildPlan, source: Source, root: Path, remote: str
         return BuildOutcome(old, True, build_plan, ())
     say(BUILDING.format(profile=profile.name, key=build_plan.key.short, reasons="; ".join(decision.reasons)))
     try:
-        with timed(say, "configure and compile"):
+        with timed(say, STEP_COMPILE):
             manifest = execute(build_plan, decision, say)
     except CommandFailed:
         say(FULL_LOG.format(log=shown(build_plan.build_dir / LOG, root)))

@@ -22,6 +22,11 @@ if TYPE_CHECKING:  # each gate's module is imported when it runs: a job resolves
     from ci.gates.target import BuildUnderTest, GateOptions
     from ci.pin.pins import Pins
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+# suggestion: ci.schema's did-you-mean, or nothing; known: the gates it may name, joined by ", "
+NOT_REQUIRABLE = '{file}: release.require[{index}]: "{gate}" is not a gate ship can require{suggestion}; known: {known}'
+UNKNOWN_GATE = "--gate {gate}: unknown gate{suggestion}; gates: {known}"
+
 
 class Gate(Protocol):
     name: str
@@ -192,7 +197,7 @@ def check_require(pins: Pins) -> None:
     known = requirable()
     for i, gate in enumerate(pins.release_require):
         if gate not in known:
-            raise ConfigError(f'{pins.path.name}: release.require[{i}]: "{gate}" is not a gate ship can require{did_you_mean(gate, known)}; known: {", ".join(known)}')
+            raise ConfigError(NOT_REQUIRABLE.format(file=pins.path.name, index=i, gate=gate, suggestion=did_you_mean(gate, known), known=", ".join(known)))
 
 
 def required(pins: Pins) -> tuple[str, ...]:
@@ -206,6 +211,6 @@ def select(wanted: Sequence[str], pins: Pins) -> tuple[Gate, ...]:
     known = tuple(g.name for g in runnable)
     for n in wanted:
         if n not in known:
-            raise ConfigError(f"--gate {n}: unknown gate{did_you_mean(n, known)}; gates: {', '.join(known)}")
+            raise ConfigError(UNKNOWN_GATE.format(gate=n, suggestion=did_you_mean(n, known), known=", ".join(known)))
     chosen = set(wanted) if wanted else set(required(pins))
     return tuple(g for g in runnable if g.name in chosen)

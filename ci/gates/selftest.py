@@ -41,6 +41,7 @@ FAULTS = "faults.yaml"
 ALL = "all"
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
+FAULTS_UNREADABLE = "--faults {path}: cannot be read: {reason}"
 NOT_A_GATE = '"{gate}" is not a gate: {known}'
 NOT_A_FAULT_ID = '"{id}" is not a fault id ({why})'
 NOT_ANOTHER_GATE = '"{gate}" is not another gate: {known}'
@@ -51,6 +52,7 @@ BLOCKED_BY = "{gate} fails the unplanted build ({record})"
 STALE_MISSING = "stale fault: {file} does not exist at the pin"
 STALE_NO_MATCH = "stale fault: {file} has no match for {anchor!r}"
 STALE_MATCHES = "stale fault: {file} has {count} matches for {anchor!r}; make the search unique"
+STALE_LINE = "{fault}: {why}"  # bump_pin's report line of a stale fault (stale_lines), why a STALE_*
 FAULT_TIMEOUT_NOT_POSITIVE = "--fault-timeout {timeout:g}: must be more than 0 seconds"
 FAULT_SAYS = "gate_selftest: {fault}: {what}"
 ENDED_AT_TIMEOUT = "ended after {timeout:g} s (--fault-timeout) before {missing} finished; its run's last line: {last}"
@@ -99,7 +101,7 @@ def load_faults(path: Path | None = None) -> tuple[Fault, ...]:
         try:  # the user's file itself, never what a link points at
             text, name = read_text(path, CONFIG_LIMIT, follow=False), str(path)
         except OSError as exc:
-            raise ConfigError(f"--faults {path}: cannot be read: {exc.strerror}") from None
+            raise ConfigError(FAULTS_UNREADABLE.format(path=path, reason=exc.strerror)) from None
         except UnicodeDecodeError as exc:
             raise ConfigError(f"--faults {path}: not UTF-8 text ({exc.reason})") from None
     top = Section(name, "", parse_yaml(text, name) or {})
@@ -203,7 +205,7 @@ def stale_lines(gitdir: Path, tree: str) -> list[str]:
     """bump_pin's report: each committed fault that no longer applies at ``tree``, as "id: why"."""
     faults = load_faults()
     texts = files_at(gitdir, tree, [f.file for f in faults])
-    return [f"{f.id}: {why}" for f in faults if (why := stale(f, texts[f.file])) is not None]
+    return [STALE_LINE.format(fault=f.id, why=why) for f in faults if (why := stale(f, texts[f.file])) is not None]
 
 
 # -- one fault, inside its mount namespace ----------------------------------------------------------------------------

@@ -18,6 +18,10 @@ if TYPE_CHECKING:  # the types alone: resolving a job must not import the gates'
     from ci.gates import perf
     from ci.pin.pins import Pins
 
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+MODEL_MISSING = "pins.yaml: equivalence.{key}.path: {path}: no such file; put the model there or fix the path"
+MODEL_OTHER_FILE = "pins.yaml: equivalence.{key}: {path} has sha256 {sha256}, not {pinned}: another file than the release's"
+
 
 @dataclass(frozen=True)
 class GateOptions:
@@ -60,9 +64,9 @@ def equivalence_models(target: BuildUnderTest, options: GateOptions) -> tuple[Pa
         for key, ref in (("model", config.model), ("drafter", config.drafter)):
             path = target.root / ref.path
             if not path.is_file():
-                raise ConfigError(f"pins.yaml: equivalence.{key}.path: {ref.path}: no such file; put the model there or fix the path")
+                raise ConfigError(MODEL_MISSING.format(key=key, path=ref.path))
             if ref.sha256 is not None and sha256_cached(path) != ref.sha256:
-                raise Refused(f"pins.yaml: equivalence.{key}: {ref.path} has sha256 {sha256_cached(path)[:12]}, not {ref.sha256[:12]}: another file than the release's")
+                raise Refused(MODEL_OTHER_FILE.format(key=key, path=ref.path, sha256=sha256_cached(path)[:12], pinned=ref.sha256[:12]))
             paths.append(path)
         return paths[0], paths[1], equivalence.RELEASE_MODELS
     models = tinymodels.write_tiny_models(target.build.build_dir / "tiny-models")

@@ -38,6 +38,7 @@ ARCHS_EMPTY = "is empty; list the architectures test-llama-archs must pass, or l
 NOT_AN_ARCH = '"{arch}" is not an architecture name (lower case, as test-llama-archs -a takes it)'
 NOT_AN_OP = "is not a ggml op name (upper case, as test-backend-ops -o takes it)"
 NOT_A_CMAKE_FLAG = '"{flag}" is not a CMake cache flag (-DNAME=VALUE, NAME of letters, digits and _)'
+CHECK_WHERE = "{file}: {key}"  # a perf check's place, the where of ci.pin.claims' messages
 
 
 def _full_sha(value: str) -> str | None:
@@ -230,7 +231,7 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
                 for i, item in enumerate(items):
                     c = Section(perf_section.file, f"{perf_section.key(models)}[{i}]", item)
                     tolerance = c.number("tolerance", required=False, default=0.1, minimum=0.0, maximum=1.0)
-                    checks.append(parse_check(c.string("check"), c.string("measured"), tolerance, f"{c.file}: {c.key('check')}"))
+                    checks.append(parse_check(c.string("check"), c.string("measured"), tolerance, CHECK_WHERE.format(file=c.file, key=c.key("check"))))
                     c.done()
                 perf.append((models, tuple(checks)))
         expect.done()

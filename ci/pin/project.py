@@ -17,6 +17,7 @@ GITLINK_MODE = pygit2.enums.FileMode.COMMIT
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 INCLUDE_SECTION = "{file}:{line}: an [include] section: git ignores it in .gitmodules and libgit2 does not; write the submodule here"
+NOT_FOUND_ABOVE = "{file}: not found in {here} or above; run from the onebit-ci checkout"
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def find_project(start: Path | None = None) -> Project:
     for d in (here, *here.parents):
         if os.path.lexists(d / pins_mod.PINS_FILE):  # a FIFO or a directory there is named by the loader, not skipped
             return Project(d)
-    raise ConfigError(f"{pins_mod.PINS_FILE}: not found in {here} or above; run from the onebit-ci checkout")
+    raise ConfigError(NOT_FOUND_ABOVE.format(file=pins_mod.PINS_FILE, here=here))
 
 
 _INCLUDE_RE = re.compile(r"^\s*\[\s*include(?:if)?\b", re.IGNORECASE)

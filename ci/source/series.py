@@ -16,6 +16,7 @@ import pygit2
 from pygit2.enums import DeltaStatus, FileMode
 
 from ci.errors import ConfigError, Refused
+from serve import bounded
 from serve.bounded import CONFIG_LIMIT, MiB, is_regular, read_regular
 from serve.identity import series_digest, series_entries
 
@@ -29,6 +30,7 @@ PATH_LINE_RE = re.compile(r"^(?:diff --git a/(\S+) b/(\S+)|--- (?:a/)?(\S+)|\+\+
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 SERIES_NOT_REGULAR = "{series}: {kind}; the series must be a regular file listing patch names (or absent: no patches)"
+A_SYMBOLIC_LINK = "a symbolic link"  # SERIES_NOT_REGULAR's kind of a link (its others: serve.bounded's)
 SERIES_NOT_UTF8 = "{series}:{line}: not UTF-8 text (byte 0x{byte:02x}); the series file lists patch names, one a line"
 NOT_A_PATCH_NAME = '{series}:{line}: "{patch}" is not a patch file name (NAME.patch, in {directory}/)'
 LISTED_TWICE = '{series}:{line}: "{patch}" is listed twice'
@@ -114,7 +116,7 @@ def load_series(directory: Path) -> Series:
     if not os.path.lexists(path):
         return Series(directory, ())
     if not is_regular(path):  # a directory or a dangling link is not "no patches"
-        kind = "a directory" if path.is_dir() else "a symbolic link" if path.is_symlink() else "not a regular file"
+        kind = bounded.A_DIRECTORY if path.is_dir() else A_SYMBOLIC_LINK if path.is_symlink() else bounded.NOT_A_REGULAR_FILE
         raise ConfigError(SERIES_NOT_REGULAR.format(series=rel, kind=kind))
     names: list[str] = []
     try:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from junitparser import JUnitXml
 from ci import cli
 from ci.commands import gpu_tests
 from ci.compile import cmake, manifest, stage
+from ci.gates import backend_ops_judge, target
 from ci.release import ledger, records
 from tests.support.build import BuildFork, add_fixture_patch, build_cpu
 from tests.support.messages import pattern, said
@@ -75,7 +77,7 @@ def test_from_log_judges_a_saved_capture_with_the_pins_expectation(build_project
     capture = DATA / "h200-cuda0.console.txt"  # the real H200 capture of upstream llama.cpp
     r = build_project.ci("gpu-tests", "--profile", "cuda", "--from-log", str(capture))
     assert r.code == 7
-    assert "GATED_DELTA_NET: 54 expected, 36 ran and passed" in r.out
+    assert backend_ops_judge.COUNT_PASSED.format(op="GATED_DELTA_NET", expected=54, passed=36) in r.out
     done = ledger.read(build_project.root / "build" / "results" / "ledger.jsonl").records
     assert done[-1].build_key == ""  # a log from elsewhere never counts for ship
 
@@ -91,8 +93,8 @@ def test_on_github_actions_the_table_goes_to_the_job_summary(build_project: Proj
     assert text.startswith(f"earlier step\n{records.SUMMARY_HEADING.format(title=heading)}\n\n{records.SUMMARY_HEADER}\n")
     failed = records.SUMMARY_FAILED.format(verdict="FAILED")
     assert pattern(records.SUMMARY_ROW, gate="backend_ops", verdict=failed, counts="36 | 0 | 0 | 0").search(text)
-    # the gate's problem (ci/gates/backend_ops_judge.py)
-    assert records.SUMMARY_PROBLEM.format(gate="backend_ops", problem="GATED_DELTA_NET: 54 expected, 36 ran and passed") in text
+    problem = backend_ops_judge.COUNT_PASSED.format(op="GATED_DELTA_NET", expected=54, passed=36)
+    assert records.SUMMARY_PROBLEM.format(gate="backend_ops", problem=problem) in text
 
 
 
@@ -102,15 +104,14 @@ def test_release_models_are_checked_against_their_sha256_before_anything_runs(ma
     assert build_cpu(project).code == 0
     r = project.ci("gpu-tests", "--profile", "cpu", "--gate", "equivalence")
     assert r.code == 2
-    # the model check's message (ci/gates/target.py)
-    assert r.err.startswith(cli.ERROR.format(message="pins.yaml: equivalence.model.path: models/target.gguf: no such file"))
+    assert r.err.startswith(cli.ERROR.format(message=target.MODEL_MISSING.format(key="model", path="models/target.gguf")))
     (project.root / "models").mkdir()
     (project.root / "models" / "target.gguf").write_bytes(b"not the release's target")
     (project.root / "models" / "drafter.gguf").write_bytes(b"nor its drafter")
     r = project.ci("gpu-tests", "--profile", "cpu", "--gate", "equivalence")
     assert r.code == 4
-    assert "pins.yaml: equivalence.model: models/target.gguf has sha256 " in r.err
-    assert f"not {'a' * 12}: another file than the release's" in r.err
+    sha256 = hashlib.sha256(b"not the release's target").hexdigest()[:12]
+    assert target.MODEL_OTHER_FILE.format(key="model", path="models/target.gguf", sha256=sha256, pinned="a" * 12) in r.err
     assert not (project.root / "build" / "results" / "ledger.jsonl").exists()
 
 

@@ -108,7 +108,7 @@ def test_a_cpu_build_compiles_for_real_and_writes_the_manifest(build_project: Pr
     assert cmake.NEVER_BUILT in r.out
     assert said(cmake.CONFIGURE_DONE, r.out)
     assert said(cmake.PROGRESS, r.out)  # ninja's progress
-    assert said(stage.STEP, r.out, step="configure and compile", state=stage.STEP_DONE)
+    assert said(stage.STEP, r.out, step=stage.STEP_COMPILE, state=stage.STEP_DONE)
     assert m["profile"] == "cpu"
     assert m["device"] == "CPU"
     assert m["pin"]["commit"] == build_project.gitlink()

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from ci.gates import bench, equivalence, perf, perf_run
+from ci.gates import bench, engine_path, equivalence, perf, perf_run
 from ci.gates.results import GateResult, Status
 from ci.pin import claims, pins
 from ci.release import ledger
@@ -56,7 +56,7 @@ def test_the_near_drafter_passes_and_every_sample_is_kept(perf_project: Project)
     # the checks' cases; the drafter lines (perf.drafters) come from an equivalence record, which this run has none of
     cases = [c for c in result["cases"] if not str(c["name"]).startswith("drafter")]
     (drafters,) = [c for c in result["cases"] if str(c["name"]).startswith("drafter")]
-    assert (drafters["status"], drafters["message"]) == ("skipped", "tokens/step and acceptance per drafter kind: no equivalence record beside this one")
+    assert (drafters["status"], drafters["message"]) == ("skipped", engine_path.NO_DRAFTER_LINES.format(why=engine_path.NO_RECORD))
     out = perf_project.root / "build" / "results" / manifest(perf_project)["key"][:12]
     draws = [json.loads((out / f"{name}-samples.json").read_text()) for name in ("perf", "perf-more") if (out / f"{name}-samples.json").is_file()]
     recorded: list[bench.Sample] = []

@@ -8,13 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from ci.commands import gpu_tests
 from ci.gates import registry
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
 from ci.gates.target import BuildUnderTest, GateOptions
 from ci.pin import pins
-from ci.release import ledger
+from ci.release import ledger, ship
 from tests.support.build import build_cpu, manifest
+from tests.support.messages import said
 from tests.support.project import Project
+
+WIDTH = len("equivalence")  # ship's table pads each gate's name to the longest one's (route, backend_ops, equivalence, toy)
 
 
 class ToyGate(registry.WhenRequired):
@@ -34,11 +38,11 @@ def test_a_toy_gate_is_one_class_and_one_registry_line(make_build_project: Calla
     assert build_cpu(project).code == 0
     r = project.ci("ship", "--profile", "cpu", "--check")
     assert r.code == 7
-    assert "  toy          MISSING   no record: run nox -s gpu_tests" in r.out
+    assert ship.TABLE_ROW.format(gate="toy".ljust(WIDTH), state="MISSING", detail=ship.NO_RECORD) in r.out
     r = project.ci("gpu-tests", "--profile", "cpu", "--gate", "toy")
     assert r.code == 0, r.out + r.err
-    assert "gpu_tests: toy: passed: build " in r.out
+    assert said(gpu_tests.GATE_DONE, r.out, gate="toy", status="passed", summary=f"build {manifest(project)['key'][:12]} has its manifest")
     (rec,) = ledger.read(project.root / "build" / "results" / "ledger.jsonl").records
     assert (rec.gate, rec.verdict, rec.build_key) == ("toy", "passed", manifest(project)["key"])
-    assert "  toy          passed" in project.ci("ship", "--profile", "cpu", "--check").out
+    assert said(ship.TABLE_ROW, project.ci("ship", "--profile", "cpu", "--check").out, gate="toy".ljust(WIDTH), state="passed")
     assert registry.required(pins.load(project.pins)) == ("route", "backend_ops", "equivalence", "toy")

@@ -15,7 +15,8 @@ import pytest
 from ci import cli
 from ci.errors import ConfigError
 from ci.gates import backend_ops, bench
-from ci.gates.backend_ops_output import parse_console
+from ci.gates import backend_ops_judge as judge
+from ci.gates.backend_ops_output import TAIL_CUT, parse_console
 from ci.gates.results import Status
 from ci.pin import claims
 from ci.pin import pins as pins_yaml
@@ -23,7 +24,7 @@ from ci.pin.claims import parse_check
 from ci.release import ledger
 from serve import bounded, facts, recipes
 from serve.errors import AT, ServeError
-from tests.support.messages import pattern
+from tests.support.messages import pattern, said
 from tests.support.project import Project
 from tests.support.route import ERROR_PREFIX as SERVE_ERROR
 
@@ -33,9 +34,8 @@ DATA = Path(__file__).resolve().parents[1] / "gates" / "backend_ops" / "data"
 def test_from_log_dev_zero_is_one_line_and_reads_nothing(project: Project) -> None:
     r = project.ci("gpu-tests", "--profile", "cpu", "--from-log", "/dev/zero")
     assert r.code == 2
-    # the gate's message (ci/gates/backend_ops.py) around the reader's reason
-    reason = bounded.NOT_REGULAR.format(kind="a character device")
-    message = f"--from-log /dev/zero: cannot be read: {reason}; give a saved test-backend-ops output"
+    reason = bounded.NOT_REGULAR.format(kind=bounded.A_CHARACTER_DEVICE)
+    message = backend_ops.LOG_UNREADABLE.format(flag="--from-log", path="/dev/zero", reason=reason)
     assert r.err == cli.ERROR.format(message=message) + "\n"
 
 
@@ -63,7 +63,7 @@ def test_pins_yaml_that_is_a_fifo_is_one_line(project: Project) -> None:
     os.mkfifo(pins)
     r = project.ci("verify-pin")
     assert r.code == 2
-    unreadable = pins_yaml.UNREADABLE.format(file="pins.yaml", error=bounded.NOT_REGULAR.format(kind="a FIFO"))
+    unreadable = pins_yaml.UNREADABLE.format(file="pins.yaml", error=bounded.NOT_REGULAR.format(kind=bounded.A_FIFO))
     assert r.err == cli.ERROR.format(message=unreadable) + "\n"
 
 
@@ -75,13 +75,14 @@ def test_a_log_repeating_one_case_line_is_a_failure(tmp_path: Path) -> None:
     path.write_text("".join(forged))
     result = backend_ops.judge_log(path, "CPU", {"GATED_DELTA_NET": 36}, None)
     assert result.status is Status.FAILED
-    assert any("is printed 36 times (lines 7, 8, 9, 10, 11 and 31 more)" in p for p in result.problems), result.problems
+    at = "7, 8, 9, 10, 11" + judge.CASE_LINES_MORE.format(count=31)
+    label = judge.LABEL_LOG.format(log=path)
+    assert any(said(judge.CASE_REPEATED, p, label=label, times=36, lines=at) for p in result.problems), result.problems
 
 
 def test_log_judging_keeps_a_bounded_tail_of_noise() -> None:
     report = parse_console("Testing 1 devices\n" + "".join(f"noise {i}\n" for i in range(10_000)))
-    assert report.last_words.startswith("(9960 lines before) ... | noise 9960 | ")
-    assert report.last_words.endswith("noise 9999")
+    assert report.last_words == TAIL_CUT.format(before=9960, shown=" | ".join(f"noise {i}" for i in range(9960, 10_000)))
 
 
 @pytest.mark.parametrize("tolerance", [float("nan"), 5.0, -0.1])
@@ -109,7 +110,9 @@ def test_a_recipe_env_knob_is_still_allowed() -> None:
 
 @pytest.mark.parametrize("config", ["x=-- --host 0.0.0.0", "x=-- --port 9000", "x=-- --port=9000", "x=-- -m other.gguf"])
 def test_a_bench_config_cannot_move_the_server_after_the_double_dash(config: str) -> None:
-    with pytest.raises(ConfigError, match="after -- is not a config's to set"):
+    flag = config.split()[1].split("=")[0]
+    refused = bench.SERVER_OWNED_FLAG.format(name="x", flag=flag, why=bench.SERVER_OWNED[flag])
+    with pytest.raises(ConfigError, match=re.escape(refused)):
         bench.parse_config(config)
 
 
@@ -163,5 +166,5 @@ def test_the_machines_flags_and_a_prompt_that_are_fifos_are_named_not_waited_on(
     assert len(done) == 1  # a hang would leave it empty
     code, err = done[0]
     assert code != 0
-    assert bounded.NOT_REGULAR.format(kind="a FIFO") in err
+    assert bounded.NOT_REGULAR.format(kind=bounded.A_FIFO) in err
     assert err.count("\n") == 1

@@ -14,8 +14,9 @@ import pytest
 
 from ci import cli, schema
 from ci.errors import ServerFailed
-from ci.gates import llama
+from ci.gates import backend_ops_judge, llama
 from ci.gates.llama import LlamaServer, ServerLaunch
+from ci.release import records
 from ci.source import series as series_file
 from ci.source import sync
 from ci.words import count
@@ -23,7 +24,7 @@ from serve.cli import main as serve_main
 from tests.support.fixtures import MakePatch
 from tests.support.gguf_files import make
 from tests.support.http import answering
-from tests.support.messages import pattern, said
+from tests.support.messages import partly, pattern, said
 from tests.support.project import DELTA_AT_C1, Project
 from tests.support.route import ERROR_PREFIX as SERVE_ERROR
 
@@ -251,7 +252,8 @@ def test_test_backend_ops_console_log(tmp_path: Path, kind: str) -> None:
     o = _backend_ops(tmp_path, "--from-log", str(path))
     assert "Traceback" not in o.out + o.err
     assert o.code == 7, o.out + o.err  # judged: the gate fails, with the evidence, and its JUnit is written
-    assert o.out.startswith("backend_ops: FAILED on CPU"), o.out
+    failed = partly(records.GATE_SUMMARY, gate="backend_ops", summary=backend_ops_judge.FAILED_SUMMARY)
+    assert pattern(failed, device="CPU").match(o.out), o.out
     assert (tmp_path / "out" / "backend_ops.junit.xml").is_file()
     assert path.read_bytes() == content
 

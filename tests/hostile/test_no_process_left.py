@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ci.gates import backend_ops_judge
 from ci.gates.tinymodels import TinyModels
 from tests.support.binaries import llama_binary
 from tests.support.processes import live_processes_naming
@@ -69,7 +70,7 @@ def test_test_backend_ops_after_a_timeout_and_after_ctrl_c(tmp_path: Path) -> No
     # MUL_MAT on the CPU takes minutes: a 1 s timeout cuts it short
     done = subprocess.run([*ci, "--expect", "MUL_MAT=1000", "--timeout", "1"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 7, done.stdout + done.stderr
-    assert "timed out after 1 s" in done.stdout
+    assert backend_ops_judge.HOW_TIMED_OUT.format(timeout=1) in done.stdout
     assert [p for p in live_processes_naming(tbo) if "MUL_MAT" in p] == []
     proc = spawn(*ci, "--expect", "MUL_MAT=1000", "--timeout", "300")
     seen: list[psutil.Process] = []

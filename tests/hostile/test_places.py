@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from ci import cli, locks, places, schema
+from ci.commands import bench as bench_command
+from ci.commands import gate_selftest
 from ci.compile import stage
 from ci.errors import ConfigError
 from ci.gates import bench, selftest
@@ -58,7 +60,8 @@ def test_an_absolute_fault_id_removes_nothing_outside_the_checkout(build_project
     r = build_project.ci("gate-selftest", "--profile", "cpu", "--faults", str(faults))
     assert r.code == 2, r.err
     assert r.err.count("\n") == 1
-    assert "is not a fault id" in r.err
+    problem = selftest.NOT_A_FAULT_ID.format(id=victim, why=places.ID_RULE)
+    assert cli.ERROR.format(message=schema.AT_KEY.format(file=faults, key="faults[0].id", problem=problem)) in r.err
     assert (victim / "keep").read_text() == "mine\n"
     assert sorted(p.name for p in victim.iterdir()) == ["keep"]
 
@@ -77,12 +80,12 @@ def test_a_faults_file_that_is_a_symlink_or_a_fifo_is_refused(tmp_path: Path) ->
     real.write_text(FAULT.format(id="ok", file="a.c"))
     link = tmp_path / "link.yaml"
     link.symlink_to(real)
-    # "--faults FILE: cannot be read: " is the self-test's (ci/gates/selftest.py), the reason the reader's
-    with pytest.raises(ConfigError, match=re.escape(f"--faults {link}: cannot be read: {bounded.SYMBOLIC_LINK}")):
+    # the self-test's words (ci/gates/selftest.py) around the reader's reason
+    with pytest.raises(ConfigError, match=re.escape(selftest.FAULTS_UNREADABLE.format(path=link, reason=bounded.SYMBOLIC_LINK))):
         selftest.load_faults(link)
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)
-    fifo_refused = f"--faults {fifo}: cannot be read: {bounded.NOT_REGULAR.format(kind='a FIFO')}"
+    fifo_refused = selftest.FAULTS_UNREADABLE.format(path=fifo, reason=bounded.NOT_REGULAR.format(kind=bounded.A_FIFO))
     with pytest.raises(ConfigError, match=re.escape(fifo_refused)):
         selftest.load_faults(fifo)  # named at once, never waited on
 
@@ -92,8 +95,7 @@ def test_the_inner_selftest_refuses_a_work_directory_outside_its_area(build_proj
     victim.mkdir()
     r = build_project.ci("selftest-fault", "--profile", "cpu", "--fault", "server-benign", "--work", str(victim))
     assert r.code == 2
-    # what names the directory is the command's (ci/commands/gate_selftest.py)
-    what = "--work (the fault's directory, under build/selftest/cpu)"
+    what = gate_selftest.WORK_DIRECTORY.format(area="build/selftest/cpu")
     assert said(cli.ERROR.format(message=places.OUTSIDE), r.err, what=what, path=victim)
     assert r.err.count("\n") == 1
     assert list(victim.iterdir()) == []
@@ -154,11 +156,11 @@ def test_a_series_that_is_a_directory_or_a_dangling_link_is_an_error(tmp_path: P
     patches.mkdir()
     assert load_series(patches).patches == ()  # absent: no patches
     (patches / "series").mkdir()
-    with pytest.raises(ConfigError, match=re.escape(series.SERIES_NOT_REGULAR.format(series="patches/series", kind="a directory"))):
+    with pytest.raises(ConfigError, match=re.escape(series.SERIES_NOT_REGULAR.format(series="patches/series", kind=bounded.A_DIRECTORY))):
         load_series(patches)
     (patches / "series").rmdir()
     (patches / "series").symlink_to(tmp_path / "gone")
-    with pytest.raises(ConfigError, match=re.escape(series.SERIES_NOT_REGULAR.format(series="patches/series", kind="a symbolic link"))):
+    with pytest.raises(ConfigError, match=re.escape(series.SERIES_NOT_REGULAR.format(series="patches/series", kind=series.A_SYMBOLIC_LINK))):
         load_series(patches)
 
 
@@ -193,8 +195,7 @@ def test_bench_recipe_refuses_a_recipe_that_does_not_apply_to_the_launch(tmp_pat
     )
     err = capsys.readouterr().err
     assert code == 2, err
-    # the bench's message (ci/commands/bench.py)
-    refused = "--recipe vk-ub: does not apply to this launch (the model, drafter and device given match none of its match keys"
+    refused = bench_command.DOES_NOT_APPLY.format(recipe="vk-ub", applied=bench_command.APPLIES_NONE)
     assert err.startswith(cli.ERROR.format(message=refused))
     assert not (tmp_path / "logs").exists()  # nothing measured
 

@@ -116,7 +116,7 @@ def test_expect_archs_defaults_to_the_engine_class_and_is_checked() -> None:
     assert load(GOOD).archs == ("qwen35", "qwen35moe", "qwen3next", "llama")
     given = GOOD.replace("GATED_DELTA_NET: 54", "GATED_DELTA_NET: 54\n  archs: [qwen35, llama]")
     assert load(given).archs == ("qwen35", "llama")
-    assert error_of(GOOD.replace("GATED_DELTA_NET: 54", "GATED_DELTA_NET: 54\n  archs: []")).startswith("pins.yaml: expect.archs: " + pins.ARCHS_EMPTY)
-    assert "pins.yaml: expect.archs[1]: " + pins.NOT_AN_ARCH.format(arch="Qwen35") in error_of(
+    assert error_of(GOOD.replace("GATED_DELTA_NET: 54", "GATED_DELTA_NET: 54\n  archs: []")).startswith(at("expect.archs", pins.ARCHS_EMPTY))
+    assert at("expect.archs[1]", pins.NOT_AN_ARCH.format(arch="Qwen35")) in error_of(
         GOOD.replace("GATED_DELTA_NET: 54", "GATED_DELTA_NET: 54\n  archs: [llama, Qwen35]")
     )

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from ci import cli
+from ci import cli, schema
 from ci.commands import ship as ship_command
 from ci.compile import cmake, stage
 from ci.compile.manifest import Manifest
-from ci.gates import selftest
+from ci.gates import registry, selftest
 from ci.gates.equivalence import GIVEN_MODELS, RELEASE_MODELS, TINY_MODELS
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
 from ci.pin import pins as pins_mod
@@ -110,7 +110,7 @@ def test_one_failed_gate_refuses(build_project: Project) -> None:
     r = ship(build_project)
     assert r.code == 7
     assert said(release_ship.TABLE_ROW, r.out, gate="backend_ops", state="FAILED")
-    assert "GATED_DELTA_NET: 54 expected, 36 ran and passed" in r.out
+    assert GATES.backend_ops_failed.problems[0] in r.out  # the gate's problem, as the record holds it
     assert release_ship.REFUSED.format(failing=1, total=3, gates="backend_ops") in r.err
 
 
@@ -288,4 +288,6 @@ def test_pins_yaml_can_require_the_gate_selftest(make_build_project: Callable[..
     project.pins.write_text(project.pins.read_text().replace("require: [gate_selftest]", "require: [gate_selftst]"))
     r = ship(project, "--check")
     assert r.code == 2
-    assert 'pins.yaml: release.require[0]: "gate_selftst" is not a gate ship can require (did you mean "gate_selftest"?)' in r.err
+    suggestion = schema.DID_YOU_MEAN.format(word="gate_selftest")
+    refused = registry.NOT_REQUIRABLE.format(file="pins.yaml", index=0, gate="gate_selftst", suggestion=suggestion, known=", ".join(registry.requirable()))
+    assert cli.ERROR.format(message=refused) in r.err

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from serve import cli, recipes, route
+from serve import bounded, cli, recipes, route
 from serve.errors import AT, DID_YOU_MEAN
 from serve.recipes import RECIPE, UNKNOWN
 from tests.support.route import DryRun
@@ -311,7 +311,7 @@ def test_recipes_file_that_is_a_directory(tmp_path: Path, gguf_file: FileFn, ser
     (tmp_path / "recipes.d").mkdir()
     assert serve_error("-m", gguf_file("plain"), "--recipes", "recipes.d") == (
         2,
-        at("recipes.d", recipes.NOT_A_RECIPES_FILE.format(kind="a directory")),
+        at("recipes.d", recipes.NOT_A_RECIPES_FILE.format(kind=bounded.A_DIRECTORY)),
     )
 
 

@@ -12,6 +12,7 @@ import pytest
 from ci import cli, schema
 from ci.commands import bisect
 from ci.commands.job import Job
+from ci.gates import registry
 from ci.gates.perf import INCONCLUSIVE
 from ci.gates.results import CaseResult, GateResult, Status
 from ci.release import ledger
@@ -182,8 +183,9 @@ def test_the_gate_defaults_to_the_newest_failed_record_at_the_bad_end(project: P
     assert job.gate.name == "backend_ops"
 
 
-# the gate registry's message (ci/gates/registry.py), around schema's did-you-mean
-UNKNOWN_GATE = "--gate backend_opz: unknown gate" + schema.DID_YOU_MEAN.format(word="backend_ops")
+UNKNOWN_GATE = registry.UNKNOWN_GATE.format(
+    gate="backend_opz", suggestion=schema.DID_YOU_MEAN.format(word="backend_ops"), known=", ".join(registry.runnable())
+)
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ import pytest
 from ci import cli
 from ci import git as ci_git
 from ci.commands import bisect as bisect_
+from ci.gates import backend_ops_judge
 from ci.git import Git
 from ci.release import ledger
 from ci.source.classify import VERDICT_DETAILED, Fate
@@ -26,6 +27,8 @@ from tests.support.processes import live_processes_naming
 from tests.support.project import Project
 
 pytestmark = pytest.mark.slow
+
+TALLY_36 = backend_ops_judge.TALLY.format(op="GATED_DELTA_NET", passed=36, expected=36)  # the pin's count, every case passed
 
 
 def bisect(project: Project, fork: BisectFork, *args: str) -> tuple[int, str, str]:
@@ -60,13 +63,12 @@ def test_bisect_names_the_planted_regression_and_skips_the_commit_the_series_doe
     skipped = [ln for ln in steps if said(bisect_.STEP_RESULT, ln, outcome=bisect_.Outcome.SKIP.value)]
     assert len(skipped) == 1
     assert said(bisect_.STEP_RESULT, skipped[0], commit=bisect_fork.c(CONFLICT)[:7], outcome=bisect_.Outcome.SKIP.value)
-    # "patches/" before the patch's verdict is bisect's (ci/commands/bisect.py)
     verdict = VERDICT_DETAILED.format(patch="banner.patch", fate=Fate.CONFLICTS.value, detail=ci_git.HUNK_DOES_NOT_MATCH)
-    conflict = bisect_.SERIES_DOES_NOT_APPLY.format(problems="patches/" + verdict)
+    conflict = bisect_.SERIES_DOES_NOT_APPLY.format(problems=bisect_.NOT_APPLYING.format(verdict=verdict))
     assert said(conflict, skipped[0], path="tools/server/server.cpp", number=1)
     assert bisect_.FIRST_BAD_FILES.format(files="ggml/ggml.c, notes/c21.txt") in out
-    # the backend_ops gate's problem (ci/gates/backend_ops_judge.py)
-    assert bisect_.FIRST_BAD_PROBLEM.format(gate="backend_ops", problem="GATED_DELTA_NET: 36 expected, 36 ran, 35 passed") in out
+    problem = backend_ops_judge.COUNT_RAN.format(op="GATED_DELTA_NET", expected=36, ran=36, passed=35)
+    assert bisect_.FIRST_BAD_PROBLEM.format(gate="backend_ops", problem=problem) in out
     assert bisect_.LAST_GOOD_LINE.format(commit=bisect_fork.c(REGRESSION - 1)[:7], subject="notes: commit 20") in out
     assert_at_pin_and_series(bisect_project, bisect_fork)
     report = (bisect_project.root / "build" / "bisect" / "report.md").read_text()
@@ -87,9 +89,10 @@ def test_ship_never_counts_a_step_even_at_the_pins_own_build(bisect_project: Pro
     record is the bisection's, not the pin's."""
     code, out, err = bisect(bisect_project, bisect_fork, "--check-good", "--max-steps", "1")
     assert code == 1, out + err
-    # the backend_ops gate's summary (ci/gates/backend_ops_judge.py) as the step's reason, its end unknown here
+    # the backend_ops gate's summary as the step's reason, its end unknown here
     check_good = partly(bisect_.STEP_DONE, step="check-good", result=bisect_.STEP_RESULT)
-    assert said(partly(check_good, commit=bisect_fork.fork.f0[:7], outcome=bisect_.Outcome.GOOD.value, reason="PASSED on CPU{more}"), out)
+    passed = partly(backend_ops_judge.PASSED_AS_PINNED, device="CPU", tallies=TALLY_36)
+    assert said(partly(check_good, commit=bisect_fork.fork.f0[:7], outcome=bisect_.Outcome.GOOD.value, reason=passed), out)
     assert said(bisect_.STOPPED, out, steps="1 step")
     assert_at_pin_and_series(bisect_project, bisect_fork)
     assert build_cpu(bisect_project).code == 0
@@ -172,13 +175,13 @@ def test_check_good_refuses_a_good_end_that_fails_and_expect_replaces_the_pins_c
     bisect_project.pins.write_text(bisect_project.pins.read_text().replace("GATED_DELTA_NET: 36", "GATED_DELTA_NET: 54"))
     code, out, err = bisect(bisect_project, bisect_fork, "--check-good")
     assert code == 4, out + err
-    # the backend_ops gate's summary (ci/gates/backend_ops_judge.py) as the reason, its end unknown here
+    # the backend_ops gate's summary as the reason, its end unknown here
     refused = partly(cli.ERROR, message=bisect_.GOOD_END_FAILS)
-    failed = "FAILED on CPU: GATED_DELTA_NET 36/54 passed{more}"
+    failed = partly(backend_ops_judge.FAILED_SUMMARY, device="CPU", tallies=backend_ops_judge.TALLY.format(op="GATED_DELTA_NET", passed=36, expected=54))
     assert said(partly(refused, commit=bisect_fork.fork.f0[:7], outcome=bisect_.Outcome.BAD.value, gate="backend_ops", reason=failed), err)
     assert_at_pin_and_series(bisect_project, bisect_fork)
     code, out, err = bisect(bisect_project, bisect_fork, "--check-good", "--expect", "GATED_DELTA_NET=36", "--max-steps", "1")
     assert code == 1, out + err
     check_good = partly(bisect_.STEP_DONE, step="check-good", result=bisect_.STEP_RESULT)
-    passed = "PASSED on CPU: GATED_DELTA_NET 36/36 passed{more}"
+    passed = partly(backend_ops_judge.PASSED_AS_PINNED, device="CPU", tallies=TALLY_36)
     assert said(partly(check_good, commit=bisect_fork.fork.f0[:7], outcome=bisect_.Outcome.GOOD.value, reason=passed), out)

@@ -10,13 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from ci import cli
 from ci.cli import main
 from ci.commands import backend_ops as command
 from ci.errors import ConfigError, GateFailed
 from ci.gates import backend_ops
 from ci.gates import backend_ops_judge as judge
+from ci.pin import project as pin_project
+from ci.release import records
 from tests.support.backend_ops import CAPTURE_COMMIT, DATA, OP
-from tests.support.messages import said
+from tests.support.messages import partly, said
 from tests.support.project import FORK_URL, PINS_TEMPLATE
 
 
@@ -56,8 +59,8 @@ def test_a_passing_log(outside: Path) -> None:
     assert ran.code == 0, ran.err
     lines = ran.out.splitlines()
     tallies = judge.TALLY.format(op=OP, passed=36, expected=36)
-    assert lines[0] == "backend_ops: " + judge.PASSED_UNCHECKED.format(device="CUDA0", tallies=tallies, check=judge.NO_SQL_OUTPUT)
-    assert lines[1] == "backend_ops: wrote gates/backend_ops.json and gates/backend_ops.junit.xml"
+    assert lines[0] == summary(judge.PASSED_UNCHECKED.format(device="CUDA0", tallies=tallies, check=judge.NO_SQL_OUTPUT))
+    assert lines[1] == records.WROTE.format(gate="backend_ops", json="gates/backend_ops.json", junit="gates/backend_ops.junit.xml")
     data = json.loads((outside / "gates" / "backend_ops.json").read_text())
     assert data["status"] == "passed"
     assert (outside / "gates" / "backend_ops.junit.xml").is_file()
@@ -67,8 +70,8 @@ def test_a_failing_log_exits_with_the_gate_code(outside: Path) -> None:
     ran = ci("backend-ops", "--device", "CUDA0", "--from-log", str(DATA / "h200-cuda0.console.txt"), "--expect", f"{OP}=54", "--pinned-commit", "none", "--out", "gates")
     assert ran.code == GateFailed.exit_code == 7
     assert ran.out.splitlines()[:2] == [
-        "backend_ops: " + judge.FAILED_SUMMARY.format(device="CUDA0", tallies=judge.TALLY.format(op=OP, passed=36, expected=54), problems="1 problem"),
-        "  - " + judge.COUNT_PASSED.format(op=OP, expected=54, passed=36),
+        summary(judge.FAILED_SUMMARY.format(device="CUDA0", tallies=judge.TALLY.format(op=OP, passed=36, expected=54), problems="1 problem")),
+        records.GATE_PROBLEM.format(problem=judge.COUNT_PASSED.format(op=OP, expected=54, passed=36)),
     ]
 
 
@@ -78,7 +81,7 @@ def test_defaults_come_from_pins_yaml(project: Path) -> None:
         "--from-sql", str(DATA / "h200-cuda0-rocmfpx-c14872f.sql.txt"), "--patched", "--build-key", "cuda-key",
     )
     assert ran.code == 7
-    assert "  - " + judge.COUNT_PASSED.format(op=OP, expected=54, passed=36) in ran.out.splitlines()
+    assert records.GATE_PROBLEM.format(problem=judge.COUNT_PASSED.format(op=OP, expected=54, passed=36)) in ran.out.splitlines()
     data = json.loads((project / "build" / "gates" / "backend_ops.json").read_text())
     assert data["properties"]["pin"] == CAPTURE_COMMIT
     assert data["properties"]["expected"] == f"{OP}=54"
@@ -94,7 +97,7 @@ def test_expect_replaces_the_pins_expectations(project: Path) -> None:
     )
     assert ran.code == 0, ran.out
     tallies = judge.TALLY.format(op=OP, passed=36, expected=36)
-    assert ran.out.startswith("backend_ops: " + judge.PASSED_AS_PINNED.format(device="CUDA0", tallies=tallies, build_commit="c14872f-dirty", pin="c14872f"))
+    assert ran.out.startswith(summary(judge.PASSED_AS_PINNED.format(device="CUDA0", tallies=tallies, build_commit="c14872f-dirty", pin="c14872f")))
 
 
 def test_the_dirty_rule_defaults_to_clean_without_patches(project: Path) -> None:
@@ -106,15 +109,20 @@ def test_the_dirty_rule_defaults_to_clean_without_patches(project: Path) -> None
     assert said(judge.DIRTY_ALTHOUGH_CLEAN, ran.out, build_commit="c14872f-dirty")
 
 
+def summary(text: str) -> str:
+    """The gate's summary as the command's first line says it (records.GATE_SUMMARY)."""
+    return records.GATE_SUMMARY.format(gate="backend_ops", summary=text)
+
+
 def error(template: str) -> str:
     """``template`` as the command line says a ConfigError (ci/cli.py), a template still."""
-    return "onebit-ci: error: " + template
+    return partly(cli.ERROR, message=template)
 
 
 @pytest.mark.parametrize(
     ("args", "message", "known"),
     [
-        (["--device", "CUDA0", "--from-log", "x.log"], error("pins.yaml: not found in "), {}),
+        (["--device", "CUDA0", "--from-log", "x.log"], error(pin_project.NOT_FOUND_ABOVE), {"file": "pins.yaml"}),
         (["--device", "CUDA0", "--from-log", "x.log", "--expect", f"{OP}=36"], command.OUTSIDE_THE_PROJECT, {"flags": "--pinned-commit SHA|none"}),
         (["--device", "CUDA0", "--from-log", "x.log", "--pinned-commit", "none"], command.OUTSIDE_THE_PROJECT, {"flags": "--expect OP=N"}),
         (["--device", "CUDA0", "--expect", f"{OP}", "--pinned-commit", "none"], error(command.BAD_EXPECT), {"value": OP}),

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from ci import errors
 from ci.errors import ConfigError
 from ci.gates import backend_ops
 from ci.gates import backend_ops_judge as judging
@@ -20,6 +21,7 @@ from tests.support.messages import pattern, said
 FORK_SQL = "h200-cuda0-rocmfpx-c14872f.sql.txt"
 RUN = judging.LABEL_RUN.format(op=OP, device="CUDA0")  # what a console run of the op on CUDA0 is called
 SQL = judging.SQL_LABEL
+STATUS_0 = errors.STATUS.format(code=0)  # a run that exited 0, in words
 CUT_SHORT = judging.CUT_SHORT.replace("{seen}", judging.SEEN_CASES)  # a run cut short after case lines: its fields and theirs
 # the last case line of h200-cuda0-abort.console.txt, whose status the abort lost
 ABORT_CASE = f"{OP}(type=f32,head_count=4,head_size=16,n_seq_tokens=1,n_seqs=2,v_repeat=1,permuted=0,kda=1,K=1)"
@@ -68,7 +70,7 @@ def test_the_real_h200_run_with_the_fork_sql_passes() -> None:
     assert (p["device"], p["op"], p["pin"], p["build_commit"], p["build_commit_check"], p["sql_cross_check"]) == (
         "CUDA0", OP, CAPTURE_COMMIT, "c14872f-dirty", "passed", "made",
     )
-    assert (p["exit.GATED_DELTA_NET"], p["exit.sql"], p["dirty_rule"], p["patched"], p["source"]) == ("status 0", "status 0", "dirty", "yes", "run")
+    assert (p["exit.GATED_DELTA_NET"], p["exit.sql"], p["dirty_rule"], p["patched"], p["source"]) == (STATUS_0, STATUS_0, "dirty", "yes", "run")
     # which GPU ran is in the record: the backend's own device line and test-backend-ops' description
     assert p["backend_info"] == "Device 0: NVIDIA H200, compute capability 9.0, VMM: yes, VRAM: 143155 MiB"
     assert p["device_description"] == "NVIDIA H200"
@@ -225,7 +227,7 @@ def test_many_failures_are_listed_up_to_ten() -> None:
     assert judging.MORE_FAILED.format(more=26) in result.problems
     # the backend line and the final verdict still say OK: the log contradicts itself, and that is said too
     assert judging.OK_ALTHOUGH_FAILED.format(label=RUN, device="CUDA0") in result.problems
-    assert judging.EXITED_ALTHOUGH_OK.format(label=RUN, status="status 1") in result.problems
+    assert judging.EXITED_ALTHOUGH_OK.format(label=RUN, status=errors.STATUS.format(code=1)) in result.problems
 
 
 # -- cut short ------------------------------------------------------------------------------------------------
@@ -251,7 +253,7 @@ def test_a_run_killed_by_a_signal_names_it(returncode: int, name: str) -> None:
     how = judging.HOW_KILLED.format(signal=name, number=-returncode)
     assert pattern(CUT_SHORT, label=RUN, subject=judging.CUT_SUBJECT_RUN, how=how, lines="13 case lines", device="CUDA0", tally=ABORT_TALLY).match(problem)
     assert judging.REST_NOT_RUN.format(op=OP, left=42, expected=54) in problem
-    assert props(result)["exit.GATED_DELTA_NET"] == f"{name} (killed by signal {-returncode})"
+    assert props(result)["exit.GATED_DELTA_NET"] == errors.KILLED_BY.format(name=name, number=-returncode)
     assert props(result)["sql_cross_check"] == backend_ops.CONSOLE_UNFINISHED
 
 
@@ -267,7 +269,7 @@ def test_a_timeout() -> None:
     how = judging.HOW_TIMED_OUT.format(timeout=600.0) + judging.HOW_SIGNAL.format(signal="SIGKILL")
     assert pattern(CUT_SHORT, label=RUN, subject=judging.CUT_SUBJECT_RUN, how=how, lines="21 case lines", device="CUDA0").match(problem)
     assert judging.REST_NOT_RUN.format(op=OP, left=16, expected=36) in problem
-    assert props(result)["exit.GATED_DELTA_NET"] == judging.EXIT_TIMED_OUT.format(status="SIGKILL (killed by signal 9)")
+    assert props(result)["exit.GATED_DELTA_NET"] == judging.EXIT_TIMED_OUT.format(status=errors.KILLED_BY.format(name="SIGKILL", number=9))
 
 
 # -- the report disagrees with itself or with the exit status -------------------------------------------------
@@ -282,7 +284,7 @@ def test_a_summary_that_disagrees_with_the_case_lines() -> None:
 
 def test_exit_status_against_the_verdict() -> None:
     result = judge(spec(pinned=None), [ran("h200-cuda0.console.txt", 1)], None)
-    assert result.problems == (judging.EXITED_ALTHOUGH_OK.format(label=RUN, status="status 1"),)
+    assert result.problems == (judging.EXITED_ALTHOUGH_OK.format(label=RUN, status=errors.STATUS.format(code=1)),)
     result = judge(spec(pinned=None), [ran("h200-cuda0-fail.console.txt", 0)], None)
     assert judging.EXITED_0_ALTHOUGH_FAIL.format(label=RUN) in result.problems
 
@@ -354,7 +356,7 @@ def test_the_sql_run_was_killed_or_cut() -> None:
     lines = text(FORK_SQL).splitlines()
     cut = "\n".join([*lines[:-1], lines[-1][:100]])
     result = judge(spec(), [ran("h200-cuda0.console.txt")], sql_run(cut, returncode=-6))
-    assert result.problems[0] == judging.SQL_KILLED.format(label=SQL, status="SIGABRT (killed by signal 6)")
+    assert result.problems[0] == judging.SQL_KILLED.format(label=SQL, status=errors.KILLED_BY.format(name="SIGABRT", number=6))
     assert result.problems[1] == judging.SQL_MALFORMED.format(label=SQL, lines="1 INSERT line", numbers=len(lines))
     timed = judge(spec(), [ran("h200-cuda0.console.txt")], sql_run(text(FORK_SQL), returncode=-9, timed_out=True))
     assert timed.problems == (judging.SQL_TIMED_OUT.format(label=SQL, timeout=600.0),)

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from ci import command
+from ci import command, errors
 from ci.cli import main
 from ci.gates import backend_ops
 from ci.gates import backend_ops_judge as judging
 from ci.gates.backend_ops import judge_log, run_gate
 from ci.gates.backend_ops_output import CaseMark, parse_console
+from ci.release import records
 from tests.support.backend_ops import ENGINE_PIN, OP
 from tests.support.binaries import llama_binary
 from tests.support.messages import pattern, said
@@ -40,7 +41,7 @@ def test_cpu_really_tests_and_passes(binary: Path, tmp_path: Path) -> None:
     assert result.count("passed") == 36
     p = dict(result.properties)
     assert (p["sql_cross_check"], p["build_commit"], p["build_commit_check"]) == ("made", "unknown", judging.NO_PIN_GIVEN)
-    assert (p["exit.GATED_DELTA_NET"], p["exit.sql"]) == ("status 0", "status 0")
+    assert (p["exit.GATED_DELTA_NET"], p["exit.sql"]) == (errors.STATUS.format(code=0), errors.STATUS.format(code=0))
     report = parse_console((logs / "test-backend-ops.CPU.GATED_DELTA_NET.log").read_text())
     cpu = report.device("CPU")
     assert cpu is not None
@@ -57,7 +58,7 @@ def test_an_expectation_above_the_real_count(binary: Path, tmp_path: Path) -> No
 def test_an_unknown_device(binary: Path, tmp_path: Path) -> None:
     result = run_gate(binary, "NOPE", {OP: 36}, None, False, 120.0, tmp_path / "logs")
     assert result.problems[0] == judging.NO_SUCH_DEVICE.format(device="NOPE", listed=judging.LISTED_SKIPPED.format(device="CPU"), verdict="OK")
-    assert dict(result.properties)["exit.GATED_DELTA_NET"] == "status 0"  # it exits 0 having tested nothing
+    assert dict(result.properties)["exit.GATED_DELTA_NET"] == errors.STATUS.format(code=0)  # it exits 0 having tested nothing
     assert judging.SQL_NO_ROWS.format(label=judging.SQL_LABEL, device="NOPE") in result.problems
 
 
@@ -93,7 +94,8 @@ def test_the_cli_on_the_real_binary(binary: Path, tmp_path: Path) -> None:
         code = main(["backend-ops", "--binary", str(binary), "--device", "CPU", "--expect", f"{OP}=36", "--pinned-commit", "none", "--out", str(tmp_path / "gates")])
     assert code == 0, out.getvalue()
     tallies = judging.TALLY.format(op=OP, passed=36, expected=36)
-    assert out.getvalue().startswith("backend_ops: " + judging.PASSED_UNCHECKED.format(device="CPU", tallies=tallies, check=judging.NO_PIN_GIVEN))
+    passed = judging.PASSED_UNCHECKED.format(device="CPU", tallies=tallies, check=judging.NO_PIN_GIVEN)
+    assert out.getvalue().startswith(records.GATE_SUMMARY.format(gate="backend_ops", summary=passed))
     data = json.loads((tmp_path / "gates" / "backend_ops.json").read_text())
     assert data["counts"]["passed"] == 36
     assert (tmp_path / "gates" / "backend_ops-logs" / "test-backend-ops.CPU.GATED_DELTA_NET.log").is_file()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ci import errors
 from ci.gates import backend_ops
 from ci.gates import backend_ops_judge as judging
 from ci.gates.backend_ops import plan, run_gate
@@ -67,7 +68,7 @@ def test_the_plan_runs_and_passes(stand_in: Path, tmp_path: Path) -> None:
     assert (logs / "test-backend-ops.CUDA0.GATED_DELTA_NET.log").read_text() == (DATA / "h200-cuda0.console.txt").read_text()
     assert (logs / "test-backend-ops.CUDA0.sql").read_text() == (DATA / "h200-cuda0-rocmfpx-c14872f.sql.txt").read_text()
     p = dict(result.properties)
-    assert (p["build_key"], p["build_commit"], p["exit.GATED_DELTA_NET"], p["exit.sql"]) == ("cuda-sm90-key", "c14872f-dirty", "status 0", "status 0")
+    assert (p["build_key"], p["build_commit"], p["exit.GATED_DELTA_NET"], p["exit.sql"]) == ("cuda-sm90-key", "c14872f-dirty", errors.STATUS.format(code=0), errors.STATUS.format(code=0))
     assert result.seconds > 0
 
 
@@ -79,7 +80,7 @@ def test_a_run_that_dies_by_a_signal(stand_in: Path, tmp_path: Path, monkeypatch
     [problem] = result.problems
     how = judging.HOW_KILLED.format(signal=signal_name, number=number)
     assert pattern(CUT_SHORT, label=RUN, subject=judging.CUT_SUBJECT_RUN, how=how, op=OP).match(problem)
-    assert dict(result.properties)["exit.GATED_DELTA_NET"] == f"{signal_name} (killed by signal {number})"
+    assert dict(result.properties)["exit.GATED_DELTA_NET"] == errors.KILLED_BY.format(name=signal_name, number=number)
     assert dict(result.properties)["sql_cross_check"] == backend_ops.CONSOLE_UNFINISHED
     assert len(argv_seen(tmp_path)) == 1  # the sql run is not started after a crash
     assert not (tmp_path / "logs" / "test-backend-ops.CUDA0.sql").exists()
@@ -99,7 +100,7 @@ def test_a_failing_run_exits_1(stand_in: Path, tmp_path: Path, monkeypatch: pyte
     monkeypatch.setenv("STANDIN_EXIT", "1")
     result = run_gate(stand_in, "CUDA0", {OP: 36}, CAPTURE_COMMIT, True, 30.0, tmp_path / "logs")
     assert result.count("failed") == 3
-    assert dict(result.properties)["exit.GATED_DELTA_NET"] == "status 1"
+    assert dict(result.properties)["exit.GATED_DELTA_NET"] == errors.STATUS.format(code=1)
     # exit 1 with three FAIL lines is what test-backend-ops does: no complaint about the console run's status
     exited = (judging.EXITED_ALTHOUGH_OK, judging.EXITED_0_ALTHOUGH_FAIL)
     assert not any(pattern(template, label=RUN).match(p) for template in exited for p in result.problems)

@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from ci import errors, locks
 from ci.cli import main
 from ci.commands import bench as bench_command
-from ci.gates import bench, perf
+from ci.gates import bench, llama, perf
 from ci.gates.tinymodels import TinyModels
 from tests.support.binaries import llama_binary
-from tests.support.messages import said
+from tests.support.messages import partly, said
 from tests.support.processes import live_processes_naming
 
 pytestmark = pytest.mark.slow
@@ -90,7 +91,7 @@ def test_a_config_the_server_rejects_is_reported_and_reaped(tiny_models: TinyMod
     rc = main(args)
     err = capsys.readouterr().err
     assert rc == 8
-    assert bench.SERVER_NAME.format(config="broken", round=1) + " server exited with status 1 before it was healthy" in err
+    assert llama.EXITED_EARLY.format(leg=bench.SERVER_NAME.format(config="broken", round=1), code=errors.STATUS.format(code=1)) in err
     assert not (tmp_path / "bench.json").exists()
     assert live_processes_naming(str(tiny_models.target)) == []
 
@@ -109,9 +110,9 @@ def test_two_benches_on_one_lock_run_one_after_the_other(tiny_models: TinyModels
                 time.sleep(0.05)
     outputs = [p.communicate(timeout=600)[0] for p in runs]
     assert [p.returncode for p in runs] == [0, 0], outputs
-    assert "waiting for the lock" not in outputs[0]
-    assert f"bench: waiting for the lock {lock} (held by pid {runs[0].pid} on " in outputs[1]
-    assert "bench: got the lock" in outputs[1]
+    assert not said(locks.WAITING, outputs[0])
+    assert said(partly(locks.WAITING, who="bench", path=lock, holder=locks.HOLDER), outputs[1], pid=runs[0].pid)
+    assert said(locks.GOT_IT, outputs[1], who="bench", path=lock)
     first, second = (json.loads((tmp_path / n / "bench.json").read_text()) for n in ("first", "second"))
     assert second["started"] >= first["finished"]  # ISO UTC timestamps in milliseconds: they order as text
     assert lock.read_text() == ""

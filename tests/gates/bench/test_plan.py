@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from ci import locks
 from ci.errors import ConfigError, ServerFailed
 from ci.gates import bench
 from ci.gates.equivalence_judge import Prompt
 from ci.gates.tinymodels import TinyModels
-from tests.support.messages import pattern
+from tests.support.messages import partly, pattern
 
 PROMPTS = (Prompt("code", "def f():"), Prompt("prose", "Once"), Prompt("short", "Hi"))
 
@@ -191,7 +193,7 @@ def test_a_second_holder_of_the_lock_waits_and_says_who_holds_it(tmp_path: Path)
     said: list[str] = []
     order: list[str] = []
     with bench.box_lock(lock, said.append):
-        assert "pid " in lock.read_text()
+        assert pattern(locks.HOLDER, pid=os.getpid()).match(lock.read_text())
 
         def second() -> None:
             with bench.box_lock(lock, said.append):
@@ -205,8 +207,8 @@ def test_a_second_holder_of_the_lock_waits_and_says_who_holds_it(tmp_path: Path)
         order.append("first done")
     t.join(10)
     assert order == ["first done", "second"]
-    assert said[0].startswith(f"bench: waiting for the lock {lock} (held by pid ")
-    assert said[1].startswith(f"bench: got the lock {lock} after ")
+    assert pattern(partly(locks.WAITING, who="bench", path=lock, holder=locks.HOLDER)).match(said[0])
+    assert pattern(locks.GOT_IT, who="bench", path=lock).match(said[1])
     assert lock.read_text() == ""
 
 
