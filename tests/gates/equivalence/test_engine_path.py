@@ -149,7 +149,7 @@ def test_a_dflash_leg_whose_target_says_something_else_fails(models: tiny_qwen35
     from dataclasses import replace
 
     other = tiny_qwen35.write_qwen35(tmp_path / "other.gguf", replace(tiny_qwen35.TARGET, name="tiny-qwen35-other", seed=21))
-    _, dflash, _ = engine_path.plans(models, llama_binary("llama-server"), tokens=32)
+    _, dflash, *_ = engine_path.plans(models, llama_binary("llama-server"), tokens=32)
     leg = replace(dflash, plan=replace(dflash.plan, drafter=replace(dflash.plan.drafter, model=other)))
     verdict = engine_path.run([leg], tmp_path / "logs")
     assert verdict.status is Status.FAILED
