@@ -16,13 +16,13 @@ from ci.gates.backend_ops_output import CaseMark, parse_console, parse_sql
 from ci.gates.results import GateResult, Status
 from tests.support.backend_ops import CAPTURE_COMMIT, DATA, ENGINE_PIN, OP, text
 from tests.support.derive import ABORT_LINE
-from tests.support.messages import pattern, said
+from tests.support.messages import partly, pattern, said
 
 FORK_SQL = "h200-cuda0-rocmfpx-c14872f.sql.txt"
 RUN = judging.LABEL_RUN.format(op=OP, device="CUDA0")  # what a console run of the op on CUDA0 is called
 SQL = judging.SQL_LABEL
 STATUS_0 = errors.STATUS.format(code=0)  # a run that exited 0, in words
-CUT_SHORT = judging.CUT_SHORT.replace("{seen}", judging.SEEN_CASES)  # a run cut short after case lines: its fields and theirs
+CUT_SHORT = partly(judging.CUT_SHORT, seen=judging.SEEN_CASES)  # a run cut short after case lines: its fields and theirs
 # the last case line of h200-cuda0-abort.console.txt, whose status the abort lost
 ABORT_CASE = f"{OP}(type=f32,head_count=4,head_size=16,n_seq_tokens=1,n_seqs=2,v_repeat=1,permuted=0,kda=1,K=1)"
 ABORT_TALLY = ", ".join((judging.SEEN_OK.format(count=12), judging.SEEN_FAIL.format(count=0), judging.SEEN_NO_STATUS.format(count=1, case=ABORT_CASE)))

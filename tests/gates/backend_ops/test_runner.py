@@ -19,7 +19,7 @@ from ci.gates import backend_ops
 from ci.gates import backend_ops_judge as judging
 from ci.gates.backend_ops import plan, run_gate
 from tests.support.backend_ops import CAPTURE_COMMIT, DATA, OP
-from tests.support.messages import pattern, said
+from tests.support.messages import partly, pattern, said
 
 STAND_IN = """\
 #!{python}
@@ -52,7 +52,7 @@ def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 RUN = judging.LABEL_RUN.format(op=OP, device="CUDA0")
 SQL = judging.SQL_LABEL
 # a run cut short after case lines, with the fields of what it saw and of the one op's cases left
-CUT_SHORT = judging.CUT_SHORT.replace("{seen}", judging.SEEN_CASES).replace("{rest}", judging.REST_NOT_RUN)
+CUT_SHORT = partly(judging.CUT_SHORT, seen=judging.SEEN_CASES, rest=judging.REST_NOT_RUN)
 
 
 def argv_seen(tmp_path: Path) -> list[list[str]]:

@@ -139,12 +139,10 @@ def test_a_recipe_is_re_measured_with_and_without_and_its_claim_checked(
     out = capsys.readouterr()
     assert rc == code, out.out + out.err
     # the measured line, its first part the prompt's change, its rounds and its command filled in as their own templates
-    measured = (
-        bench_command.MEASURED.replace("{parts}", bench_command.METRIC_CHANGE + "{more}")
-        .replace("{rounds}", bench_command.ROUNDS)
-        .replace("{command}", bench_command.SHOWN_COMMAND)
+    measured = partly(
+        bench_command.MEASURED, parts=bench_command.METRIC_CHANGE + "{more}", rounds=bench_command.ROUNDS, command=bench_command.SHOWN_COMMAND
     )
     assert said(measured, out.out, metric="prompt", rounds=2)
-    assert said(bench_command.RECIPE_VERDICT.replace("{verdict}", perf.FIGURE), out.out, recipe="cpu-ub-64", check="prompt(with) / prompt(without)")
+    assert said(partly(bench_command.RECIPE_VERDICT, verdict=perf.FIGURE), out.out, recipe="cpu-ub-64", check="prompt(with) / prompt(without)")
     if code:
         assert bench_command.CLAIM_BROKEN.format(recipe="cpu-ub-64", claim="prompt(with) / prompt(without) >= 100") in out.err
