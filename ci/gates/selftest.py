@@ -61,8 +61,9 @@ GOT_NOT_RUN = "not run"
 GOT_GATE = "{gate} {status}"  # a fault whose gates gave different verdicts: each gate's, joined by ", "
 MISSED_BY = " (missed by {gates})"
 MISSED_BY_PASSED = ", {gates} passed"
-# the summary: SUMMARY, then SUMMARY_TIMES, then SUMMARY_SLOWEST when a fault ran
+# the summary: SUMMARY, SUMMARY_FIXES when a fix the pin lacks ran, then SUMMARY_TIMES, then SUMMARY_SLOWEST when a fault ran
 SUMMARY = "{verdict}: {caught}/{faults} faults caught by their gates, {benign}/{benigns} benign edits passed every gate"
+SUMMARY_FIXES = ", {fixed}/{fixes} fixes the pin lacks passed their gates"
 SUMMARY_TIMES = "; {seconds:.1f} s in all, {width} at a time"
 SUMMARY_SLOWEST = ", {ratio:.2f}x the slowest fault ({slowest:.1f} s)"
 
@@ -427,11 +428,14 @@ def _result(key: str, outcomes: Sequence[Outcome], seconds: float, width: int = 
             problems.append(f"{o.fault.id}: " + (o.problem if o.stale else message))
     caught = sum(o.ok for o in outcomes if o.fault.expect is not Status.PASSED)
     faults = sum(o.fault.expect is not Status.PASSED for o in outcomes)
-    benign = sum(o.ok for o in outcomes if o.fault.expect is Status.PASSED)
-    benigns = sum(o.fault.expect is Status.PASSED for o in outcomes)
+    benign = sum(o.ok for o in outcomes if o.fault.expect is Status.PASSED and not o.fault.fixes)
+    benigns = sum(o.fault.expect is Status.PASSED and not o.fault.fixes for o in outcomes)
+    fixed = sum(o.ok for o in outcomes if o.fault.fixes)
+    fixes = sum(o.fault.fixes for o in outcomes)
     status = Status.PASSED if all(o.ok for o in outcomes) else Status.FAILED
     slowest = max((o.seconds for o in outcomes), default=0.0)
     summary = SUMMARY.format(verdict=status.value.upper(), caught=caught, faults=faults, benign=benign, benigns=benigns)
+    summary += SUMMARY_FIXES.format(fixed=fixed, fixes=fixes) if fixes else ""
     summary += SUMMARY_TIMES.format(seconds=seconds, width=width) + (SUMMARY_SLOWEST.format(ratio=seconds / slowest, slowest=slowest) if slowest else "")
     metrics = tuple((f"{o.fault.id}.seconds", round(o.seconds, 1)) for o in outcomes) + tuple((f"{o.fault.id}.rebuild_seconds", o.rebuild) for o in outcomes)
     metrics += (("slowest_fault_seconds", round(slowest, 1)), ("parallel", width))

@@ -306,3 +306,19 @@ def test_the_unplanted_builds_failing_gates_come_from_its_newest_records(tmp_pat
     ledger.append(book, GateResult("archs", Status.ERROR, "e"), other)  # another build's
     record = gate_selftest.FAILING_RECORD.format(verdict="failed", ledger="build/results/ledger.jsonl", line=2)
     assert unplanted_failures(book, "k" * 64, tmp_path) == {"equivalence": record}
+
+
+def test_the_summary_counts_a_fix_the_pin_lacks_apart_from_the_benign_edits(tmp_path: Path) -> None:
+    """A ``fixes: true`` edit expects ``passed`` as a benign edit does, but it is no benign edit: the summary gives it a
+    count of its own, so a stale fix does not read as an alarm on a benign edit."""
+    path = tmp_path / "faults.yaml"
+    path.write_text(PIN_FAILS)
+    fault, fix = selftest.load_faults(path)
+    outcomes = [
+        selftest.Outcome(fault, {"equivalence": Status.FAILED, "backend_ops": Status.PASSED}, "", 1.0),  # caught, missed by backend_ops
+        selftest.Outcome(fix, {}, "stale fault: x", 0.0, stale=True),
+    ]
+    result = selftest._result("k", outcomes, 1.0)
+    assert result.summary.startswith(
+        selftest.SUMMARY.format(verdict="FAILED", caught=1, faults=1, benign=0, benigns=0) + selftest.SUMMARY_FIXES.format(fixed=0, fixes=1)
+    )
