@@ -22,7 +22,7 @@ loaders ``src/models/qwen35.cpp`` and ``src/models/dflash.cpp`` (ciru-ai/ROCmFPX
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,7 +142,7 @@ def qwen35_weights(spec: Qwen35Spec, n_vocab: int) -> list[tuple[str, np.ndarray
     def normal(shape: Sequence[int], std: float) -> np.ndarray:
         return rng.normal(0.0, std, size=tuple(shape)).astype(np.float32)
 
-    d, ff, hd = spec.dim, spec.ff, spec.head_dim
+    d = spec.dim
     embd = normal((n_vocab, d), 1.0)
     # two features the DFlash drafter keys on: every token but <unk> carries ANCHOR = 1, only <unk> (the drafter's
     # mask token, never in the target's input) carries MASK
@@ -170,24 +170,39 @@ def qwen35_weights(spec: Qwen35Spec, n_vocab: int) -> list[tuple[str, np.ndarray
                 (p + "ssm_out.weight", normal((d, inner), b * inner**-0.5)),
             ]
         else:
-            tensors += [
-                # the query projection carries the output gate too: per head, hd query then hd gate rows
-                (p + "attn_q.weight", normal((2 * spec.heads * hd, d), d**-0.5)),
-                (p + "attn_k.weight", normal((spec.heads_kv * hd, d), d**-0.5)),
-                (p + "attn_v.weight", normal((spec.heads_kv * hd, d), d**-0.5)),
-                (p + "attn_output.weight", normal((d, spec.heads * hd), b * (spec.heads * hd) ** -0.5)),
-                (p + "attn_q_norm.weight", ones(hd)),
-                (p + "attn_k_norm.weight", ones(hd)),
-            ]
-        tensors += [
-            (p + "ffn_gate.weight", normal((ff, d), d**-0.5)),
-            (p + "ffn_up.weight", normal((ff, d), d**-0.5)),
-            (p + "ffn_down.weight", normal((d, ff), b * ff**-0.5)),
-        ]
+            tensors += _attention(p, spec, normal, b)
+        tensors += _ffn(p, spec, normal, b)
     output = normal((n_vocab, d), spec.logit_std * d**-0.5)
     output[: len(CONTROLS)] = 0.0  # as the llama tiny models: a control token is never the argmax nor the runner-up
     tensors += [("output_norm.weight", ones(d)), ("output.weight", output)]
     return tensors
+
+
+Normal = Callable[[Sequence[int], float], np.ndarray]
+
+
+def _attention(p: str, spec: Qwen35Spec, normal: Normal, branch: float) -> list[tuple[str, np.ndarray]]:
+    """A full-attention layer's own tensors, its output projection at ``branch`` of full strength (0: all zero)."""
+    d, hd = spec.dim, spec.head_dim
+    return [
+        # the query projection carries the output gate too: per head, hd query then hd gate rows
+        (p + "attn_q.weight", normal((2 * spec.heads * hd, d), d**-0.5)),
+        (p + "attn_k.weight", normal((spec.heads_kv * hd, d), d**-0.5)),
+        (p + "attn_v.weight", normal((spec.heads_kv * hd, d), d**-0.5)),
+        (p + "attn_output.weight", normal((d, spec.heads * hd), branch * (spec.heads * hd) ** -0.5)),
+        (p + "attn_q_norm.weight", ones(hd)),
+        (p + "attn_k_norm.weight", ones(hd)),
+    ]
+
+
+def _ffn(p: str, spec: Qwen35Spec, normal: Normal, branch: float) -> list[tuple[str, np.ndarray]]:
+    """A layer's SwiGLU FFN, its down projection at ``branch`` of full strength (0: all zero)."""
+    d, ff = spec.dim, spec.ff
+    return [
+        (p + "ffn_gate.weight", normal((ff, d), d**-0.5)),
+        (p + "ffn_up.weight", normal((ff, d), d**-0.5)),
+        (p + "ffn_down.weight", normal((d, ff), branch * ff**-0.5)),
+    ]
 
 
 def dflash_weights(spec: DFlashSpec) -> list[tuple[str, np.ndarray]]:
@@ -323,15 +338,8 @@ def mtp_weights(spec: MtpSpec, n_vocab: int) -> list[tuple[str, np.ndarray]]:
         ("token_embd.weight", target["token_embd.weight"]),
         (p + "attn_norm.weight", ones(d)),
         (p + "post_attention_norm.weight", ones(d)),
-        (p + "attn_q.weight", normal((2 * t.heads * t.head_dim, d), d**-0.5)),
-        (p + "attn_k.weight", normal((t.heads_kv * t.head_dim, d), d**-0.5)),
-        (p + "attn_v.weight", normal((t.heads_kv * t.head_dim, d), d**-0.5)),
-        (p + "attn_output.weight", zeros(d, t.heads * t.head_dim)),
-        (p + "attn_q_norm.weight", ones(t.head_dim)),
-        (p + "attn_k_norm.weight", ones(t.head_dim)),
-        (p + "ffn_gate.weight", normal((t.ff, d), d**-0.5)),
-        (p + "ffn_up.weight", normal((t.ff, d), d**-0.5)),
-        (p + "ffn_down.weight", zeros(d, t.ff)),
+        *_attention(p, t, normal, 0.0),  # attention and FFN add nothing: the block passes eh_proj's output through
+        *_ffn(p, t, normal, 0.0),
         (p + "nextn.eh_proj.weight", eh_proj),
         (p + "nextn.enorm.weight", ones(d)),
         (p + "nextn.hnorm.weight", ones(d)),
