@@ -14,7 +14,7 @@ from ci.gates.results import GateResult, Status
 from ci.pin import claims, pins
 from ci.release import ledger
 from tests.support.build import build_cpu, manifest, stand_in_flags
-from tests.support.messages import said
+from tests.support.messages import partly, said
 from tests.support.project import Project
 
 pytestmark = pytest.mark.slow
@@ -87,7 +87,7 @@ def test_a_drafter_whose_every_draft_is_rejected_fails(perf_project: Project) ->
     code, printed, _ = perf_gate(perf_project, "--model", str(target), "--drafter", str(random_drafter))
     assert code == 7, printed
     # the random drafter's drafts are all but never accepted: about one token per step, against the floor 3.5
-    about_one = perf.FIGURE.replace("{median:.3f}", "1.0{median}")  # a median of 1.0-something
+    about_one = partly(perf.FIGURE, median="1.0{median}")  # a median of 1.0-something
     assert said(about_one + perf.FAILS, printed, check="tokens_per_step(draft, code)", floor=3.5)
 
 
@@ -121,7 +121,7 @@ def test_a_drop_against_the_last_release_fails_with_both_figures_and_pins(perf_p
     ledger.append(book, GateResult("ship", Status.PASSED, "shipped", properties=(("release", "old.release.json"),)), before)
     code, printed, result = perf_gate(perf_project)
     assert code == 7, printed
-    about_four = perf.REGRESSION.replace("{median:.3f}", "4.{median}")  # a median of 4-something
+    about_four = partly(perf.REGRESSION, median="4.{median}")  # a median of 4-something
     assert said(about_four, printed, before=10.0, released="b82c8b8")
     props = result["properties"]
     assert isinstance(props, dict)

@@ -16,9 +16,7 @@ def pattern(template: str, **known: object) -> re.Pattern[str]:
         if name is None:
             continue
         if name in known:
-            value = known[name]
-            value = repr(value) if conversion == "r" else str(value) if conversion == "s" else value
-            parts.append(re.escape(format(value, spec or "")))
+            parts.append(re.escape(_formatted(known[name], spec, conversion)))
         else:
             parts.append(r"[^\n]*?")
     return re.compile("".join(parts))
@@ -29,13 +27,39 @@ def said(template: str, text: str, **known: object) -> bool:
     return pattern(template, **known).search(text) is not None
 
 
-class _Open(dict[str, object]):
-    def __missing__(self, key: str) -> str:
-        return "{" + key + "}"
-
-
 def partly(template: str, **known: object) -> str:
-    """``template`` with the fields in ``known`` filled in and the others left as fields: a value that is itself a
-    template (a message built of messages, or one whose end the test does not know) keeps its own fields for
-    :func:`said` and :func:`pattern`."""
-    return template.format_map(_Open(known))
+    """``template`` with the fields in ``known`` filled in and the others left as fields, their format specs kept: a
+    value that is itself a template (a message built of messages, or one whose end the test does not know, such as
+    ``"1.0{median}"``) goes in as it is and keeps its own fields for :func:`said` and :func:`pattern`."""
+    out: list[str] = []
+    for literal, name, spec, conversion in string.Formatter().parse(template):
+        out.append(_escaped(literal))
+        if name is None:
+            continue
+        value = known.get(name, _MISSING)
+        if value is _MISSING:
+            out.append("{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}")
+        elif isinstance(value, str) and _has_fields(value):
+            out.append(value)
+        else:
+            out.append(_escaped(_formatted(value, spec, conversion)))
+    return "".join(out)
+
+
+_MISSING = object()
+
+
+def _formatted(value: object, spec: str | None, conversion: str | None) -> str:
+    value = repr(value) if conversion == "r" else str(value) if conversion == "s" else value
+    return format(value, spec or "")
+
+
+def _escaped(text: str) -> str:
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def _has_fields(text: str) -> bool:
+    try:
+        return any(name is not None for _, name, _, _ in string.Formatter().parse(text))
+    except ValueError:  # a lone brace: text, not a template
+        return False
