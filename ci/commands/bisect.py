@@ -42,7 +42,7 @@ from ci.release import ledger, records
 from ci.source.classify import Fate, classify
 from ci.source.store import ForkStore, Relation
 from ci.source.sync import Source, ensure_commit, execute, prepare
-from ci.words import count
+from ci.words import count, listed
 
 KEY_PREFIX = "bisect:"  # the ledger's build key of a step: never a build's key, so ship never counts it
 BUMP_REPORT = Path("build") / "bump-report.md"
@@ -72,7 +72,6 @@ NOT_APPLYING = "patches/{verdict}"
 # the report (markdown)
 FIRST_BAD_HEADING = "**First bad commit: `{sha}`** {subject}"
 FILES_TOUCHED = "Files touched: {files}"
-FILES_MORE = " and {count} more"
 PROBLEM_ITEM = "- {problem}"
 ONLY_SKIPPED_SECTION = "Only skipped commits are left; the first bad commit is one of:"
 CANDIDATE_ITEM = "- `{sha}` {subject}"
@@ -234,8 +233,7 @@ def markdown(answer: BisectAnswer) -> str:
         lines += [FIRST_BAD_HEADING.format(sha=fb.sha, subject=fb.subject), ""]
         if fb.files:
             lines += [
-                FILES_TOUCHED.format(files=", ".join(f"`{f}`" for f in fb.files[:20]))
-                + (FILES_MORE.format(count=len(fb.files) - 20) if len(fb.files) > 20 else ""),
+                FILES_TOUCHED.format(files=listed([f"`{f}`" for f in fb.files], 20)),
                 "",
             ]
         step = answer.step_at(fb.sha)

@@ -20,6 +20,7 @@ from ci.errors import ConfigError, describe_returncode
 from ci.gates import names
 from ci.gates.backend_ops_output import OP_RE, CaseMark, ConsoleReport, SqlReport
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
+from ci.words import listed
 
 GATE = names.BACKEND_OPS
 SHA_PREFIX_RE = re.compile(r"^[0-9a-f]{7,40}$")
@@ -39,7 +40,6 @@ LABEL_LOG = "the log {log}"
 # a console run
 NOT_TEST_OUTPUT = "{label}: this is test-backend-ops {mode} output, not test output: the gate judges `test-backend-ops test` runs"
 CASE_REPEATED = "{label}: the case {case} is printed {times} times (lines {lines}); each case runs once, so this log is not one run's"
-CASE_LINES_MORE = " and {count} more"  # CASE_REPEATED's lines past the first five
 CASE_LINE_OF = "line {line} of {log}"
 NOT_SUPPORTED_CASE = "not supported [{reason}]"
 FAILED_CASE = "{case} FAILED: {why}"
@@ -310,8 +310,7 @@ def _judge_console(j: _Judgement, run: ConsoleRun) -> dict[str, tuple[int, int, 
         else:
             first_at[c.name] = c.line
     for name, lines in repeated.items():
-        at = ", ".join(str(n) for n in lines[:5]) + (CASE_LINES_MORE.format(count=len(lines) - 5) if len(lines) > 5 else "")
-        j.problem(CASE_REPEATED.format(label=label, case=name, times=len(lines), lines=at))
+        j.problem(CASE_REPEATED.format(label=label, case=name, times=len(lines), lines=listed([str(n) for n in lines], 5)))
     cases = tuple(c for c in cases if first_at[c.name] == c.line)
     for c in cases:
         if c.status is CaseMark.OK:

@@ -32,6 +32,7 @@ from ci.gates.route import SOURCE_ROOT
 from ci.pin.pins import EquivalenceConfig, Pins
 from ci.release import binding
 from ci.release import ledger as ledger_mod
+from ci.words import AND_MORE
 
 DIST_NAME = "onebit-serve"
 SHIP = "ship"  # the ledger's record of a release
@@ -41,7 +42,6 @@ TABLE_HEAD = "ship: build {key} ({profile}, pin {pin}, patches {patches})"
 TABLE_ROW = "  {gate}  {state:<8}  {detail}"  # gate padded to the longest gate's name
 MODELS_TAG = " [{models}]"  # a counted equivalence or perf record's detail ends with the models it ran on
 NOT_COUNTED = "; not counted: {why} (ledger line {line}{more})"  # the last record that does not count
-AND_MORE = " and {count} more"
 OTHER_MODELS = "models {models}"  # NOT_COUNTED's why for a record on other models than the release's
 NO_COUNTED_RECORD = "no record {what} for this build: run nox -s gpu_tests{note}"
 ON_MODELS = "on the {models}"  # NO_COUNTED_RECORD's what, for an equivalence or perf gate

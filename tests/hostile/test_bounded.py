@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ci import cli
+from ci import cli, words
 from ci.errors import ConfigError
 from ci.gates import backend_ops, bench
 from ci.gates import backend_ops_judge as judge
@@ -75,7 +75,7 @@ def test_a_log_repeating_one_case_line_is_a_failure(tmp_path: Path) -> None:
     path.write_text("".join(forged))
     result = backend_ops.judge_log(path, "CPU", {"GATED_DELTA_NET": 36}, None)
     assert result.status is Status.FAILED
-    at = "7, 8, 9, 10, 11" + judge.CASE_LINES_MORE.format(count=31)
+    at = "7, 8, 9, 10, 11" + words.AND_MORE.format(count=31)
     label = judge.LABEL_LOG.format(log=path)
     assert any(said(judge.CASE_REPEATED, p, label=label, times=36, lines=at) for p in result.problems), result.problems
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ci import cli, schema
+from ci import cli, schema, words
 from ci.commands import ship as ship_command
 from ci.compile import cmake, stage
 from ci.compile.manifest import Manifest
@@ -83,7 +83,7 @@ def missing_on(models: str, note: str = "") -> str:
 
 def not_counted_models(models: str, line: int, more: int = 0) -> str:
     """The note on the last record that ran on ``models``, not the release's."""
-    and_more = release_ship.AND_MORE.format(count=more) if more else ""
+    and_more = words.AND_MORE.format(count=more) if more else ""
     return release_ship.NOT_COUNTED.format(why=release_ship.OTHER_MODELS.format(models=models), line=line, more=and_more)
 
 
