@@ -12,8 +12,9 @@ can run, each leg judged by :mod:`ci.gates.equivalence` with evidence floors of 
   rollback: with the snapshot written one slot off (the self-test's ``cpu-gdn-snapshot-slot``) it diverges on every
   prompt while the other legs pass.
 
-Each leg's two servers (baseline and drafter) run with ``-b 64 -ub 16``: every prompt is longer than one 16-token micro-batch, so
-the chunked delta-net prefill, its snapshot writes and the layer inputs' micro-batch offsets all run (docs/gates.md).
+Each leg's two servers (baseline and drafter) run with ``-b 64 -ub 16``: every prompt is longer than one 16-token
+micro-batch, so the chunked delta-net prefill, its snapshot writes and the layer inputs' micro-batch offsets all run
+(docs/gates.md).
 
 - ``dflash-whole``: the DFlash leg again with each prompt in one micro-batch (``-b 2048 -ub 2048``). The DFlash
   drafter reads the fused context (its canary heads, :func:`ci.gates.tiny_qwen35.dflash_canary_weights`), so the
@@ -128,7 +129,7 @@ def plans(
         EngineLeg(NEAR, with_micro_batch(leg(models.near_drafter, "draft-simple", floors))),
         EngineLeg(DFLASH, with_micro_batch(dflash)),
         EngineLeg(DFLASH_WHOLE, with_micro_batch(dflash, ONE_MICRO_BATCH)),
-        EngineLeg(MTP, with_micro_batch(leg(models.mtp, equivalence.MTP, mtp_floors))),
+        EngineLeg(MTP, with_micro_batch(leg(models.mtp, equivalence.MTP_SPEC_TYPE, mtp_floors))),
     ]
     if llama is not None:  # last: the run's shared identity (model, its sha256) stays the qwen35 target's
         legs.append(EngineLeg(LLAMA, leg(llama.near_drafter, llama_spec_type, floors, target=llama.target)))

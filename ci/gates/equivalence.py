@@ -57,7 +57,7 @@ HANG_FACTOR = 20.0
 # the facts' probe: 8 drafted tokens a step, no probability cut (the fork's 0.75 default cuts blocks short)
 DRAFT_MAX = 8
 DRAFT_ARGS = ("--spec-draft-n-max", str(DRAFT_MAX), "--spec-draft-p-min", "0")
-MTP = "draft-mtp"
+MTP_SPEC_TYPE = "draft-mtp"
 # An MTP head drafts from its own last guess, so its acceptance falls with each token further out: 2 a step keeps the
 # tiny head's near 20% (8 a step: 5%, below the floors) and still rolls back up to 2 tokens (docs/equivalence.md)
 MTP_DRAFT_MAX = 2
@@ -228,9 +228,9 @@ def drafter_leg(drafter: Path, spec_type: str | None, model: Path) -> tuple[Leg,
     the speculative args after ``--``. With the draft length this gate sets (0: the launcher's)."""
     if spec_type is None and gguf_architecture(drafter) == "dflash":
         return Leg("drafter", model, serve_options=("--dflash", str(drafter))), "draft-dflash", 0
-    if spec_type == MTP:
+    if spec_type == MTP_SPEC_TYPE:
         options = ("--mtp", str(drafter), "--mtp-max", str(MTP_DRAFT_MAX), "--mtp-p-min", "0")
-        return Leg("drafter", model, serve_options=options), MTP, MTP_DRAFT_MAX
+        return Leg("drafter", model, serve_options=options), MTP_SPEC_TYPE, MTP_DRAFT_MAX
     kind = spec_type or DEFAULT_SPEC_TYPE
     return Leg("drafter", model, extra=("-md", str(drafter), "--spec-type", kind, *DRAFT_ARGS)), kind, DRAFT_MAX
 
