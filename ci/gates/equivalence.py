@@ -235,6 +235,13 @@ def drafter_leg(drafter: Path, spec_type: str | None, model: Path) -> tuple[Leg,
     return Leg("drafter", model, extra=("-md", str(drafter), "--spec-type", kind, *DRAFT_ARGS)), kind, DRAFT_MAX
 
 
+def check_models(model: Path, drafter: Path) -> None:
+    """A ConfigError naming the first of the user's two model files that is not there."""
+    for what, path in (("--model", model), ("--drafter", drafter)):
+        if not path.is_file():
+            raise ConfigError(NO_SUCH_MODEL.format(option=what, path=path))
+
+
 def plan(
     *,
     model: Path,
@@ -256,9 +263,7 @@ def plan(
         raise ConfigError(TOO_FEW_TOKENS.format(tokens=tokens))
     if near_tie < 0:
         raise ConfigError(NEGATIVE_NEAR_TIE.format(near_tie=near_tie))
-    for what, path in (("--model", model), ("--drafter", drafter)):
-        if not path.is_file():
-            raise ConfigError(NO_SUCH_MODEL.format(option=what, path=path))
+    check_models(model, drafter)
     leg, kind, draft_max = drafter_leg(drafter, spec_type, model)
     if device == "auto":
         device = devices.auto(llama_server)

@@ -322,3 +322,24 @@ def test_a_binary_log_from_a_gpu_box_is_judged_and_recorded(project: Project, tm
     (record,) = ledger.read(project.root / "build" / "results" / "ledger.jsonl").records
     assert (record.gate, record.verdict) == ("backend_ops", "failed")
     assert (project.root / "build" / "results" / "from-log" / "backend_ops.junit.xml").is_file()
+
+
+# -- the equivalence command: the user's own files are named before a program it looks for -----------------------------
+
+
+@pytest.mark.parametrize("missing", ["--model", "--drafter"])
+def test_equivalence_names_a_missing_model_before_a_missing_llama_server(tmp_path: Path, missing: str) -> None:
+    from ci.cli import main
+    from ci.gates import equivalence
+
+    models = {"--model": tmp_path / "target.gguf", "--drafter": tmp_path / "drafter.gguf"}
+    for option, path in models.items():
+        if option != missing:
+            path.write_bytes(b"GGUF")  # there; never read, as the other file is named first
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["equivalence", "--model", str(models["--model"]), "--drafter", str(models["--drafter"]),
+                     "--llama-server", "no-such-llama-server-here", "--out", str(tmp_path / "out")])  # fmt: skip
+    line = one_error_line(Outcome(code, out.getvalue(), err.getvalue()), cli.ERROR.format(message=""), str(models[missing]))
+    assert line == cli.ERROR.format(message=equivalence.NO_SUCH_MODEL.format(option=missing, path=models[missing]))
+    assert not (tmp_path / "out").exists()
