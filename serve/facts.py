@@ -91,6 +91,7 @@ class GGUFFacts:
     hadamard_stamp: int | None  # onebit.hadamard_q4_0 as stamped, None when absent
     expert_count: int  # <arch>.expert_count, 0 when absent
     block_size: int | None  # <arch>.block_size (a DFlash drafter's block), None when absent
+    nextn_layers: int | None = None  # <arch>.nextn_predict_layers (an MTP head's layers), None when absent
 
     @property
     def hadamard_q4_0(self) -> bool:
@@ -111,6 +112,8 @@ class GGUFFacts:
             parts.append(f"Hadamard-rotated ({HADAMARD_KEY} = {HADAMARD_GROUP})")
         if self.block_size is not None:
             parts.append(f"{self.architecture}.block_size {self.block_size}")
+        if self.nextn_layers:
+            parts.append(f"{self.architecture}.nextn_predict_layers {self.nextn_layers}")
         return ", ".join(parts)
 
 
@@ -301,4 +304,5 @@ def read_facts(path: str) -> GGUFFacts:
         hadamard_stamp=_integer(path, HADAMARD_KEY, values, types),
         expert_count=_integer(path, f"{arch}.expert_count", values, types) or 0,
         block_size=_integer(path, f"{arch}.block_size", values, types),
+        nextn_layers=_integer(path, f"{arch}.nextn_predict_layers", values, types),
     )

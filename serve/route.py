@@ -53,6 +53,12 @@ ROTATED_REFUSED = (
 )
 NOT_DFLASH = 'architecture is "{architecture}", not "{expected}": --dflash takes a DFlash drafter{hint}'
 MTP_HINT = " (an MTP head goes to --mtp)"
+NO_MTP_LAYERS = (
+    "{key} is {value}: no MTP layers, and --mtp takes an MTP head (llama-server would stop with "
+    "\"model doesn't contain MTP layers\"){hint}"
+)
+ABSENT = "absent"
+DFLASH_HINT = "; a DFlash drafter goes to --dflash"
 # notes on the decision
 AUTO_DEVICE = "--device auto: {device}, {why}"
 AUTO_ROTATED = "the file is Hadamard-rotated"
@@ -288,6 +294,11 @@ def _drafter_args(drafter: GGUFFacts | None, o: RouteOptions, device: str, notes
         notes.append(DRAFT_LENGTH.format(length=n, why=why))
         args += ["--spec-draft-n-max", str(n)]
     elif o.mtp is not None:
+        if not drafter.nextn_layers:
+            value = ABSENT if drafter.nextn_layers is None else str(drafter.nextn_layers)
+            hint = DFLASH_HINT if drafter.architecture == DFLASH_ARCH else ""
+            key = f"{drafter.architecture}.nextn_predict_layers"
+            raise Refused(NO_MTP_LAYERS.format(key=key, value=value, hint=hint), drafter.path)
         args = ["--spec-type", "draft-mtp", "-md", o.mtp, "-ngld", ngld]
         if o.mtp_max is not None:
             args += ["--spec-draft-n-max", str(o.mtp_max)]

@@ -41,7 +41,7 @@ def _patch(path: Path, old: bytes, new: bytes) -> None:
 
 def test_facts_of_the_route_files(tmp_path: Path) -> None:
     assert read_facts(make("rotated-moe", tmp_path)) == GGUFFacts(
-        path="rotated-moe.gguf", architecture="qwen3moe", hadamard_stamp=32, expert_count=128, block_size=None
+        path="rotated-moe.gguf", architecture="qwen3moe", hadamard_stamp=32, expert_count=128, block_size=None, nextn_layers=None
     )
     dense = read_facts(make("rotated-dense", tmp_path))
     assert (dense.hadamard_q4_0, dense.moe) == (True, False)
@@ -49,6 +49,7 @@ def test_facts_of_the_route_files(tmp_path: Path) -> None:
     assert (drafter.architecture, drafter.block_size) == ("dflash", 8)
     plain = read_facts(make("plain", tmp_path))
     assert (plain.hadamard_stamp, plain.hadamard_q4_0) == (None, False)
+    assert read_facts(make("mtp-head", tmp_path)).nextn_layers == 1
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -192,4 +193,21 @@ def test_drafter_that_is_not_dflash_is_refused(gguf_file: FileFn, serve_error: E
     assert serve_error("-m", gguf_file("rotated-dense"), "--dflash", gguf_file("mtp-head")) == (
         4,
         AT.format(where="mtp-head.gguf", problem=route.NOT_DFLASH.format(architecture="qwen35", expected="dflash", hint=route.MTP_HINT)),
+    )
+
+
+# llama-server stops on such a head ("context type MTP requested but model doesn't contain MTP layers", upstream
+# 11434's CPU server with --spec-type draft-mtp -md on a qwen35 target): the launcher says so before it starts one
+@pytest.mark.parametrize(
+    ("kind", "key", "value", "hint"),
+    [
+        ("plain", "qwen35.nextn_predict_layers", route.ABSENT, ""),
+        ("no-mtp-layers", "qwen35.nextn_predict_layers", "0", ""),
+        ("dflash-b8", "dflash.nextn_predict_layers", route.ABSENT, route.DFLASH_HINT),
+    ],
+)
+def test_mtp_head_without_mtp_layers_is_refused(kind: str, key: str, value: str, hint: str, gguf_file: FileFn, serve_error: ErrorFn) -> None:
+    assert serve_error("-m", gguf_file("plain"), "--mtp", gguf_file(kind)) == (
+        4,
+        AT.format(where=f"{kind}.gguf", problem=route.NO_MTP_LAYERS.format(key=key, value=value, hint=hint)),
     )

@@ -20,6 +20,7 @@ KINDS: dict[str, tuple[str, dict[str, Value]]] = {
     "dflash": ("dflash", {}),
     "dflash-b8": ("dflash", {"dflash.block_size": 8}),
     "mtp-head": ("qwen35", {"qwen35.nextn_predict_layers": 1}),
+    "no-mtp-layers": ("qwen35", {"qwen35.block_count": 64, "qwen35.nextn_predict_layers": 0}),
 }
 
 
