@@ -220,11 +220,27 @@ def context_cases(split: GateResult, whole: GateResult, device: str) -> tuple[Ca
     return tuple(cases)
 
 
+def sharing(legs: Sequence[EngineLeg]) -> list[list[EngineLeg]]:
+    """The legs in groups that share a baseline server (:func:`equivalence.shares_baseline`), in order of first
+    appearance (pure): the near, dflash and mtp legs run the same target on the same micro-batches."""
+    groups: list[list[EngineLeg]] = []
+    for leg in legs:
+        group = next((g for g in groups if equivalence.shares_baseline(g[0].plan, leg.plan)), None)
+        if group is None:
+            groups.append([leg])
+        else:
+            group.append(leg)
+    return groups
+
+
 def run(legs: Sequence[EngineLeg], logs: Path) -> GateResult:
-    """Each leg in turn (its own pair of servers, logs under ``logs/KIND``), then one verdict, with the two DFlash
-    legs' drafts compared when both ran."""
-    results = [(leg.kind, equivalence.run(leg.plan, logs / leg.kind)) for leg in legs]
-    by_kind = dict(results)
+    """The legs group by group (:func:`sharing`: one baseline server a group, its log under the first leg's
+    ``logs/KIND``, a drafter server a leg), then one verdict, with the two DFlash legs' drafts compared when both ran."""
+    by_kind: dict[str, GateResult] = {}
+    for group in sharing(legs):
+        shared = equivalence.run_shared([leg.plan for leg in group], [logs / leg.kind for leg in group])
+        by_kind.update((leg.kind, result) for leg, result in zip(group, shared, strict=True))
+    results = [(leg.kind, by_kind[leg.kind]) for leg in legs]
     device = legs[0].plan.device if legs else "cpu"
     extra = context_cases(by_kind[DFLASH], by_kind[DFLASH_WHOLE], device) if DFLASH in by_kind and DFLASH_WHOLE in by_kind else ()
     return combine(results, extra=extra)

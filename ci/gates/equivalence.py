@@ -16,6 +16,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import hashlib
+import json
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -298,27 +299,11 @@ def plan(
 
 @contextlib.contextmanager
 def servers(equivalence_plan: EquivalencePlan, logs: Path, factory: ServerFactory = default_server) -> Iterator[tuple[LlamaServer, LlamaServer]]:
-    """Both legs' servers, always stopped and reaped; started together unless on the CPU (:attr:`EquivalencePlan.overlap_start`)."""
-    ports = free_ports(2)
-    with contextlib.ExitStack() as stack:
-        pair: list[LlamaServer] = []
-        for leg, port in zip((equivalence_plan.baseline, equivalence_plan.drafter), ports, strict=True):
-            server = factory(equivalence_plan.launch(leg, port), logs / f"{leg.name}.log", equivalence_plan.health_timeout)
-            stack.callback(server.stop)
-            pair.append(server)
-        # runs first on the way out (last in, first out): both get SIGTERM, then each is waited for, so their
-        # shutdowns overlap as their start-ups do
-        stack.callback(_terminate_all, pair)
-        if equivalence_plan.overlap_start:
-            for server in pair:
-                server.start()
-            for server in pair:
-                server.wait_healthy()
-        else:
-            for server in pair:
-                server.start()
-                server.wait_healthy()
-        yield pair[0], pair[1]
+    """Both legs' servers (:func:`shared_servers` for one plan), always stopped and reaped; either's failure raised."""
+    with shared_servers([equivalence_plan], [logs], factory) as (baseline, (drafter,)):
+        if isinstance(drafter, ServerFailed):
+            raise drafter
+        yield baseline, drafter
 
 
 def _terminate_all(pair: Sequence[LlamaServer]) -> None:
@@ -335,7 +320,24 @@ def ask(server: LlamaServer, body: Mapping[str, Any], timeout: float, draft_max:
     return replace(parse_completion(answer, server.launch.name, draft_max), seconds=time.monotonic() - t0)
 
 
-def judge_prompt(equivalence_plan: EquivalencePlan, prompt: Prompt, baseline: LlamaServer, drafter: LlamaServer) -> PromptVerdict:
+def _baseline_answer(server: LlamaServer, body: Mapping[str, Any], timeout: float, answers: dict[str, Completion] | None) -> Completion:
+    """The baseline's answer to ``body``: asked, or the one it gave the same request before (``answers``, kept across
+    plans that share the server; no cache_prompt, so an answer does not depend on what the server answered before)."""
+    if answers is None:
+        return ask(server, body, timeout)
+    key = json.dumps(body, sort_keys=True)
+    if key not in answers:
+        answers[key] = ask(server, body, timeout)
+    return answers[key]
+
+
+def judge_prompt(
+    equivalence_plan: EquivalencePlan,
+    prompt: Prompt,
+    baseline: LlamaServer,
+    drafter: LlamaServer,
+    answers: dict[str, Completion] | None = None,
+) -> PromptVerdict:
     t0 = time.monotonic()
     segments: list[Segment] = []
     while True:
@@ -348,39 +350,115 @@ def judge_prompt(equivalence_plan: EquivalencePlan, prompt: Prompt, baseline: Ll
         if not equivalence_plan.overlap_start:
             # on the CPU one after the other: two servers' threads on the same cores slow each other 100-fold
             # (3 prompts x 256 tokens: 133.8 s side by side against 1.9 s in turn; benchmarks/equivalence_cost.py)
-            a = ask(baseline, body, equivalence_plan.request_timeout)
+            a = _baseline_answer(baseline, body, equivalence_plan.request_timeout, answers)
             b = ask(drafter, body, equivalence_plan.drafter_timeout(a.seconds), equivalence_plan.draft_max)
         else:
             # on a GPU both legs at once: separate processes give the same greedy answers either way, and the run
             # takes the longer leg's decode instead of the sum
             later = _PAIR.submit(ask, drafter, body, equivalence_plan.drafter_timeout(None), equivalence_plan.draft_max)
             try:
-                a = ask(baseline, body, equivalence_plan.request_timeout)
+                a = _baseline_answer(baseline, body, equivalence_plan.request_timeout, answers)
             finally:
                 b = later.result()
         segments.append(Segment(len(step.prefix), a, b))
 
 
+def shares_baseline(a: EquivalencePlan, b: EquivalencePlan) -> bool:
+    """One baseline server can answer both plans: the same target, launched the same way."""
+    def launch(p: EquivalencePlan) -> tuple[object, ...]:
+        return (p.baseline, p.llama_server, p.device, p.context, p.health_timeout, p.overlap_start)
+
+    return launch(a) == launch(b)
+
+
+@contextlib.contextmanager
+def shared_servers(
+    plans: Sequence[EquivalencePlan], logs: Sequence[Path], factory: ServerFactory = default_server
+) -> Iterator[tuple[LlamaServer, list[LlamaServer | ServerFailed]]]:
+    """One baseline server (its log in the first plan's logs) and each plan's drafter server, always stopped and
+    reaped; all started at once unless on the CPU (:attr:`EquivalencePlan.overlap_start`). A drafter server that does
+    not come up is its plan's :class:`ServerFailed`, in its place; the baseline's is raised."""
+    first = plans[0]
+    ports = free_ports(1 + len(plans))
+    with contextlib.ExitStack() as stack:
+        made: list[LlamaServer] = []
+        for plan, leg, port, directory in [(first, first.baseline, ports[0], logs[0])] + [
+            (p, p.drafter, port, log) for p, port, log in zip(plans, ports[1:], logs, strict=True)
+        ]:
+            server = factory(plan.launch(leg, port), directory / f"{leg.name}.log", plan.health_timeout)
+            stack.callback(server.stop)
+            made.append(server)
+        # runs first on the way out (last in, first out): all get SIGTERM, then each is waited for, so their
+        # shutdowns overlap as their start-ups do
+        stack.callback(_terminate_all, made)
+        outcome: list[LlamaServer | ServerFailed] = []
+        if first.overlap_start:
+            for server in made:
+                server.start()
+        for server in made:
+            try:
+                if not first.overlap_start:
+                    server.start()
+                server.wait_healthy()
+                outcome.append(server)
+            except ServerFailed as exc:
+                if server is made[0]:
+                    raise
+                outcome.append(exc)
+        yield made[0], outcome[1:]
+
+
 def run(equivalence_plan: EquivalencePlan, logs: Path, factory: ServerFactory = default_server) -> GateResult:
     """Start both servers, judge every prompt, stop them; a server problem is an ERROR verdict with its log tail."""
+    return run_shared([equivalence_plan], [logs], factory)[0]
+
+
+def run_shared(plans: Sequence[EquivalencePlan], logs: Sequence[Path], factory: ServerFactory = default_server) -> list[GateResult]:
+    """:func:`run` for plans that share one baseline server (:func:`shares_baseline`), each with its drafter server:
+    every server is started at once, so a GPU pays for start-up once (3.1 s a llama-server on the H200's CUDA,
+    docs/gates.md), and a request the baseline has answered is not asked again. Each plan's result is what
+    :func:`run` gives it alone; a drafter server's failure is its plan's error, the baseline's every plan's."""
+    if not plans:
+        return []
+    if any(not shares_baseline(plans[0], p) for p in plans[1:]):
+        raise ValueError("run_shared: the plans do not share a baseline launch")  # a caller's bug, not the user's
     t0 = time.monotonic()
-    verdicts: list[PromptVerdict] = []
-    failure: ServerFailed | None = None
-    startup: tuple[float, float] = (0.0, 0.0)
+    results: list[GateResult] = []
+    answers: dict[str, Completion] = {}
     try:
-        with servers(equivalence_plan, logs, factory) as (baseline, drafter):
-            startup = (baseline.seconds_to_healthy, drafter.seconds_to_healthy)
-            for prompt in equivalence_plan.prompts:
-                for server in (baseline, drafter):  # the answers must come from the servers this gate started
-                    server.check_own()
-                v = judge_prompt(equivalence_plan, prompt, baseline, drafter)
-                log.info("%s: %s: %s", prompt.name, v.status.value, v.message)
-                verdicts.append(v)
-                for server in (baseline, drafter):
-                    server.check_own()
+        with shared_servers(plans, logs, factory) as (baseline, drafters):
+            started = time.monotonic() - t0
+            for plan, drafter in zip(plans, drafters, strict=True):
+                t1 = time.monotonic()
+                spent = started if not results else 0.0  # the start-up is the first plan's
+                if isinstance(drafter, ServerFailed):
+                    results.append(gate_result(plan, [], drafter, (baseline.seconds_to_healthy, 0.0), spent + time.monotonic() - t1))
+                    continue
+                verdicts, failure = _judge_all(plan, baseline, drafter, answers)
+                startup = (baseline.seconds_to_healthy, drafter.seconds_to_healthy)
+                results.append(gate_result(plan, verdicts, failure, startup, spent + time.monotonic() - t1))
+    except ServerFailed as exc:  # the baseline did not come up: no plan ran
+        elapsed = time.monotonic() - t0
+        return [gate_result(p, [], exc, (0.0, 0.0), elapsed if k == 0 else 0.0) for k, p in enumerate(plans)]
+    return results
+
+
+def _judge_all(
+    plan: EquivalencePlan, baseline: LlamaServer, drafter: LlamaServer, answers: dict[str, Completion]
+) -> tuple[list[PromptVerdict], ServerFailed | None]:
+    verdicts: list[PromptVerdict] = []
+    try:
+        for prompt in plan.prompts:
+            for server in (baseline, drafter):  # the answers must come from the servers this gate started
+                server.check_own()
+            v = judge_prompt(plan, prompt, baseline, drafter, answers)
+            log.info("%s: %s: %s", prompt.name, v.status.value, v.message)
+            verdicts.append(v)
+            for server in (baseline, drafter):
+                server.check_own()
     except ServerFailed as exc:
-        failure = exc
-    return gate_result(equivalence_plan, verdicts, failure, startup, time.monotonic() - t0)
+        return verdicts, exc
+    return verdicts, None
 
 
 # -- the result -------------------------------------------------------------------------------------------------

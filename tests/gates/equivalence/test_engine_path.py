@@ -55,6 +55,27 @@ def test_every_drafter_kind_runs_the_qwen35_target_on_micro_batches(models: tiny
     assert replace(near.plan, hang_after=None).drafter_timeout(0.4) == 600.0  # given models: the request timeout
 
 
+def test_the_legs_on_the_same_micro_batches_share_a_baseline_server(models: tiny_qwen35.Qwen35Models, tmp_path: Path) -> None:
+    """near, dflash and mtp run the same target on the same micro-batches: one baseline server answers all three, so a
+    GPU pays for its start-up once; dflash-whole (one micro-batch) and the llama target each have their own."""
+    from ci.gates import tinymodels
+
+    server = tmp_path / "llama-server"
+    server.write_text("")
+    llama = tinymodels.write_tiny_models(tmp_path / "llama")
+    legs = engine_path.plans(models, server, llama_server_sha256="0" * 64, llama=llama)
+    assert [[leg.kind for leg in g] for g in engine_path.sharing(legs)] == [["near", "dflash", "mtp"], ["dflash-whole"], ["llama"]]
+    near, dflash, whole, mtp, llama_leg = legs
+    assert equivalence.shares_baseline(near.plan, mtp.plan)
+    assert equivalence.shares_baseline(dflash.plan, mtp.plan)
+    assert not equivalence.shares_baseline(near.plan, whole.plan)  # -b 2048 -ub 2048
+    assert not equivalence.shares_baseline(near.plan, replace(near.plan, device="vulkan"))
+    assert not equivalence.shares_baseline(near.plan, llama_leg.plan)
+    with pytest.raises(ValueError, match="do not share a baseline"):
+        equivalence.run_shared([near.plan, whole.plan], [tmp_path / "a", tmp_path / "b"])
+    assert equivalence.run_shared([], []) == []
+
+
 def result(status: Status, acceptance: float, model_sha: str = "a" * 64) -> GateResult:
     return GateResult(
         gate="equivalence",
@@ -122,6 +143,29 @@ def test_every_drafter_kind_passes_on_the_real_cpu_server(models: tiny_qwen35.Qw
     # the MTP head through the launcher's --mtp, with the draft length the gate sets
     mtp_log = (tmp_path / "logs" / "mtp" / "drafter.log").read_text()
     assert f"--spec-type draft-mtp -md {models.mtp} -ngld 0 --spec-draft-n-max 2 --spec-draft-p-min 0 -b 64 -ub 16" in mtp_log
+    # near, dflash and mtp asked one baseline server, which answered each distinct request once: a prompt, or a
+    # leg's resume after a near-tie
+    assert not (tmp_path / "logs" / "dflash" / "baseline.log").exists()
+    assert not (tmp_path / "logs" / "mtp" / "baseline.log").exists()
+    answered = (tmp_path / "logs" / "near" / "baseline.log").read_text().count("stop processing")
+    assert answered == 3 + sum(int(m[f"{kind}.near_ties"]) for kind in ("near", "dflash", "mtp"))
+    assert (tmp_path / "logs" / "dflash-whole" / "baseline.log").read_text().count("stop processing") == 3 + int(m["dflash-whole.near_ties"])
+
+
+@pytest.mark.slow
+def test_a_drafter_server_that_fails_is_its_own_legs_error(models: tiny_qwen35.Qwen35Models, tmp_path: Path) -> None:
+    """Legs that share a baseline server stay apart: an MTP head with no MTP layers (the launcher refuses it and
+    exits) is the mtp leg's error, and the near leg beside it passes."""
+    near, _, _, mtp = engine_path.plans(models, llama_binary("llama-server"), tokens=32)
+    broken = replace(mtp, plan=replace(mtp.plan, drafter=replace(mtp.plan.drafter, serve_options=("--mtp", str(models.target)))))
+    verdict = engine_path.run([near, broken], tmp_path / "logs")
+    assert [(c.name, c.status) for c in verdict.cases] == [
+        *((f"near/{p}", Status.PASSED) for p in ("code", "prose", "short")),
+        ("mtp/code", Status.ERROR),
+        *((f"mtp/{p}", Status.SKIPPED) for p in ("prose", "short")),  # not run: a server failed first
+    ]
+    assert verdict.status is Status.ERROR
+    assert "no MTP layers" in (tmp_path / "logs" / "mtp" / "drafter.log").read_text()
 
 
 DATA = Path(__file__).parent / "data"
