@@ -1,6 +1,8 @@
 """Tune the near drafter: acceptance per prompt on the CPU llama-server for several perturbations of the target.
 
-    python benchmarks/near_drafter.py [--perturb 0.3 0.5 0.7] [--tokens 256] [--llama-server PATH]
+    python benchmarks/near_drafter.py [--perturb P ...] [--tokens 256] [--llama-server PATH]
+
+--perturb defaults to half, once and twice the PERTURB in use (0.05).
 
 The near drafter is the tiny target's weights plus noise of PERTURB times each tensor's std (ci/gates/tinymodels.py).
 Its acceptance must land between 30% and 80% on code, prose and short, so that the gate's runs exercise both the
@@ -22,12 +24,12 @@ from common import llama_server
 
 from ci.gates import equivalence
 from ci.gates.equivalence_judge import Prompt
-from ci.gates.tinymodels import NEAR_DRAFTER, TARGET, write_model
+from ci.gates.tinymodels import NEAR_DRAFTER, PERTURB, TARGET, write_model
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--perturb", type=float, nargs="+", default=[0.3, 0.5, 0.7])
+    ap.add_argument("--perturb", type=float, nargs="+", default=[PERTURB / 2, PERTURB, 2 * PERTURB])  # around the one in use
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--llama-server", type=Path)
     args = ap.parse_args()
