@@ -250,6 +250,19 @@ def test_no_process_is_left_after_ctrl_c(tiny_models: TinyModels, llama_server: 
     assert_nothing_left(tiny_models.target)
 
 
+def test_no_process_is_left_after_ctrl_c_with_a_shared_baseline(
+    tiny_models: TinyModels, llama_server: Path, tmp_path: Path, started: list[LlamaServer]
+) -> None:
+    """Three plans on one baseline server: all four servers start together, and Ctrl-C on the first answer stops
+    every one of them."""
+    plan = replace(equivalence_plan(tiny_models, llama_server, tokens=16), start_together=True)
+    with pytest.raises(KeyboardInterrupt):
+        eq.run_shared([plan] * 3, [tmp_path / k for k in "abc"], _Recording(started, "ctrl-c"))
+    assert [s.launch.name for s in started] == ["baseline", "drafter", "drafter", "drafter"]
+    assert all(s.returncode is not None for s in started)
+    assert_nothing_left(tiny_models.target)
+
+
 def test_no_process_is_left_after_a_health_timeout(tiny_models: TinyModels, tmp_path: Path, started: list[LlamaServer]) -> None:
     # a stand-in llama-server that never answers /health and ignores SIGTERM: only the group's SIGKILL ends it
     stuck = tmp_path / "stuck-llama-server"
