@@ -39,7 +39,7 @@ from ci.gates.target import GateOptions
 from ci.git import Git
 from ci.pin.verify import verify
 from ci.release import ledger, records
-from ci.source.classify import Fate, classify
+from ci.source.classify import classify
 from ci.source.store import ForkStore, Relation
 from ci.source.sync import Source, ensure_commit, execute, prepare
 from ci.words import count, listed
@@ -67,8 +67,7 @@ FIRST_BAD_PROBLEM = "  {gate}: {problem}"
 LAST_GOOD_LINE = "  last good: {commit} {subject}"
 # why a step is a skip
 PERF_INCONCLUSIVE = "perf inconclusive after re-measuring with more rounds: {summary}"
-SERIES_DOES_NOT_APPLY = "the series does not apply: {problems}"  # each patch's NOT_APPLYING, joined by "; "
-NOT_APPLYING = "patches/{verdict}"
+SERIES_DOES_NOT_APPLY = "the series does not apply: {problems}"  # SeriesPlan.not_applying()
 # the report (markdown)
 FIRST_BAD_HEADING = "**First bad commit: `{sha}`** {subject}"
 FILES_TOUCHED = "Files touched: {files}"
@@ -354,8 +353,7 @@ def run_step(job: _Job, number: int, sha: str, say: Callable[[str], None]) -> St
     stepped = step_job(job.base, sha, job.request.expect)
     plan = classify(job.source.gitdir, sha, stepped.series)
     if not plan.clean:
-        bad = "; ".join(NOT_APPLYING.format(verdict=v.line()) for v in plan.verdicts if v.fate is not Fate.APPLIES)
-        return Step(number, commit, Outcome.SKIP, SERIES_DOES_NOT_APPLY.format(problems=bad), seconds=time.monotonic() - t0)
+        return Step(number, commit, Outcome.SKIP, SERIES_DOES_NOT_APPLY.format(problems=plan.not_applying()), seconds=time.monotonic() - t0)
     quiet: list[str] = []
     try:
         build_plan = stepped.build_plan(BuildRequest(job.request.profile))  # the step's key, derived once

@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci.compile.profiles import PROFILES, UNKNOWN_PROFILE, Profile
+from ci.compile import profiles
+from ci.compile.profiles import PROFILES, Profile
 from ci.errors import ConfigError
 from ci.pin.pins import Pins, cmake_flag_name
 from ci.schema import did_you_mean
@@ -123,10 +124,7 @@ def profile_of(name: str, pins: Pins) -> Profile:
     for key, _ in pins.build.profile_flags:
         if key not in PROFILES:
             raise ConfigError(f"pins.yaml: build.profiles.{key}: unknown profile{did_you_mean(key, PROFILES)}; known: {', '.join(PROFILES)}")
-    try:
-        return PROFILES[name]
-    except KeyError:
-        raise ConfigError(UNKNOWN_PROFILE.format(name=name, suggestion=did_you_mean(name, PROFILES), known=", ".join(PROFILES))) from None
+    return profiles.get(name)
 
 
 def flags_for(profile: Profile, pins: Pins, local: tuple[str, ...], one_off: tuple[str, ...] = ()) -> Flags:

@@ -22,6 +22,7 @@ VERDICT = "{patch}: {fate}"
 VERDICT_DETAILED = "{patch}: {fate} ({detail})"
 IN_THE_TREE = "its change is already in the tree"
 SAME_CHANGE = "same change as {commit}"
+NOT_APPLYING = "patches/{verdict}"
 
 
 class Fate(Enum):
@@ -65,6 +66,10 @@ class SeriesPlan:
 
     def lines(self) -> list[str]:
         return [v.line() for v in self.verdicts]
+
+    def not_applying(self) -> str:
+        """Each patch that does not apply as :data:`NOT_APPLYING`, joined by "; "."""
+        return "; ".join(NOT_APPLYING.format(verdict=v.line()) for v in self.verdicts if v.fate is not Fate.APPLIES)
 
 
 def classify(gitdir: Path, base: str, series: Series, since: str | None = None) -> SeriesPlan:

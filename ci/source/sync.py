@@ -32,10 +32,10 @@ from ci.files import write_atomic
 from ci.git import Git, head_of, is_checked_out
 from ci.schema import parse_json
 from ci.source import checkout
-from ci.source.classify import Fate, SeriesPlan, classify
+from ci.source.classify import SeriesPlan, classify
 from ci.source.series import Series, check_paths
 from ci.source.store import ForkStore
-from ci.words import count
+from ci.words import count, listed
 
 log = logging.getLogger("onebit-ci")
 
@@ -50,7 +50,6 @@ DISCARDED = "patches: discarded changes to {files} ({listing}); applied {series}
 APPLIED = "patches: applied {series} on {commit}{moved}"
 MOVED_FROM = " (moved from {commit})"
 SERIES_DOES_NOT_APPLY = "the series does not apply at the pin: {listing}; nothing was applied"
-NOT_APPLYING = "patches/{verdict}"
 LOCAL_CHANGES = (
     "{name}: {at}, holds changes this tool did not make ({listing}); nothing was touched. "
     "If they are your work, commit or stash them (git -C {name} stash -u); to discard them on purpose: nox -s patches -- --reset"
@@ -163,8 +162,7 @@ def prepare(source: Source, store: ForkStore, *, reset: bool = False, series_pla
     check_paths(source.series, store.tree_of(source.commit), source.workdir if source.workdir.is_dir() else None, source.omit)
     plan = series_plan or classify(source.gitdir, source.commit, source.series)
     if not plan.clean:
-        bad = [v for v in plan.verdicts if v.fate is not Fate.APPLIES]
-        raise Refused(SERIES_DOES_NOT_APPLY.format(listing="; ".join(NOT_APPLYING.format(verdict=v.line()) for v in bad)))
+        raise Refused(SERIES_DOES_NOT_APPLY.format(listing=plan.not_applying()))
     if not is_checked_out(source.workdir):
         return SyncPlan(source, plan, Action.CHECKOUT, None)
     git = Git(source.gitdir, source.workdir)
@@ -181,7 +179,7 @@ def prepare(source: Source, store: ForkStore, *, reset: bool = False, series_pla
     changed = sorted(set(git.changed_between(base, before.worktree)) | set(git.changed_between(base, before.index)))
     if reset:
         return SyncPlan(source, plan, Action.RESET, before, tuple(changed))
-    listing = ", ".join(changed[:LISTED]) + (f" and {len(changed) - LISTED} more" if len(changed) > LISTED else "")
+    listing = listed(changed, LISTED)
     at = AT_COMMIT.format(commit=head[:7]) if head else NO_COMMIT_CHECKED_OUT
     raise Refused(LOCAL_CHANGES.format(name=source.name, at=at, listing=listing))
 

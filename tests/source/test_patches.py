@@ -14,7 +14,7 @@ from ci.commands import bump_pin
 from ci.errors import ConfigError
 from ci.pin.project import Project as CiProject
 from ci.source import series, sync
-from ci.source.classify import IN_THE_TREE, VERDICT, VERDICT_DETAILED, Fate
+from ci.source.classify import IN_THE_TREE, NOT_APPLYING, VERDICT, VERDICT_DETAILED, Fate
 from ci.source.series import load_series
 from tests.support.fixtures import MakePatch
 from tests.support.project import DELTA_AT_C1, DELTA_C, Project
@@ -93,7 +93,7 @@ def test_a_conflicting_patch_names_the_patch_file_and_hunk_and_applies_nothing(p
     assert r.code == 4
     hunk = ci_git.HUNK_DOES_NOT_MATCH.format(path="ggml/src/delta.c", number=1, header="@@ -3,7 +3,7 @@")  # the patch's own header
     conflict = VERDICT_DETAILED.format(patch="stale.patch", fate=Fate.CONFLICTS.value, detail=hunk)
-    assert sync.SERIES_DOES_NOT_APPLY.format(listing=sync.NOT_APPLYING.format(verdict=conflict)) in r.err
+    assert sync.SERIES_DOES_NOT_APPLY.format(listing=NOT_APPLYING.format(verdict=conflict)) in r.err
     assert not (project.submodule / ".git").exists()  # refused before the checkout was made
     r = project.ci("patches", "--check")
     assert r.code == 4

@@ -18,7 +18,7 @@ from ci.commands import bisect as bisect_
 from ci.gates import backend_ops_judge
 from ci.git import Git
 from ci.release import ledger
-from ci.source.classify import VERDICT_DETAILED, Fate
+from ci.source.classify import NOT_APPLYING, VERDICT_DETAILED, Fate
 from ci.words import count
 from tests.support.bisect_fork import CONFLICT, PATCH_NEW, REGRESSION, SERVER, BisectFork
 from tests.support.build import build_cpu, manifest, replay_flags
@@ -64,7 +64,7 @@ def test_bisect_names_the_planted_regression_and_skips_the_commit_the_series_doe
     assert len(skipped) == 1
     assert said(bisect_.STEP_RESULT, skipped[0], commit=bisect_fork.c(CONFLICT)[:7], outcome=bisect_.Outcome.SKIP.value)
     verdict = VERDICT_DETAILED.format(patch="banner.patch", fate=Fate.CONFLICTS.value, detail=ci_git.HUNK_DOES_NOT_MATCH)
-    conflict = bisect_.SERIES_DOES_NOT_APPLY.format(problems=bisect_.NOT_APPLYING.format(verdict=verdict))
+    conflict = bisect_.SERIES_DOES_NOT_APPLY.format(problems=NOT_APPLYING.format(verdict=verdict))
     assert said(conflict, skipped[0], path="tools/server/server.cpp", number=1)
     assert bisect_.FIRST_BAD_FILES.format(files="ggml/ggml.c, notes/c21.txt") in out
     problem = backend_ops_judge.COUNT_RAN.format(op="GATED_DELTA_NET", expected=36, ran=36, passed=35)
