@@ -16,7 +16,7 @@ from ci.command import resolve
 from ci.commands import absolute, given, job_of, root_or_cwd, say
 from ci.commands.job import current
 from ci.errors import ConfigError, GateFailed
-from ci.gates import bench, perf
+from ci.gates import bench, equivalence, perf
 from ci.pin.claims import Check, parse_check
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
@@ -45,7 +45,7 @@ def main(args: argparse.Namespace) -> int:
         llama_server, profile_device, root = llama_server_of(args, args.profile)
         device = args.device or profile_device
     if not Path(args.model).is_file():
-        raise ConfigError(bench.NO_MODEL.format(model=args.model))
+        raise ConfigError(equivalence.NO_SUCH_MODEL.format(option="-m", path=args.model))
     bench_plan = bench.plan(
         model=Path(args.model).resolve(), llama_server=llama_server, configs=configs, device=device,
         rounds=args.rounds, prompt_reps=args.prompt_reps, decode_reps=args.decode_reps, decode_tokens=args.decode_tokens,

@@ -20,7 +20,7 @@ from ci.errors import ConfigError, describe_returncode
 from ci.gates import names
 from ci.gates.backend_ops_output import OP_RE, CaseMark, ConsoleReport, SqlReport
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
-from ci.words import listed
+from ci.words import count, listed
 
 GATE = names.BACKEND_OPS
 SHA_PREFIX_RE = re.compile(r"^[0-9a-f]{7,40}$")
@@ -255,10 +255,6 @@ def _same_commit(short: str, pinned: str) -> bool:
     return len(short) >= MIN_SHORT_SHA and SHA_PREFIX_RE.match(short) is not None and (pinned.startswith(short) or short.startswith(pinned))
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 def _quote(text: str, limit: int = 160) -> str:
     return f'"{text if len(text) <= limit else text[: limit - 3] + "..."}"'
 
@@ -371,7 +367,7 @@ def _judge_console(j: _Judgement, run: ConsoleRun) -> dict[str, tuple[int, int, 
                 parts.append(SEEN_UNSUPPORTED.format(count=unsupported))
             if no_status:
                 parts.append(SEEN_NO_STATUS.format(count=len(no_status), case=no_status[-1].name))
-            seen_text = SEEN_CASES.format(lines=_plural(len(cases), "case line"), device=device, tally=", ".join(parts))
+            seen_text = SEEN_CASES.format(lines=count(len(cases), "case line"), device=device, tally=", ".join(parts))
         rest = []
         for op, n in _ops_of(run, spec):
             done = sum(1 for c in cases if c.op == op and c.status is CaseMark.OK)
@@ -404,7 +400,7 @@ def _judge_console(j: _Judgement, run: ConsoleRun) -> dict[str, tuple[int, int, 
     ok = sum(c.status is CaseMark.OK for c in cases)
     ran = sum(c.ran for c in cases) + len(listed_only)
     if section.summary is None:
-        j.problem(NO_TESTS_PASSED_LINE.format(label=label, device=device, cases=_plural(len(cases), "case")))
+        j.problem(NO_TESTS_PASSED_LINE.format(label=label, device=device, cases=count(len(cases), "case")))
     elif section.summary != (ok, ran):
         j.problem(SUMMARY_DISAGREES.format(label=label, passed=section.summary[0], total=section.summary[1], device=device, ok=ok, ran=ran))
     failed_here = any(c.status in (CaseMark.FAIL, CaseMark.NO_STATUS) for c in cases) or bool(section.failing)
@@ -466,7 +462,7 @@ def _judge_sql(j: _Judgement, sql: SqlRun, console_passed: Mapping[str, tuple[in
         j.problem(SQL_NO_HEADER.format(label=label))
     if report.malformed:
         shown = ", ".join(str(n) for n in report.malformed[:5])
-        j.problem(SQL_MALFORMED.format(label=label, lines=_plural(len(report.malformed), "INSERT line"), numbers=shown))
+        j.problem(SQL_MALFORMED.format(label=label, lines=count(len(report.malformed), "INSERT line"), numbers=shown))
     rows = [r for r in report.rows if r.backend_name == device and r.test_mode == "test"]
     commits = report.commits()
     j.properties["build_commit"] = ", ".join(commits) if commits else BUILD_COMMIT_NOT_SEEN
@@ -553,7 +549,7 @@ def judge(spec: GateSpec, runs: Sequence[ConsoleRun], sql: SqlRun | None, *, sql
         else:
             head = PASSED_UNCHECKED.format(device=spec.device, tallies=tallies, check=check)
     else:
-        head = FAILED_SUMMARY.format(device=spec.device, tallies=tallies, problems=_plural(len(j.problems), "problem"))
+        head = FAILED_SUMMARY.format(device=spec.device, tallies=tallies, problems=count(len(j.problems), "problem"))
     properties = {
         "device": spec.device,
         "op": ",".join(op for op, _ in spec.expected),

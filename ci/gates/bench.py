@@ -32,7 +32,7 @@ from ci import defaults
 from ci.errors import ConfigError, ServerFailed
 from ci.files import write_json
 from ci.gates import drafting
-from ci.gates.equivalence import load_prompts
+from ci.gates.equivalence import NO_SUCH_MODEL, load_prompts
 from ci.gates.equivalence_judge import Prompt
 from ci.gates.llama import LAUNCHER, LlamaServer, ServerFactory, ServerLaunch, default_server, free_ports, launcher_argv
 from ci.locks import held_lock
@@ -62,7 +62,6 @@ CONFIG_TWICE = "--config {name}: given twice"
 AT_LEAST_ONE = "{flag} {value}: must be at least 1"
 BAD_WARMUP = "--warmup-tokens {value}: must be 0 (no warm-up) or more"
 PROMPT_TOO_LONG = "--prompt-tokens {tokens}: does not fit the context -c {context}; raise -c or lower --prompt-tokens"
-NO_MODEL = "-m {model}: no such file"
 SERVE_REFUSED = "--config {name}: 1bit serve: {line}"
 SERVER_NAME = "{config} (round {round})"  # a server's name in its messages
 NO_TIMINGS = "{server} server: the /completion answer has no timings"
@@ -217,7 +216,7 @@ def plan(
     if prompt_tokens + 1 > context:
         raise ConfigError(PROMPT_TOO_LONG.format(tokens=prompt_tokens, context=context))
     if not model.is_file():
-        raise ConfigError(NO_MODEL.format(model=model))
+        raise ConfigError(NO_SUCH_MODEL.format(option="-m", path=model))
     if device == "auto" and llama_server.is_file():
         from ci.gates import devices
 

@@ -11,7 +11,7 @@ import pytest
 
 from ci import locks
 from ci.errors import ConfigError, ServerFailed
-from ci.gates import bench
+from ci.gates import bench, equivalence
 from ci.gates.equivalence_judge import Prompt
 from ci.gates.tinymodels import TinyModels
 from tests.support.messages import partly, pattern
@@ -110,7 +110,7 @@ def test_bad_options_are_refused_before_anything_starts(tmp_path: Path, kw: dict
 
 
 def test_a_missing_model_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=pattern(bench.NO_MODEL, model=tmp_path / "nope.gguf")):
+    with pytest.raises(ConfigError, match=pattern(equivalence.NO_SUCH_MODEL, option="-m", path=tmp_path / "nope.gguf")):
         _plan(tmp_path / "nope.gguf")
 
 
