@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ci import defaults
+from ci.command import resolve
 from ci.errors import ConfigError, ServerFailed
 from ci.files import sha256_cached
 from ci.gates import devices, names
@@ -236,18 +237,11 @@ def drafter_leg(drafter: Path, spec_type: str | None, model: Path) -> tuple[Leg,
     return Leg("drafter", model, extra=("-md", str(drafter), "--spec-type", kind, *DRAFT_ARGS)), kind, DRAFT_MAX
 
 
-def check_models(model: Path, drafter: Path) -> None:
-    """A ConfigError naming the first of the user's two model files that is not there."""
-    for what, path in (("--model", model), ("--drafter", drafter)):
-        if not path.is_file():
-            raise ConfigError(NO_SUCH_MODEL.format(option=what, path=path))
-
-
 def plan(
     *,
     model: Path,
     drafter: Path,
-    llama_server: Path,
+    llama_server: Path | str,
     spec_type: str | None = None,
     prompts: Sequence[Prompt] | None = None,
     tokens: int = DEFAULT_TOKENS,
@@ -260,11 +254,17 @@ def plan(
     models: str = GIVEN_MODELS,
     floors: Floors | None = None,
 ) -> EquivalencePlan:
+    """The gate's plan; a :class:`ConfigError` for an input that cannot be right. ``llama_server`` as a ``str`` is the
+    user's (a name on PATH or a path), looked up after the other inputs are checked; as a ``Path``, taken as it is."""
     if tokens < 1:
         raise ConfigError(TOO_FEW_TOKENS.format(tokens=tokens))
     if near_tie < 0:
         raise ConfigError(NEGATIVE_NEAR_TIE.format(near_tie=near_tie))
-    check_models(model, drafter)
+    for what, path in (("--model", model), ("--drafter", drafter)):
+        if not path.is_file():
+            raise ConfigError(NO_SUCH_MODEL.format(option=what, path=path))
+    if isinstance(llama_server, str):  # as the user typed it: looked up once their own inputs are known to be good
+        llama_server = Path(resolve(llama_server))
     leg, kind, draft_max = drafter_leg(drafter, spec_type, model)
     if device == "auto":
         device = devices.auto(llama_server)

@@ -343,3 +343,17 @@ def test_equivalence_names_a_missing_model_before_a_missing_llama_server(tmp_pat
     line = one_error_line(Outcome(code, out.getvalue(), err.getvalue()), cli.ERROR.format(message=""), str(models[missing]))
     assert line == cli.ERROR.format(message=equivalence.NO_SUCH_MODEL.format(option=missing, path=models[missing]))
     assert not (tmp_path / "out").exists()
+
+
+def test_equivalence_names_a_bad_token_count_before_a_missing_llama_server(tmp_path: Path) -> None:
+    from ci.cli import main
+    from ci.gates import equivalence
+
+    for name in ("target.gguf", "drafter.gguf"):
+        (tmp_path / name).write_bytes(b"GGUF")  # there; never read, as --tokens is refused first
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["equivalence", "--model", str(tmp_path / "target.gguf"), "--drafter", str(tmp_path / "drafter.gguf"), "--tokens", "0",
+                     "--llama-server", "no-such-llama-server-here", "--out", str(tmp_path / "out")])  # fmt: skip
+    line = one_error_line(Outcome(code, out.getvalue(), err.getvalue()), cli.ERROR.format(message=""), "--tokens")
+    assert line == cli.ERROR.format(message=equivalence.TOO_FEW_TOKENS.format(tokens=0))
