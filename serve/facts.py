@@ -91,7 +91,7 @@ class GGUFFacts:
     hadamard_stamp: int | None  # onebit.hadamard_q4_0 as stamped, None when absent
     expert_count: int  # <arch>.expert_count, 0 when absent
     block_size: int | None  # <arch>.block_size (a DFlash drafter's block), None when absent
-    nextn_layers: int | None = None  # <arch>.nextn_predict_layers (an MTP head's layers), None when absent
+    nextn_layers: int | None  # <arch>.nextn_predict_layers (an MTP head's layers), None when absent
 
     @property
     def hadamard_q4_0(self) -> bool:

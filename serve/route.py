@@ -280,8 +280,7 @@ def _drafter_args(drafter: GGUFFacts | None, o: RouteOptions, device: str, notes
     ngld = "0" if device == "cpu" else "99"
     if o.dflash:
         if drafter.architecture != DFLASH_ARCH:
-            hint = MTP_HINT if o.mtp is None else ""
-            raise Refused(NOT_DFLASH.format(architecture=drafter.architecture, expected=DFLASH_ARCH, hint=hint), drafter.path)
+            raise Refused(NOT_DFLASH.format(architecture=drafter.architecture, expected=DFLASH_ARCH, hint=MTP_HINT), drafter.path)
         args = ["--spec-type", "draft-dflash", "-md", o.dflash, "-ngld", ngld]
         if o.mtp_max is not None:
             n, why = o.mtp_max, "--mtp-max"
@@ -294,8 +293,8 @@ def _drafter_args(drafter: GGUFFacts | None, o: RouteOptions, device: str, notes
         notes.append(DRAFT_LENGTH.format(length=n, why=why))
         args += ["--spec-draft-n-max", str(n)]
     elif o.mtp is not None:
-        if not drafter.nextn_layers:
-            value = ABSENT if drafter.nextn_layers is None else str(drafter.nextn_layers)
+        if (drafter.nextn_layers or 0) < 1:
+            value = ABSENT if drafter.nextn_layers is None else drafter.nextn_layers
             hint = DFLASH_HINT if drafter.architecture == DFLASH_ARCH else ""
             key = f"{drafter.architecture}.nextn_predict_layers"
             raise Refused(NO_MTP_LAYERS.format(key=key, value=value, hint=hint), drafter.path)
