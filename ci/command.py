@@ -193,10 +193,11 @@ class Process:
     start: float  # psutil's create_time
     command: str = ""
 
-    def _live(self) -> psutil.Process | None:
+    def _live(self, zombie: bool = False) -> psutil.Process | None:
+        """Its psutil handle while its pid still names it, alive (or, with ``zombie``, dead but not reaped yet)."""
         try:
             p = psutil.Process(self.pid)
-            return p if p.create_time() == self.start and p.status() != psutil.STATUS_ZOMBIE else None
+            return p if p.create_time() == self.start and (zombie or p.status() != psutil.STATUS_ZOMBIE) else None
         except psutil.Error:
             return None
 
@@ -205,22 +206,19 @@ class Process:
 
     def exists(self) -> bool:
         """Alive or a zombie not yet reaped: its pid still names it."""
-        try:
-            return psutil.Process(self.pid).create_time() == self.start
-        except psutil.Error:
-            return False
+        return self._live(zombie=True) is not None
+
+    def _send(self, signum: int) -> None:
+        p = self._live()
+        if p is not None:
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(signum)
 
     def terminate(self) -> None:
-        p = self._live()
-        if p is not None:
-            with contextlib.suppress(psutil.Error):
-                p.terminate()
+        self._send(signal.SIGTERM)
 
     def kill(self) -> None:
-        p = self._live()
-        if p is not None:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
+        self._send(signal.SIGKILL)
 
 
 def descendants(pid: int) -> tuple[Process, ...]:

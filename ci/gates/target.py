@@ -65,8 +65,8 @@ def equivalence_models(target: BuildUnderTest, options: GateOptions) -> tuple[Pa
             path = target.root / ref.path
             if not path.is_file():
                 raise ConfigError(MODEL_MISSING.format(key=key, path=ref.path))
-            if ref.sha256 is not None and sha256_cached(path) != ref.sha256:
-                raise Refused(MODEL_OTHER_FILE.format(key=key, path=ref.path, sha256=sha256_cached(path)[:12], pinned=ref.sha256[:12]))
+            if ref.sha256 is not None and (digest := sha256_cached(path)) != ref.sha256:
+                raise Refused(MODEL_OTHER_FILE.format(key=key, path=ref.path, sha256=digest[:12], pinned=ref.sha256[:12]))
             paths.append(path)
         return paths[0], paths[1], equivalence.RELEASE_MODELS
     models = tinymodels.write_tiny_models(target.build.build_dir / "tiny-models")
