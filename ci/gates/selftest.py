@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -426,16 +427,13 @@ def _result(key: str, outcomes: Sequence[Outcome], seconds: float, width: int = 
         cases.append(CaseResult(o.fault.id, status, message if not o.ok else "", classname=GATE, detail=f"{o.fault.why}; {expected}; {message}", seconds=o.seconds))
         if not o.ok:
             problems.append(f"{o.fault.id}: " + (o.problem if o.stale else message))
-    caught = sum(o.ok for o in outcomes if o.fault.expect is not Status.PASSED)
-    faults = sum(o.fault.expect is not Status.PASSED for o in outcomes)
-    benign = sum(o.ok for o in outcomes if o.fault.expect is Status.PASSED and not o.fault.fixes)
-    benigns = sum(o.fault.expect is Status.PASSED and not o.fault.fixes for o in outcomes)
-    fixed = sum(o.ok for o in outcomes if o.fault.fixes)
-    fixes = sum(o.fault.fixes for o in outcomes)
+    # each edit counted once: a fix the pin lacks, else a benign edit (expected to pass), else a fault
+    kinds = [("fix" if o.fault.fixes else "benign" if o.fault.expect is Status.PASSED else "fault", o.ok) for o in outcomes]
+    ran, held = Counter(k for k, _ in kinds), Counter(k for k, ok in kinds if ok)
     status = Status.PASSED if all(o.ok for o in outcomes) else Status.FAILED
     slowest = max((o.seconds for o in outcomes), default=0.0)
-    summary = SUMMARY.format(verdict=status.value.upper(), caught=caught, faults=faults, benign=benign, benigns=benigns)
-    summary += SUMMARY_FIXES.format(fixed=fixed, fixes=fixes) if fixes else ""
+    summary = SUMMARY.format(verdict=status.value.upper(), caught=held["fault"], faults=ran["fault"], benign=held["benign"], benigns=ran["benign"])
+    summary += SUMMARY_FIXES.format(fixed=held["fix"], fixes=ran["fix"]) if ran["fix"] else ""
     summary += SUMMARY_TIMES.format(seconds=seconds, width=width) + (SUMMARY_SLOWEST.format(ratio=seconds / slowest, slowest=slowest) if slowest else "")
     metrics = tuple((f"{o.fault.id}.seconds", round(o.seconds, 1)) for o in outcomes) + tuple((f"{o.fault.id}.rebuild_seconds", o.rebuild) for o in outcomes)
     metrics += (("slowest_fault_seconds", round(slowest, 1)), ("parallel", width))
