@@ -12,9 +12,9 @@ can run, each leg judged by :mod:`ci.gates.equivalence` with evidence floors of 
   rollback: with the snapshot written one slot off (the self-test's ``cpu-gdn-snapshot-slot``) it diverges on every
   prompt while the other legs pass.
 
-Each leg's two servers (baseline and drafter) run with ``-b 64 -ub 16``: every prompt is longer than one 16-token
+Each leg's servers (baseline and drafter) run with ``-b 64 -ub 16``: every prompt is longer than one 16-token
 micro-batch, so the chunked delta-net prefill, its snapshot writes and the layer inputs' micro-batch offsets all run
-(docs/gates.md).
+(docs/gates.md). The three legs share one baseline server (:func:`sharing`).
 
 - ``dflash-whole``: the DFlash leg again with each prompt in one micro-batch (``-b 2048 -ub 2048``). The DFlash
   drafter reads the fused context (its canary heads, :func:`ci.gates.tiny_qwen35.dflash_canary_weights`), so the
@@ -223,14 +223,10 @@ def context_cases(split: GateResult, whole: GateResult, device: str) -> tuple[Ca
 def sharing(legs: Sequence[EngineLeg]) -> list[list[EngineLeg]]:
     """The legs in groups that share a baseline server (:func:`equivalence.shares_baseline`), in order of first
     appearance (pure): the near, dflash and mtp legs run the same target on the same micro-batches."""
-    groups: list[list[EngineLeg]] = []
+    groups: dict[tuple[object, ...], list[EngineLeg]] = {}
     for leg in legs:
-        group = next((g for g in groups if equivalence.shares_baseline(g[0].plan, leg.plan)), None)
-        if group is None:
-            groups.append([leg])
-        else:
-            group.append(leg)
-    return groups
+        groups.setdefault(equivalence.baseline_launch(leg.plan), []).append(leg)
+    return list(groups.values())
 
 
 def run(legs: Sequence[EngineLeg], logs: Path) -> GateResult:

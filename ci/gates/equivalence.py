@@ -306,8 +306,8 @@ def servers(equivalence_plan: EquivalencePlan, logs: Path, factory: ServerFactor
         yield baseline, drafter
 
 
-def _terminate_all(pair: Sequence[LlamaServer]) -> None:
-    for server in pair:
+def _terminate_all(started: Sequence[LlamaServer]) -> None:
+    for server in started:
         server.terminate()
 
 
@@ -363,12 +363,14 @@ def judge_prompt(
         segments.append(Segment(len(step.prefix), a, b))
 
 
+def baseline_launch(p: EquivalencePlan) -> tuple[object, ...]:
+    """What the baseline server's launch depends on: plans equal in it can share one (:func:`run_shared`)."""
+    return (p.baseline, p.llama_server, p.device, p.context, p.health_timeout, p.overlap_start)
+
+
 def shares_baseline(a: EquivalencePlan, b: EquivalencePlan) -> bool:
     """One baseline server can answer both plans: the same target, launched the same way."""
-    def launch(p: EquivalencePlan) -> tuple[object, ...]:
-        return (p.baseline, p.llama_server, p.device, p.context, p.health_timeout, p.overlap_start)
-
-    return launch(a) == launch(b)
+    return baseline_launch(a) == baseline_launch(b)
 
 
 @contextlib.contextmanager
