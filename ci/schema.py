@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 import yaml
 
 from ci.errors import ConfigError
+from serve.errors import DID_YOU_MEAN as DID_YOU_MEAN  # one suggestion for the launcher and this tool
+from serve.errors import did_you_mean as did_you_mean
 
 T = TypeVar("T")
 _MISSING = object()
@@ -24,7 +26,6 @@ _MISSING = object()
 IN_FILE = "{file}: {problem}"
 AT_KEY = "{file}: {key}: {problem}"
 AT_LINE = "{file}:{line}: {problem}"
-DID_YOU_MEAN = ' (did you mean "{word}"?)'
 EXPECTED_MAPPING = "expected a mapping, got {value}"
 UNKNOWN_KEY = "unknown key{suggestion}"  # a DID_YOU_MEAN, or nothing
 REQUIRED = "is required"
@@ -35,11 +36,6 @@ VALUE_PROBLEM = "{value} {problem}"  # a check's problem with the value it found
 DUPLICATE_KEY = 'the key "{key}" is given twice (line {line}, first at line {first})'
 NOT_YAML = "{file}: not valid YAML{where}: {problem}"
 YAML_AT_LINE = " at line {line}"
-
-
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return DID_YOU_MEAN.format(word=close[0]) if close else ""
 
 
 def describe(value: object) -> str:
@@ -82,7 +78,7 @@ class Section:
             if required:
                 for other in self.data:  # a misspelt required key: name the typo, not the absence
                     if difflib.get_close_matches(str(other), [name], n=1, cutoff=0.6):
-                        raise self.error(UNKNOWN_KEY.format(suggestion=DID_YOU_MEAN.format(word=name)), str(other))
+                        raise self.error(UNKNOWN_KEY.format(suggestion=DID_YOU_MEAN.format(choice=name)), str(other))
                 raise self.error(REQUIRED, name)
             return _MISSING
         return self.data[name]

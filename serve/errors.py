@@ -12,6 +12,7 @@ from collections.abc import Iterable
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 AT = "{where}: {problem}"  # a problem and the file, flag or variable it is about
 DID_YOU_MEAN = ' (did you mean "{choice}"?)'
+NO_SUCH_FILE = "no such file"  # a FileProblem's, for a GGUF or a recipes file alike
 
 
 class ServeError(Exception):

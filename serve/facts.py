@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from serve.errors import FileProblem
+from serve.errors import NO_SUCH_FILE, FileProblem
 
 
 def _gguf_constants() -> ModuleType:
@@ -47,7 +47,6 @@ HADAMARD_GROUP = 32  # tools/hadamard_q4_0.py stamps the rotation's group size; 
 DEFAULT_ALIGNMENT = 32  # GGUF's own default when general.alignment is absent
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
-NO_SUCH_FILE = "no such file"
 IS_EMPTY = "is empty (0 bytes), not a GGUF file"
 IS_A_DIRECTORY = "is a directory, not a GGUF file"
 NOT_A_REGULAR_FILE = "is not a regular file (a FIFO or a device), not a GGUF file"

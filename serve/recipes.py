@@ -16,7 +16,7 @@ from typing import Any
 
 from serve import flags, strict
 from serve.bounded import CONFIG_LIMIT, NotARegularFile, read_regular
-from serve.errors import AT, FileProblem, did_you_mean
+from serve.errors import AT, NO_SUCH_FILE, FileProblem, did_you_mean
 
 DEVICES = ("rocm", "vulkan", "cuda", "cpu")
 DRAFTERS = ("dflash", "mtp", "none")
@@ -33,7 +33,6 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 # A problem follows the file's name and its place in the file (serve.errors.AT): recipes[0].id, RECIPE: match.device.
 RECIPE = 'recipe "{id}"'
-NO_SUCH_FILE = "no such file"
 NOT_A_RECIPES_FILE = "is {kind}, not a recipes file"
 NOT_UTF8 = "is not UTF-8 (byte {byte})"
 NOT_JSON = "not JSON: {error} at line {line} column {column}"

@@ -18,7 +18,7 @@ def test_a_recipe_to_re_measure_and_its_claim_are_settled_before_anything_starts
     assert exc.value.message == bench_command.NO_CHECK.format(recipe="dflash-p-min-0")
     with pytest.raises(ConfigError) as exc:
         bench_command.recipe_target("dflash-p-min", None, check=False)
-    suggestion = schema.DID_YOU_MEAN.format(word="dflash-p-min-0")
+    suggestion = schema.DID_YOU_MEAN.format(choice="dflash-p-min-0")
     assert pattern(bench_command.NO_RECIPE, recipe="dflash-p-min", suggestion=suggestion).match(exc.value.message)
     # a recipes file whose path has a space still reaches both configs whole
     (without, with_) = bench_command.recipe_configs("x", "--device cpu", tmp_path / "my recipes.json")

@@ -234,7 +234,7 @@ def test_no_rocm_names_what_is_missing_and_how_to_point_at_it(monkeypatch: pytes
 def test_an_unknown_profile_suggests_one(build_project: Project) -> None:
     r = build_project.ci("build", "--profile", "gfx1115")
     assert r.code == 2
-    suggestion = schema.DID_YOU_MEAN.format(word="gfx1151")
+    suggestion = schema.DID_YOU_MEAN.format(choice="gfx1151")
     assert profiles.UNKNOWN_PROFILE.format(name="gfx1115", suggestion=suggestion, known=", ".join(profiles.PROFILES)) in r.err
 
 

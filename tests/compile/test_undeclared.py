@@ -42,7 +42,7 @@ def test_an_uninitialized_flag_is_named_with_the_closest_declared_option() -> No
         "-DCMAKE_C_COMPILER_LAUNCHER=ccache",
     )
     text = CACHE + "GGML_HIP_FORCE_MQM:UNINITIALIZED=ON\n"
-    mmq = DID_YOU_MEAN.format(word="GGML_HIP_FORCE_MMQ")
+    mmq = DID_YOU_MEAN.format(choice="GGML_HIP_FORCE_MMQ")
     assert undeclared.undeclared(text, flags) == [
         undeclared.UNDECLARED.format(flag="-DGGML_HIP_FORCE_MQM=ON", name="GGML_HIP_FORCE_MQM", suggestion=mmq),
         undeclared.UNDECLARED.format(flag="-DGGML_HIP_ROCMI4_W4A4=ON", name="GGML_HIP_ROCMI4_W4A4", suggestion=mmq),
@@ -59,7 +59,7 @@ def test_a_declared_flag_cmakes_own_variables_and_the_hip_targets_ggml_reads_pas
 def test_a_misspelled_ggml_flag_stops_the_fixtures_configure_which_cmake_itself_does_not_warn_about(build_project: Project) -> None:
     r = build_cpu(build_project, "-DGGML_FIXTURE_FSAT=ON")
     assert r.code == 2, r.err
-    fast = DID_YOU_MEAN.format(word="GGML_FIXTURE_FAST")
+    fast = DID_YOU_MEAN.format(choice="GGML_FIXTURE_FAST")
     found = undeclared.UNDECLARED.format(flag="-DGGML_FIXTURE_FSAT=ON", name="GGML_FIXTURE_FSAT", suggestion=fast)
     assert r.err == cli.ERROR.format(message=UNDECLARED_FLAGS.format(flags=found, where=FROM_ONE_OFF)) + "\n"
     log = (build_project.root / "build" / "cpu" / "build.log").read_text()
@@ -101,6 +101,6 @@ def test_the_real_forks_cpu_configure_keeps_a_misspelled_ggml_flag_uninitialized
     assert "LLAMA_TYPO_FLAG" in warning
     assert "GGML_NATVE" not in warning
     assert undeclared.check_cache(build, flags) == [
-        undeclared.UNDECLARED.format(flag="-DGGML_NATVE=ON", name="GGML_NATVE", suggestion=DID_YOU_MEAN.format(word="GGML_NATIVE")),
+        undeclared.UNDECLARED.format(flag="-DGGML_NATVE=ON", name="GGML_NATVE", suggestion=DID_YOU_MEAN.format(choice="GGML_NATIVE")),
         undeclared.UNDECLARED.format(flag="-DLLAMA_TYPO_FLAG=ON", name="LLAMA_TYPO_FLAG", suggestion=""),  # nothing close to suggest
     ]

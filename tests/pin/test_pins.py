@@ -30,7 +30,7 @@ def bad(key: str, value: object, problem: str) -> str:
 
 
 def unknown(key: str, meant: str) -> str:
-    return at(key, schema.UNKNOWN_KEY.format(suggestion=schema.DID_YOU_MEAN.format(word=meant)))
+    return at(key, schema.UNKNOWN_KEY.format(suggestion=schema.DID_YOU_MEAN.format(choice=meant)))
 
 
 def error_of(text: str) -> str:

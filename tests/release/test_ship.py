@@ -288,6 +288,6 @@ def test_pins_yaml_can_require_the_gate_selftest(make_build_project: Callable[..
     project.pins.write_text(project.pins.read_text().replace("require: [gate_selftest]", "require: [gate_selftst]"))
     r = ship(project, "--check")
     assert r.code == 2
-    suggestion = schema.DID_YOU_MEAN.format(word="gate_selftest")
+    suggestion = schema.DID_YOU_MEAN.format(choice="gate_selftest")
     refused = registry.NOT_REQUIRABLE.format(file="pins.yaml", index=0, gate="gate_selftst", suggestion=suggestion, known=", ".join(registry.requirable()))
     assert cli.ERROR.format(message=refused) in r.err

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from serve import bounded, cli, recipes, route
-from serve.errors import AT, DID_YOU_MEAN
+from serve.errors import AT, DID_YOU_MEAN, NO_SUCH_FILE
 from serve.recipes import RECIPE, UNKNOWN
 from tests.support.route import DryRun
 
@@ -304,7 +304,7 @@ def test_recipes_file_with_a_key_twice(tmp_path: Path, gguf_file: FileFn, serve_
 
 
 def test_recipes_file_that_is_missing(gguf_file: FileFn, serve_error: ErrorFn) -> None:
-    assert serve_error("-m", gguf_file("plain"), "--recipes", "mine.json") == (2, at("mine.json", recipes.NO_SUCH_FILE))
+    assert serve_error("-m", gguf_file("plain"), "--recipes", "mine.json") == (2, at("mine.json", NO_SUCH_FILE))
 
 
 def test_recipes_file_that_is_a_directory(tmp_path: Path, gguf_file: FileFn, serve_error: ErrorFn) -> None:

@@ -184,7 +184,7 @@ def test_the_gate_defaults_to_the_newest_failed_record_at_the_bad_end(project: P
 
 
 UNKNOWN_GATE = registry.UNKNOWN_GATE.format(
-    gate="backend_opz", suggestion=schema.DID_YOU_MEAN.format(word="backend_ops"), known=", ".join(registry.runnable())
+    gate="backend_opz", suggestion=schema.DID_YOU_MEAN.format(choice="backend_ops"), known=", ".join(registry.runnable())
 )
 
 
