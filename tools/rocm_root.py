@@ -40,6 +40,7 @@ SKIPPED_WHEN = "  (skipped when {path} exists)"
 SESSION_STEP = "nox -s {session}"
 SKIPPED = "rocm_root: {step}: skipped ({path} exists)"
 INTERRUPTED_BY = "rocm_root: interrupted by {signal}"
+INTERRUPTED = "rocm_root: interrupted"  # Ctrl-C
 
 try:
     from ci.command import Terminated, run, signals_as_interrupt  # the project's one way to run a program, from a checkout
@@ -232,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(INTERRUPTED_BY.format(signal=exc), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("rocm_root: interrupted", file=sys.stderr)
+        print(INTERRUPTED, file=sys.stderr)
         return 130
     return 0
 
