@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, mirror_from_env
+from common import ROOT, at_least_one, mirror_from_env
 
 sys.path.insert(0, str(ROOT))
 from ci.gates.selftest import load_faults
@@ -85,9 +85,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="where fork.git and bisect-branch.json go")
     ap.add_argument("--branch", default="main", help="the mirror's branch the commits come from (default main)")
-    ap.add_argument("--commits", type=int, default=60, help="real commits in the range (default 60)")
+    ap.add_argument("--commits", type=at_least_one, default=60, help="real commits in the range (default 60)")
     ap.add_argument("--fault", default="vulkan-gdn-decay", help="the fault of ci/gates/faults.yaml to plant (default vulkan-gdn-decay)")
-    ap.add_argument("--at", type=int, default=23, help="plant it after the AT-th commit of the range, oldest first (default 23)")
+    ap.add_argument("--at", type=at_least_one, default=23, help="plant it after the AT-th commit of the range, oldest first (default 23)")
     args = ap.parse_args()
     mirror = mirror_from_env()
     fault = next((f for f in load_faults() if f.id == args.fault), None)

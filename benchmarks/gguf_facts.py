@@ -22,6 +22,8 @@ import gguf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout: serve/ next to benchmarks/
 
+from common import at_least_one  # the benchmarks' own helpers, beside this file
+
 from serve.facts import read_facts
 
 TOKENS = 151_936
@@ -52,7 +54,7 @@ def best_median(fn: Callable[[], object], rounds: int) -> tuple[float, float]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=at_least_one, default=3)
     rounds = p.parse_args().rounds
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "vocab.gguf"

@@ -19,6 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout: ci/ next to benchmarks/
 
+from common import at_least_one  # the benchmarks' own helpers, beside this file
+
 from ci.gates import backend_ops
 from ci.gates.results import Status
 
@@ -52,7 +54,7 @@ def judge(path: Path) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=float, default=100.0)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=at_least_one, default=3)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="onebit-log-") as tmp:
         big, small = Path(tmp) / "big.console.txt", Path(tmp) / "small.console.txt"

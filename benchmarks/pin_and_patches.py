@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import mirror_from_env, nox, report, scratch_project, wall
+from common import at_least_one, mirror_from_env, nox, report, scratch_project, wall
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -28,7 +28,7 @@ def git(cwd: Path, *args: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=at_least_one, default=5)
     ap.add_argument("--branch", default="main")
     args = ap.parse_args()
     mirror = mirror_from_env()

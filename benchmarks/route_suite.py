@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from common import at_least_one  # the benchmarks' own helpers, beside this file
+
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_S = 3.0
 SUITE = [sys.executable, "-m", "pytest", "tests/serve", "-q", "-p", "no:cacheprovider"]
@@ -36,7 +38,7 @@ def timed(argv: list[str], ok: int) -> tuple[float, str]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("--rounds", type=int, default=5, help="rounds of baseline + suite (default 5)")
+    p.add_argument("--rounds", type=at_least_one, default=5, help="rounds of baseline + suite (default 5)")
     rounds = p.parse_args().rounds
     base: list[float] = []
     suite: list[float] = []

