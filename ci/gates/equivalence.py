@@ -353,8 +353,8 @@ def judge_prompt(
             a = _baseline_answer(baseline, body, equivalence_plan.request_timeout, answers)
             b = ask(drafter, body, equivalence_plan.drafter_timeout(a.seconds), equivalence_plan.draft_max)
         else:
-            # on a GPU both legs at once: separate processes give the same greedy answers either way, and the run
-            # takes the longer leg's decode instead of the sum
+            # on a GPU both legs at once: separate processes give the same greedy answers either way. That it saves
+            # time there is not shown: on the H200 four whole legs at once took as long as in turn (docs/gates.md)
             later = _PAIR.submit(ask, drafter, body, equivalence_plan.drafter_timeout(None), equivalence_plan.draft_max)
             try:
                 a = _baseline_answer(baseline, body, equivalence_plan.request_timeout, answers)
