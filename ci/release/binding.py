@@ -1,11 +1,12 @@
 """What binds a gate's record to what ship ships: the binaries it ran on and the criteria it judged against.
 
 At gate time each record carries ``manifest_sha256`` (:attr:`Manifest.digest`: the build key and every binary's and
-library's sha256) and ``criteria`` (what the gate judged against: the expected case counts, the token count and
-floors, the perf checks, the fault set) with its digest. At ship time :func:`why_not_counted` compares them with the
-build.json ship reads, whose binaries it has just hashed again (:meth:`Manifest.reproved`), and with the criteria
-pins.yaml and the committed faults give now. A binary swapped with its sha256 rewritten in build.json, a count raised
-after gating, a shorter equivalence run or a self-test on a user's one-fault file no longer counts.
+library's sha256) and ``criteria`` (what the gate judged against: the expected case counts; the token count, floors
+and spec type; the architectures with their seed and threshold; the perf checks; the fault set) with its digest. At
+ship time :func:`why_not_counted` compares them with the build.json ship reads, whose binaries it has just hashed
+again (:meth:`Manifest.reproved`), and with the criteria pins.yaml and the committed faults give now. A binary
+swapped with its sha256 rewritten in build.json, a count raised after gating, a shorter equivalence run, an archs run
+on fewer architectures or a self-test on a user's one-fault file no longer counts.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ci.compile.manifest import Manifest
+from ci.gates.archs import SEED as ARCHS_SEED
+from ci.gates.archs_judge import GATE as GATE_ARCHS
+from ci.gates.archs_judge import THRESHOLD as ARCHS_THRESHOLD
 from ci.gates.equivalence import GATE as GATE_EQUIVALENCE
 from ci.gates.perf import GATE as GATE_PERF
 from ci.gates.registry import SELFTEST
@@ -35,7 +39,14 @@ def current_criteria(pins: Pins, gate: str, profile: str) -> dict[str, Any]:
         return {"expected": dict(sorted(pins.expected_cases().items()))}
     if gate == GATE_EQUIVALENCE:
         config = pins.equivalence
-        return {"tokens": str(config.tokens), "floors": config.floors.describe(), "near_tie_nats": f"{config.near_tie_nats:g}"}
+        return {
+            "tokens": str(config.tokens),
+            "floors": config.floors.describe(),
+            "near_tie_nats": f"{config.near_tie_nats:g}",
+            "spec_type": spec_type_of(pins),
+        }
+    if gate == GATE_ARCHS:
+        return {"archs": ",".join(dict.fromkeys(pins.archs)), "seed": str(ARCHS_SEED), "threshold": f"{ARCHS_THRESHOLD:g}"}
     if gate == GATE_PERF:
         return {"checks": {models: [[c.text, c.floor, c.tolerance] for c in checks] for models, checks in pins.perf}}
     if gate == SELFTEST:
@@ -45,12 +56,19 @@ def current_criteria(pins: Pins, gate: str, profile: str) -> dict[str, Any]:
     return {}
 
 
+def spec_type_of(pins: Pins) -> str:
+    """pins.yaml's ``equivalence.spec_type`` as a criterion: the drafting the gate's llama (or release) leg ran."""
+    return pins.equivalence.spec_type or "the gate's default"
+
+
 def judged_criteria(pins: Pins, result: GateResult, profile: str) -> dict[str, Any]:
     """What ``result`` was judged against: from the result itself where the gate says (the equivalence run's tokens
-    and floors, the self-test's fault set), else from the pins.yaml it ran under."""
+    and floors, the architectures archs ran, the self-test's fault set), else from the pins.yaml it ran under."""
     props = dict(result.properties)
-    if result.gate == GATE_EQUIVALENCE:
-        return {k: props.get(k, "") for k in ("tokens", "floors", "near_tie_nats")}
+    if result.gate == GATE_EQUIVALENCE:  # the spec type is pins.yaml's, which no option overrides
+        return {**{k: props.get(k, "") for k in ("tokens", "floors", "near_tie_nats")}, "spec_type": spec_type_of(pins)}
+    if result.gate == GATE_ARCHS:  # the architectures it ran, with its seed and threshold
+        return {k: props.get(k, "") for k in ("archs", "seed", "threshold")}
     if result.gate == SELFTEST:
         return {"faults_sha256": props.get("faults_sha256", "")}
     return current_criteria(pins, result.gate, profile)

@@ -13,8 +13,9 @@ from pathlib import Path
 from ci.compile import cmake, stage
 from ci.compile.manifest import DIFFERS, Artifact, Manifest, stat_stamp
 from ci.files import sha256_cached
-from ci.gates import selftest
+from ci.gates import archs, archs_judge, selftest
 from ci.gates.results import GateResult, Status
+from ci.pin import pins as pins_mod
 from ci.release import binding
 from ci.release import ship as release_ship
 from tests.release.test_ship import GATES, built, record, ship
@@ -136,3 +137,60 @@ def test_a_selftest_on_a_one_fault_file_does_not_replace_the_committed_faults_fa
     assert release_ship.NOT_COUNTED.format(why=binding.OTHER_CRITERIA.format(changes=faults), line=5, more="") in r.out
     record(project, m, selftest_result(committed))
     assert ship(project, "--check").code == 0
+
+
+ARCHS_ROW = archs.GATE.ljust(len("equivalence"))  # ship's table pads each name to the longest one's
+ARCHS_PINS = """
+release:
+  require: [archs]
+"""
+
+
+def archs_result(judged: str, status: Status = Status.PASSED, seed: str = str(archs.SEED)) -> GateResult:
+    """An archs result as archs.run_gate records it: the architectures it ran, its seed and its threshold."""
+    props = (("archs", judged), ("seed", seed), ("threshold", f"{archs_judge.THRESHOLD:g}"))
+    return GateResult(archs.GATE, status, f"{status.value.upper()}: archs {judged}", properties=props)
+
+
+def test_an_archs_run_on_fewer_architectures_than_pins_yaml_does_not_count(make_build_project: Callable[..., Project]) -> None:
+    """The campaign's forgery: archs run while pins.yaml listed llama alone, pins.yaml put back, ship wrote dist/."""
+    project = make_build_project(ARCHS_PINS)
+    m = built(project)
+    listed = ",".join(pins_mod.load(project.root / "pins.yaml").archs)
+    record(project, m, GATES.route, GATES.backend_ops, GATES.equivalence, archs_result("llama"))
+    r = ship(project)
+    assert r.code == 7, r.out
+    assert said(release_ship.TABLE_ROW, r.out, gate=ARCHS_ROW, state="MISSING")
+    changed = binding.CRITERION_CHANGED.format(criterion="archs", judged="llama", current=listed)
+    assert release_ship.NOT_COUNTED.format(why=binding.OTHER_CRITERIA.format(changes=changed), line=4, more="") in r.out
+    assert not (project.root / "dist").exists()
+
+
+def test_a_newer_archs_pass_on_fewer_architectures_does_not_hide_the_listed_ones_failure(make_build_project: Callable[..., Project]) -> None:
+    project = make_build_project(ARCHS_PINS)
+    m = built(project)
+    listed = ",".join(pins_mod.load(project.root / "pins.yaml").archs)
+    record(project, m, GATES.route, GATES.backend_ops, GATES.equivalence, archs_result(listed, Status.FAILED), archs_result("llama"))
+    r = ship(project, "--check")
+    assert r.code == 7, r.out
+    assert said(release_ship.TABLE_ROW, r.out, gate=ARCHS_ROW, state="FAILED")
+    record(project, m, archs_result(listed, seed="7"))
+    r = ship(project, "--check")
+    assert r.code == 7, r.out  # another seed is another run than the one the criteria name
+    assert said(release_ship.TABLE_ROW, r.out, gate=ARCHS_ROW, state="FAILED")
+    assert binding.CRITERION_CHANGED.format(criterion="seed", judged="7", current=str(archs.SEED)) in r.out
+    record(project, m, archs_result(listed))
+    assert ship(project, "--check").code == 0
+
+
+def test_an_equivalence_run_with_another_spec_type_than_pins_yaml_does_not_count(build_project: Project) -> None:
+    m = built(build_project)
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
+    assert ship(build_project, "--check").code == 0
+    pins = build_project.root / "pins.yaml"
+    pins.write_text(pins.read_text() + "equivalence:\n  spec_type: draft-eagle3\n")
+    r = ship(build_project, "--check")
+    assert r.code == 7, r.out
+    assert said(release_ship.TABLE_ROW, r.out, gate="equivalence", state="MISSING")
+    changed = binding.CRITERION_CHANGED.format(criterion="spec_type", judged="the gate's default", current="draft-eagle3")
+    assert binding.OTHER_CRITERIA.format(changes=changed) in r.out
