@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, at_least_one, mirror_from_env
+from common import ROOT, at_least_one, mirror_from_env, run_main
 
 sys.path.insert(0, str(ROOT))
 from ci.gates.selftest import load_faults
@@ -151,4 +151,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

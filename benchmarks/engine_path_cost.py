@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
-from common import at_least_one, llama_server  # noqa: E402 -- the benchmarks' own helpers
+from common import at_least_one, llama_server, run_main  # noqa: E402 -- the benchmarks' own helpers
 
 from ci import defaults  # noqa: E402 -- after the path set-up, so the checkout's ci/ is measured
 from ci.compile import profiles  # noqa: E402
@@ -101,4 +101,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

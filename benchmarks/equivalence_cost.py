@@ -30,7 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
-from common import at_least_one, llama_server  # noqa: E402 -- the benchmarks' own helpers
+from common import at_least_one, llama_server, run_main  # noqa: E402 -- the benchmarks' own helpers
 
 from ci.gates import equivalence as eq  # noqa: E402 -- after the path set-up, so the checkout's ci/ is the one measured
 from ci.gates import equivalence_judge as ej  # noqa: E402
@@ -223,4 +223,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -22,7 +22,7 @@ import gguf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout: serve/ next to benchmarks/
 
-from common import at_least_one  # the benchmarks' own helpers, beside this file
+from common import at_least_one, run_main  # the benchmarks' own helpers, beside this file
 
 from serve.facts import read_facts
 
@@ -74,4 +74,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

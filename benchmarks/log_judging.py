@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout: ci/ next to benchmarks/
 
-from common import at_least_one  # the benchmarks' own helpers, beside this file
+from common import at_least_one, positive, run_main  # the benchmarks' own helpers, beside this file
 
 from ci.gates import backend_ops
 from ci.gates.results import Status
@@ -53,7 +53,7 @@ def judge(path: Path) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mb", type=float, default=100.0)
+    ap.add_argument("--mb", type=positive, default=100.0)
     ap.add_argument("--rounds", type=at_least_one, default=3)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="onebit-log-") as tmp:
@@ -71,4 +71,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

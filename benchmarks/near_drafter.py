@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
-from common import at_least_one, llama_server
+from common import at_least_one, llama_server, non_negative, run_main
 
 from ci.gates import equivalence
 from ci.gates.equivalence_judge import Prompt
@@ -29,7 +29,7 @@ from ci.gates.tinymodels import NEAR_DRAFTER, PERTURB, TARGET, write_model
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--perturb", type=float, nargs="+", default=[PERTURB / 2, PERTURB, 2 * PERTURB])  # around the one in use
+    ap.add_argument("--perturb", type=non_negative, nargs="+", default=[PERTURB / 2, PERTURB, 2 * PERTURB])  # around the one in use
     ap.add_argument("--tokens", type=at_least_one, default=256)
     ap.add_argument("--llama-server", type=Path)
     args = ap.parse_args()
@@ -52,4 +52,4 @@ def load() -> tuple[Prompt, ...]:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

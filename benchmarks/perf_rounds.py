@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
-from common import at_least_one, llama_server
+from common import at_least_one, llama_server, non_negative, run_main
 
 from ci.gates import perf, perf_run
 from ci.gates.tinymodels import NEAR_DRAFTER, TARGET, write_model
@@ -36,7 +36,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=at_least_one, default=15)
     ap.add_argument("--subsets", type=at_least_one, default=200)
     ap.add_argument("--sizes", type=at_least_one, nargs="+", default=[3, 5, 7, 9])
-    ap.add_argument("--margins", type=float, nargs="+", default=[0.1, 0.2, 0.3], help="also judge floors this far below the median")
+    ap.add_argument("--margins", type=non_negative, nargs="+", default=[0.1, 0.2, 0.3], help="also judge floors this far below the median")
     ap.add_argument("--llama-server", type=Path)
     args = ap.parse_args()
     root = Path(__file__).resolve().parents[1]
@@ -72,4 +72,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

