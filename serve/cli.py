@@ -24,7 +24,7 @@ from typing import NoReturn, TextIO
 from serve import gated, launch, recipes, server
 from serve.errors import NoBuild, Refused, ServeError, UsageError, did_you_mean
 from serve.facts import read_facts
-from serve.route import DEVICE_CHOICES, RouteDecision, RouteOptions, check_options, route
+from serve.route import DEVICE_CHOICES, EMPTY_PATH, RouteDecision, RouteOptions, check_options, route
 
 PROG = "1bit"
 SERVE = f"{PROG} serve"
@@ -146,6 +146,9 @@ def serve(argv: Sequence[str], environ: Mapping[str, str], cwd: Path, out: TextI
         extra=extra,
     )
     check_options(options)
+    for flag, value, what in (("--recipes", ns.recipes, "a recipes file"), ("--llama-server", ns.llama_server, "llama-server")):
+        if value == "":
+            raise UsageError(EMPTY_PATH.format(what=what), flag)
     if ns.recipes is not None and ns.no_recipes:
         raise UsageError(RECIPES_AND_NO_RECIPES)
     recipe_set = None if ns.no_recipes else recipes.load(ns.recipes) if ns.recipes is not None else recipes.builtin()

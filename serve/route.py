@@ -78,6 +78,7 @@ RECIPES_OFF = "recipes off (--no-recipes)"
 DRAFT_LENGTH = "draft length {length}: {why}"
 FROM_BLOCK_SIZE = "the drafter's {architecture}.block_size {block_size} minus its anchor token"
 NO_BLOCK_SIZE = "the drafter has no block size to follow"
+EMPTY_PATH = "is empty; give the path of {what}"  # a path flag given as ""
 SMALL_BLOCK_SIZE = "the drafter has {architecture}.block_size {block_size}, so no block size to follow"
 
 
@@ -135,6 +136,9 @@ class RouteDecision:
 
 def check_options(o: RouteOptions) -> None:
     """What can be refused before any file is read."""
+    for flag, path in (("-m", o.model), ("--dflash", o.dflash), ("--mtp", o.mtp)):
+        if path is not None and not path:  # "" named no file, yet was given: a drafter dropped unseen, or no path to name
+            raise UsageError(EMPTY_PATH.format(what="a GGUF file"), flag)
     if o.device not in DEVICE_CHOICES:
         raise UsageError(
             UNKNOWN_DEVICE.format(device=o.device, suggestion=did_you_mean(o.device, DEVICE_CHOICES), choices=", ".join(DEVICE_CHOICES)),

@@ -130,6 +130,11 @@ def test_drafter_on_cpu_stays_on_cpu(gguf_file: FileFn, dry_run: DryRunFn) -> No
         (["--profile", "../x"], 2, AT.format(where="--profile", problem=route.NOT_A_PROFILE_NAME.format(profile="../x"))),
         (["--", "-m", "other.gguf"], 2, AT.format(where="-m after --", problem=route.MODEL_AFTER_DOUBLE_DASH)),
         (["extra.gguf"], 2, cli.SEE_HELP.format(message=cli.UNEXPECTED_ARGUMENT.format(argument="extra.gguf"))),
+        # a path given as "": before, --mtp '' was a traceback, --dflash '' a launch without the drafter asked for
+        (["--mtp", ""], 2, AT.format(where="--mtp", problem=route.EMPTY_PATH.format(what="a GGUF file"))),
+        (["--dflash", ""], 2, AT.format(where="--dflash", problem=route.EMPTY_PATH.format(what="a GGUF file"))),
+        (["--recipes", ""], 2, AT.format(where="--recipes", problem=route.EMPTY_PATH.format(what="a recipes file"))),
+        (["--llama-server", ""], 2, AT.format(where="--llama-server", problem=route.EMPTY_PATH.format(what="llama-server"))),
     ],
 )
 def test_refused_options(args: list[str], code: int, line: str, gguf_file: FileFn, serve_error: ErrorFn) -> None:
@@ -154,6 +159,10 @@ def test_bad_onebit_serve_device(gguf_file: FileFn, serve_error: ErrorFn, monkey
     monkeypatch.setenv("ONEBIT_SERVE_DEVICE", "vulcan")
     problem = route.NOT_A_DEVICE.format(value="vulcan", suggestion=DID_YOU_MEAN.format(choice="vulkan"), choices="rocm, vulkan, cuda, cpu")
     assert serve_error("-m", gguf_file("plain")) == (2, AT.format(where="ONEBIT_SERVE_DEVICE", problem=problem))
+
+
+def test_an_empty_model_path_names_the_flag(serve_error: ErrorFn) -> None:
+    assert serve_error("-m", "") == (2, AT.format(where="-m", problem=route.EMPTY_PATH.format(what="a GGUF file")))
 
 
 def test_missing_model_option(serve_error: ErrorFn) -> None:
