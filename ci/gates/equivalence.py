@@ -18,6 +18,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -72,7 +73,7 @@ NO_PROMPTS = "{where}: no *.txt prompt files"
 EMPTY_PROMPT = "{where}/{name}.txt: the prompt is empty"
 NOT_GGUF = "{path}: not a GGUF model file ({problem})"
 TOO_FEW_TOKENS = "--tokens {tokens}: must be at least 1"
-NEGATIVE_NEAR_TIE = "--near-tie {near_tie:g}: must be 0 or more nats"
+BAD_NEAR_TIE = "--near-tie {near_tie:g}: must be a finite number of nats, 0 or more"
 NO_SUCH_MODEL = "{option} {path}: no such file"
 PROBLEM = "{prompt}: {message}"
 WITH_LOG_TAIL = "{problem}; log tail:\n{log_tail}"
@@ -258,8 +259,8 @@ def plan(
     user's (a name on PATH or a path), looked up after the other inputs are checked; as a ``Path``, taken as it is."""
     if tokens < 1:
         raise ConfigError(TOO_FEW_TOKENS.format(tokens=tokens))
-    if near_tie < 0:
-        raise ConfigError(NEGATIVE_NEAR_TIE.format(near_tie=near_tie))
+    if not (math.isfinite(near_tie) and near_tie >= 0):  # nan passes "< 0"; inf would call every divergence a near-tie
+        raise ConfigError(BAD_NEAR_TIE.format(near_tie=near_tie))
     for what, path in (("--model", model), ("--drafter", drafter)):
         if not path.is_file():
             raise ConfigError(NO_SUCH_MODEL.format(option=what, path=path))

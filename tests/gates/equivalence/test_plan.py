@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -96,8 +97,9 @@ def test_plan_refuses_bad_options(tiny_models: TinyModels, tmp_path: Path) -> No
         eq.plan(model=tiny_models.target, drafter=tmp_path / "missing.gguf", llama_server=Path("s"))
     with pytest.raises(ConfigError, match=re.escape(eq.TOO_FEW_TOKENS.format(tokens=0))):
         eq.plan(model=tiny_models.target, drafter=tiny_models.drafter, llama_server=Path("s"), tokens=0)
-    with pytest.raises(ConfigError, match=re.escape(eq.NEGATIVE_NEAR_TIE.format(near_tie=-1))):
-        eq.plan(model=tiny_models.target, drafter=tiny_models.drafter, llama_server=Path("s"), near_tie=-1)
+    for near_tie in (-1.0, math.nan, math.inf):  # nan and inf were taken: inf calls every divergence a near-tie
+        with pytest.raises(ConfigError, match=re.escape(eq.BAD_NEAR_TIE.format(near_tie=near_tie))):
+            eq.plan(model=tiny_models.target, drafter=tiny_models.drafter, llama_server=Path("s"), near_tie=near_tie)
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a gguf file at all")
     with pytest.raises(ConfigError, match=pattern(eq.NOT_GGUF, path=junk)):
