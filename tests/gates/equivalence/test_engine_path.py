@@ -184,6 +184,9 @@ def test_the_perf_table_has_a_line_per_drafter_kind() -> None:
     (none,) = engine_path.drafter_lines(None)
     assert none.status is Status.SKIPPED
     assert none.message == engine_path.NO_DRAFTER_LINES.format(why=engine_path.NO_RECORD)
+    record["metrics"]["near.draft_n"] = "x"  # a record edited by hand: before, int("x")'s traceback after the whole bench
+    edited = engine_path.drafter_lines(record)[0]
+    assert (edited.status, edited.message) == (Status.SKIPPED, engine_path.NOT_NUMBERS.format(kind="near"))
 
 
 @pytest.mark.slow
