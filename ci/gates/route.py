@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import time
 from pathlib import Path
@@ -13,6 +14,26 @@ from ci.gates.results import CaseResult, GateResult, Status, case_counts
 
 GATE = names.ROUTE
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the onebit-ci checkout: the launcher and its route tests
+
+
+LAUNCHER_SKIPS = ("__pycache__", "*.pyc")  # what neither the digest nor the wheel holds (shutil.ignore_patterns)
+
+
+def launcher_dir() -> Path:
+    """The serve package ship puts in the wheel: the one this Python imports (this checkout's, in nox's sessions)."""
+    import serve
+
+    return Path(serve.__file__).resolve().parent
+
+
+def launcher_sha256(directory: Path | None = None) -> str:
+    """One digest of the launcher's files (paths and contents), as ship would copy them: the route and equivalence
+    records are bound to it, so a launcher edited after the gates ran is not shipped on their evidence."""
+    root = directory or launcher_dir()
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
 
 
 def route_gate(out: Path, source: Path = SOURCE_ROOT) -> GateResult:

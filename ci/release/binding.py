@@ -2,11 +2,12 @@
 
 At gate time each record carries ``manifest_sha256`` (:attr:`Manifest.digest`: the build key and every binary's and
 library's sha256) and ``criteria`` (what the gate judged against: the expected case counts; the token count, floors
-and spec type; the architectures with their seed and threshold; the perf checks; the fault set) with its digest. At
-ship time :func:`why_not_counted` compares them with the build.json ship reads, whose binaries it has just hashed
-again (:meth:`Manifest.reproved`), and with the criteria pins.yaml and the committed faults give now. A binary
-swapped with its sha256 rewritten in build.json, a count raised after gating, a shorter equivalence run, an archs run
-on fewer architectures or a self-test on a user's one-fault file no longer counts.
+and spec type; the architectures with their seed and threshold; the perf checks; the fault set; for route and
+equivalence, the launcher's files) with its digest. At ship time :func:`why_not_counted` compares them with the
+build.json ship reads, whose binaries it has just hashed again (:meth:`Manifest.reproved`), and with the criteria
+pins.yaml, the committed faults and the launcher give now. A binary swapped with its sha256 rewritten in build.json,
+a count raised after gating, a shorter equivalence run, an archs run on fewer architectures, a launcher edited after
+its tests ran or a self-test on a user's one-fault file no longer counts.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ci.compile.manifest import Manifest
+from ci.gates import route
 from ci.gates.archs import SEED as ARCHS_SEED
 from ci.gates.archs_judge import GATE as GATE_ARCHS
 from ci.gates.archs_judge import THRESHOLD as ARCHS_THRESHOLD
@@ -35,6 +37,8 @@ CRITERION_CHANGED = "{criterion} {judged}, now {current}"  # OTHER_CRITERIA's ch
 
 def current_criteria(pins: Pins, gate: str, profile: str) -> dict[str, Any]:
     """What ``gate`` must have judged against for a build of ``pins`` and ``profile``, now."""
+    if gate == route.GATE:  # the launcher its tests judged is the one ship puts in the wheel
+        return {"launcher_sha256": route.launcher_sha256()}
     if gate == BACKEND_OPS:
         return {"expected": dict(sorted(pins.expected_cases().items()))}
     if gate == GATE_EQUIVALENCE:
@@ -44,6 +48,7 @@ def current_criteria(pins: Pins, gate: str, profile: str) -> dict[str, Any]:
             "floors": config.floors.describe(),
             "near_tie_nats": f"{config.near_tie_nats:g}",
             "spec_type": spec_type_of(pins),
+            "launcher_sha256": route.launcher_sha256(),  # the legs run through 1bit serve
         }
     if gate == GATE_ARCHS:
         return {"archs": ",".join(dict.fromkeys(pins.archs)), "seed": str(ARCHS_SEED), "threshold": f"{ARCHS_THRESHOLD:g}"}
@@ -63,10 +68,12 @@ def spec_type_of(pins: Pins) -> str:
 
 def judged_criteria(pins: Pins, result: GateResult, profile: str) -> dict[str, Any]:
     """What ``result`` was judged against: from the result itself where the gate says (the equivalence run's tokens
-    and floors, the architectures archs ran, the self-test's fault set), else from the pins.yaml it ran under."""
+    and floors, the architectures archs ran, the self-test's fault set), else from the pins.yaml it ran under and, for
+    the route and equivalence gates, the launcher as it is when the record is written, right after the gate."""
     props = dict(result.properties)
     if result.gate == GATE_EQUIVALENCE:  # the spec type is pins.yaml's, which no option overrides
-        return {**{k: props.get(k, "") for k in ("tokens", "floors", "near_tie_nats")}, "spec_type": spec_type_of(pins)}
+        judged = {k: props.get(k, "") for k in ("tokens", "floors", "near_tie_nats")}
+        return {**judged, "spec_type": spec_type_of(pins), "launcher_sha256": route.launcher_sha256()}
     if result.gate == GATE_ARCHS:  # the architectures it ran, with its seed and threshold
         return {k: props.get(k, "") for k in ("archs", "seed", "threshold")}
     if result.gate == SELFTEST:

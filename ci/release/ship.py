@@ -22,7 +22,7 @@ from ci.compile.manifest import MANIFEST, Manifest
 from ci.compile.stage import CurrentBuild
 from ci.errors import GateFailed, Refused, ToolchainError
 from ci.files import shown, write_atomic
-from ci.gates import perf
+from ci.gates import perf, route
 from ci.gates.equivalence import GATE as GATE_EQUIVALENCE
 from ci.gates.equivalence import RELEASE_MODELS, TINY_MODELS
 from ci.gates.perf import GATE as GATE_PERF
@@ -260,9 +260,7 @@ def build_distribution(manifest: dict[str, Any], dist: Path, base_version: str) 
     version = f"{base_version}+{manifest['pin']['commit'][:7]}.{manifest['build']['key'][:8]}"
     with tempfile.TemporaryDirectory(prefix="onebit-ship-") as tmp:
         stage = Path(tmp)
-        import serve
-
-        shutil.copytree(Path(serve.__file__).parent, stage / "serve", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(route.launcher_dir(), stage / "serve", ignore=shutil.ignore_patterns(*route.LAUNCHER_SKIPS))
         (stage / "serve" / "release.json").write_text(json.dumps(manifest, indent=2) + "\n")
         packages = sorted(str(p.parent.relative_to(stage)).replace("/", ".") for p in (stage / "serve").rglob("__init__.py"))
         (stage / "pyproject.toml").write_text(PYPROJECT.format(name=DIST_NAME, version=version, packages=json.dumps(packages)))

@@ -10,10 +10,12 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from ci.compile import cmake, stage
 from ci.compile.manifest import DIFFERS, Artifact, Manifest, stat_stamp
 from ci.files import sha256_cached
-from ci.gates import archs, archs_judge, selftest
+from ci.gates import archs, archs_judge, route, selftest
 from ci.gates.results import GateResult, Status
 from ci.pin import pins as pins_mod
 from ci.release import binding
@@ -194,3 +196,25 @@ def test_an_equivalence_run_with_another_spec_type_than_pins_yaml_does_not_count
     assert said(release_ship.TABLE_ROW, r.out, gate="equivalence", state="MISSING")
     changed = binding.CRITERION_CHANGED.format(criterion="spec_type", judged="the gate's default", current="draft-eagle3")
     assert binding.OTHER_CRITERIA.format(changes=changed) in r.out
+
+
+def test_a_launcher_edited_after_the_gates_ran_does_not_ship(build_project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The route tests judged one launcher; ship puts whatever serve/ holds at ship time in the wheel. Before, a
+    launcher edited after gpu_tests shipped on the route and equivalence records of the one before."""
+    launcher = tmp_path / "serve"
+    shutil.copytree(route.launcher_dir(), launcher, ignore=shutil.ignore_patterns(*route.LAUNCHER_SKIPS))
+    monkeypatch.setattr(route, "launcher_dir", lambda: launcher)
+    m = built(build_project)
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
+    judged = route.launcher_sha256()
+    assert ship(build_project, "--check").code == 0
+    with (launcher / "route.py").open("a") as f:
+        f.write("\nDEVICE_CHOICES = ()  # edited after the gates ran\n")
+    r = ship(build_project)
+    assert r.code == 7, r.out
+    for gate in ("route", "equivalence"):
+        assert said(release_ship.TABLE_ROW, r.out, gate=gate.ljust(len("equivalence")), state="MISSING")
+    now = route.launcher_sha256()  # each shown as its first 57 characters and ...
+    changed = binding.CRITERION_CHANGED.format(criterion="launcher_sha256", judged=f"{judged[:57]}...", current=f"{now[:57]}...")
+    assert binding.OTHER_CRITERIA.format(changes=changed) in r.out
+    assert not (build_project.root / "dist").exists()
