@@ -180,18 +180,7 @@ def judge_arch(run: ArchRun, device: DeviceRows, threshold: float = THRESHOLD) -
                 seconds=run.seconds,
             )
         ], []
-    if run.returncode == 0 and cut(run.output):
-        return [
-            CaseResult(
-                run.arch,
-                Status.FAILED,
-                TABLE_CUT.format(arch=run.arch, attempts=run.attempts),
-                classname=GATE,
-                detail=run.output[-4000:],
-                seconds=run.seconds,
-            )
-        ], []
-    if not mine:
+    if not mine:  # no row at all: whether the build lacks it or every attempt lost the table, the same named failure
         tail = run.output.strip().splitlines()[-1:] or ["(no output)"]
         why = NO_ROW_WHY.format(code=run.returncode, line=tail[0][:160])
         return [
@@ -199,6 +188,17 @@ def judge_arch(run: ArchRun, device: DeviceRows, threshold: float = THRESHOLD) -
                 run.arch,
                 Status.FAILED,
                 NO_ROW.format(arch=run.arch, where=where, attempts=run.attempts, why=why),
+                classname=GATE,
+                detail=run.output[-4000:],
+                seconds=run.seconds,
+            )
+        ], []
+    if run.returncode == 0 and cut(run.output):
+        return [
+            CaseResult(
+                run.arch,
+                Status.FAILED,
+                TABLE_CUT.format(arch=run.arch, attempts=run.attempts),
                 classname=GATE,
                 detail=run.output[-4000:],
                 seconds=run.seconds,
