@@ -44,7 +44,7 @@ def run(target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
     # one line per drafter kind of the engine-path equivalence run on this build (gpu_tests runs it before perf)
     record = load_json(out / "equivalence.json") if (out / "equivalence.json").is_file() else None
     cases = (*result.cases, *engine_path.drafter_lines(record))
-    return dataclasses.replace(result, cases=cases, counts=case_counts(cases), properties=(*result.properties, ("chart", chart)))
+    return dataclasses.replace(result, cases=cases, counts=case_counts(cases), properties=(*result.properties, ("chart", chart), ("rounds", str(rounds))))
 
 
 def measure(model: Path, drafter: Path, llama_server: Path, device: str, rounds: int, tiny: bool, out: Path, name: str = "perf") -> list[Sample]:

@@ -173,7 +173,8 @@ def faults_sha256(faults: Sequence[Fault]) -> str:
     import hashlib
     import json
 
-    body = [[f.id, f.file, f.search, f.replace, f.gate, f.expect.value] for f in sorted(faults, key=lambda f: f.id)]
+    # every field that changes a verdict: missed_by names gates that must pass planted, fixes flips the premise
+    body = [[f.id, f.file, f.search, f.replace, f.gate, f.expect.value, list(f.missed_by), f.fixes] for f in sorted(faults, key=lambda f: f.id)]
     return hashlib.sha256(json.dumps(body).encode()).hexdigest()
 
 

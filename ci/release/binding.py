@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ci import defaults
 from ci.compile.manifest import Manifest
 from ci.gates import route
 from ci.gates.archs import SEED as ARCHS_SEED
@@ -32,7 +33,8 @@ BACKEND_OPS = "backend_ops"
 # Messages, shared with the tests that match on them (tests/support/messages.py): why a record does not count
 OTHER_BINARIES = "it judged other binaries (manifest {recorded}, build.json now {current})"
 OTHER_CRITERIA = "it judged other criteria than pins.yaml's and the committed faults' ({changes})"
-CRITERION_CHANGED = "{criterion} {judged}, now {current}"  # OTHER_CRITERIA's changes, joined by "; "
+CRITERION_CHANGED = "{criterion} {judged}, now {current}"
+ENOUGH_ROUNDS = "at least {rounds}"  # the perf gate's rounds as a criterion  # OTHER_CRITERIA's changes, joined by "; "
 
 
 def current_criteria(pins: Pins, gate: str, profile: str) -> dict[str, Any]:
@@ -53,7 +55,8 @@ def current_criteria(pins: Pins, gate: str, profile: str) -> dict[str, Any]:
     if gate == GATE_ARCHS:
         return {"archs": ",".join(dict.fromkeys(pins.archs)), "seed": str(ARCHS_SEED), "threshold": f"{ARCHS_THRESHOLD:g}"}
     if gate == GATE_PERF:
-        return {"checks": {models: [[c.text, c.floor, c.tolerance] for c in checks] for models, checks in pins.perf}}
+        checks = {models: [[c.text, c.floor, c.tolerance] for c in checks] for models, checks in pins.perf}
+        return {"checks": checks, "rounds": ENOUGH_ROUNDS.format(rounds=defaults.PERF_ROUNDS)}
     if gate == SELFTEST:
         from ci.gates.selftest import committed_faults_sha256
 
@@ -74,6 +77,10 @@ def judged_criteria(pins: Pins, result: GateResult, profile: str) -> dict[str, A
     if result.gate == GATE_EQUIVALENCE:  # the spec type is pins.yaml's, which no option overrides
         judged = {k: props.get(k, "") for k in ("tokens", "floors", "near_tie_nats")}
         return {**judged, "spec_type": spec_type_of(pins), "launcher_sha256": route.launcher_sha256()}
+    if result.gate == GATE_PERF:  # the rounds it measured: enough, or how few
+        rounds = props.get("rounds", "")
+        enough = rounds.isdigit() and int(rounds) >= defaults.PERF_ROUNDS
+        return {**current_criteria(pins, result.gate, profile), "rounds": ENOUGH_ROUNDS.format(rounds=defaults.PERF_ROUNDS) if enough else rounds}
     if result.gate == GATE_ARCHS:  # the architectures it ran, with its seed and threshold
         return {k: props.get(k, "") for k in ("archs", "seed", "threshold")}
     if result.gate == SELFTEST:

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from ci import defaults
 from ci.compile import cmake, stage
 from ci.compile.manifest import DIFFERS, Artifact, Manifest, stat_stamp
 from ci.files import sha256_cached
-from ci.gates import archs, archs_judge, route, selftest
+from ci.gates import archs, archs_judge, perf, route, selftest
+from ci.gates.equivalence import TINY_MODELS
 from ci.gates.results import GateResult, Status
 from ci.pin import pins as pins_mod
 from ci.release import binding
@@ -218,3 +220,42 @@ def test_a_launcher_edited_after_the_gates_ran_does_not_ship(build_project: Proj
     changed = binding.CRITERION_CHANGED.format(criterion="launcher_sha256", judged=f"{judged[:57]}...", current=f"{now[:57]}...")
     assert binding.OTHER_CRITERIA.format(changes=changed) in r.out
     assert not (build_project.root / "dist").exists()
+
+
+PERF_PINS = """\
+  perf:
+    tiny:
+      - check: "tokens_per_step(draft, code) >= 3.5"
+        measured: "4.655 on the CPU (a test's pins)"
+"""
+
+
+def perf_result(rounds: str) -> GateResult:
+    """A perf pass as perf_run records it: the models, and how many rounds it measured."""
+    props = (("models", TINY_MODELS), ("rounds", rounds))
+    return GateResult(perf.GATE, Status.PASSED, "PASSED: 1/1 checks hold", properties=props)
+
+
+def test_a_perf_run_of_fewer_rounds_than_the_default_does_not_count(make_build_project: Callable[..., Project]) -> None:
+    """One round gives an interval of width 0, never inconclusive: --rounds 1 shipped (a hostile pass)."""
+    project = make_build_project(PERF_PINS)
+    m = built(project)
+    record(project, m, GATES.route, GATES.backend_ops, GATES.equivalence, perf_result("1"))
+    r = ship(project, "--check")
+    assert r.code == 7, r.out
+    assert said(release_ship.TABLE_ROW, r.out, gate="perf".ljust(len("equivalence")), state="MISSING")
+    enough = binding.ENOUGH_ROUNDS.format(rounds=defaults.PERF_ROUNDS)
+    assert binding.OTHER_CRITERIA.format(changes=binding.CRITERION_CHANGED.format(criterion="rounds", judged="1", current=enough)) in r.out
+    record(project, m, perf_result(str(2 * defaults.PERF_ROUNDS)))  # more rounds than the default: counts
+    assert ship(project, "--check").code == 0
+
+
+def test_a_fault_set_that_differs_only_in_missed_by_or_fixes_is_another_fault_set() -> None:
+    """A user's faults file with the missed_by gates dropped (never run) or fixes set (judged where equivalence fails
+    the unplanted build) had the committed set's digest, so its self-test counted for ship (a hostile pass)."""
+    committed = [f for f in selftest.load_faults() if "cpu" in f.profiles]
+    with_missed = next(f for f in committed if f.missed_by)
+    fewer_gates = [dataclasses.replace(f, missed_by=()) if f is with_missed else f for f in committed]
+    a_fix = [dataclasses.replace(f, fixes=True) if f.gate == "equivalence" and not f.fixes else f for f in committed]
+    digests = {selftest.faults_sha256(s) for s in (committed, fewer_gates, a_fix)}
+    assert len(digests) == 3
