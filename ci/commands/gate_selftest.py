@@ -65,7 +65,7 @@ def unplanted_failures(ledger_file: Path, key: str, root: Path | None = None) ->
     A fault judged by such a gate would be caught by the pin itself, and a benign edit alarm for the same reason."""
     if not ledger_file.is_file():
         return {}
-    book = ledger.read(ledger_file)
+    book = ledger.read(ledger_file, ledger.signing_key())  # a signed ledger (ONEBIT_LEDGER_KEY) is read as ship reads it
     found = {}
     for name in registry.runnable():
         rec = ledger.latest(book, name, key)

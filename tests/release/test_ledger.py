@@ -190,3 +190,14 @@ def test_with_a_key_every_record_is_signed_and_checked(tmp_path: Path, monkeypat
     forged_head = ledger.HEAD_SIGNATURE_WRONG.format(path=ledger.head_path(path), var="ONEBIT_LEDGER_KEY", why=ledger.FORGED)
     with pytest.raises(ConfigError, match=re.escape(forged_head)):
         ledger.read(path, b"another key")
+
+
+def test_the_self_test_reads_a_signed_ledger_with_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gate_selftest reads the ledger to skip gates the unplanted build fails: on a signed ledger it said the key was
+    not set although it was (a hostile pass), so a self-test could never run where the docs say to sign."""
+    from ci.commands import gate_selftest
+
+    path = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv("ONEBIT_LEDGER_KEY", "runner secret")
+    ledger.append(path, result("backend_ops", Status.FAILED), CONTEXT)
+    assert list(gate_selftest.unplanted_failures(path, CONTEXT.build_key)) == ["backend_ops"]
