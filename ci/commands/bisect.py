@@ -80,6 +80,7 @@ LEDGER_LINE = " (ledger line {line})"
 STEP_ROW = "| {step} | `{commit}` {subject} | {verdict} | {build:.1f} | {gate:.1f} | {total:.1f} | {why} |"
 LOG_BLOCK = "<details><summary>git bisect log</summary>\n\n```\n{log}\n```\n\n</details>"
 # refusals
+REPORT_NOT_UTF8 = "{report}: not UTF-8 text (byte 0x{byte:02x}); give the report bump_pin wrote, or --good and --bad"
 NO_BAD = "no --bad given and no bump report at {report} names a target (- To: `SHA`); give --bad SHA"
 NOT_ANCESTOR = "--good {good} is not an ancestor of --bad {bad} ({relation}); give a good commit older than the bad one"
 NO_GATE = "no --gate given and the ledger has no failed gate record for profile {profile}; give --gate backend_ops|equivalence|perf|route"
@@ -297,7 +298,10 @@ def resolve(base: Job, request: BisectRequest, say: Callable[[str], None]) -> _J
     source = base.source()
     store = ensure_commit(source, request.remote, say)
     report = request.bump_report or base.root / BUMP_REPORT
-    start, target = bump_ends(report.read_text(encoding="utf-8")) if report.is_file() else (None, None)
+    try:
+        start, target = bump_ends(report.read_text(encoding="utf-8")) if report.is_file() else (None, None)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(REPORT_NOT_UTF8.format(report=shown(report, base.root), byte=exc.object[exc.start])) from None
     if request.bad is None and target is None:
         raise ConfigError(NO_BAD.format(report=shown(report, base.root)))
     bad = str(store.resolve(request.bad).id) if request.bad else str(target)

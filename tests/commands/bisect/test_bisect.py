@@ -212,6 +212,16 @@ def test_bad_input_is_one_line_and_touches_nothing(
     assert not project.submodule.exists() or not any(project.submodule.iterdir())
 
 
+def test_a_bump_report_that_is_not_utf8_is_one_line(project: Project, fork: Fork) -> None:
+    """Before: 'internal error: UnicodeDecodeError', exit 70 (a hostile pass)."""
+    report = project.root / "build" / "bump-report.md"
+    report.parent.mkdir(parents=True)
+    report.write_bytes(b"- To: \xff\xfe\n")
+    r = project.ci("bisect", "--profile", "cpu", "--remote", str(fork.path), "--gate", "route")
+    assert (r.code, r.err) == (2, cli.ERROR.format(message=bisect.REPORT_NOT_UTF8.format(report="build/bump-report.md", byte=0xFF)) + "\n")
+    assert report.read_bytes() == b"- To: \xff\xfe\n"
+
+
 def test_a_bisection_already_under_way_is_refused(project: Project, fork: Fork) -> None:
     assert project.ci("patches", "--remote", str(fork.path)).code == 0
     gitdir = project.root / ".git" / "modules" / "third_party" / "llama.cpp-rocmfpx"
