@@ -41,6 +41,11 @@ SESSION_STEP = "nox -s {session}"
 SKIPPED = "rocm_root: {step}: skipped ({path} exists)"
 INTERRUPTED_BY = "rocm_root: interrupted by {signal}"
 INTERRUPTED = "rocm_root: interrupted"  # Ctrl-C
+# a ROOT that would put the Debian root, its chroot and its binds somewhere they must never go (an unset $ROOT is "")
+EMPTY_ROOT = "ROOT is empty; name a directory of its own for the Debian root (e.g. /srv/rocm-root)"
+HOST_ROOT = "ROOT {root} is this machine's own /; name a directory of its own for the Debian root"
+HOLDS_PROJECT = "ROOT {root} {relation} the project checkout {project}; name a directory outside it"
+NOTHING_AFTER_DASHES = "make takes no arguments after --: {args}"
 
 try:
     from ci.command import Terminated, run, signals_as_interrupt  # the project's one way to run a program, from a checkout
@@ -187,7 +192,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="tools/rocm_root.py", description=__doc__.split("\n\n")[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True)
     make = sub.add_parser("make", help="make or refresh the root")
-    make.add_argument("root", type=Path)
+    make.add_argument("root")
     make.add_argument("--mirror", default=MIRROR, help="the Debian archive (default: %(default)s)")
     make.add_argument("--fork-git", type=Path, help="a local clone of the fork, copied to /src/fork.git for --remote")
     make.add_argument(
@@ -195,7 +200,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     )
     make.add_argument("--dry-run", action="store_true")
     session = sub.add_parser("run", help="run a nox session inside the root")
-    session.add_argument("root", type=Path)
+    session.add_argument("root")
     session.add_argument("session")
     session.add_argument("--dry-run", action="store_true")
     own, rest = (list(argv[: argv.index("--")]), list(argv[argv.index("--") + 1 :])) if "--" in argv else (list(argv), [])
@@ -204,9 +209,30 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
+def root_problem(given: str, root: Path, project: Path) -> str | None:
+    """Why ``root`` (as given, and resolved) cannot be the Debian root: steps write into it, chroot into it and bind
+    /proc and /dev under it, so it must be a directory of its own, neither / nor the project nor around it."""
+    if not given.strip():
+        return EMPTY_ROOT
+    if root == Path(root.anchor):
+        return HOST_ROOT.format(root=given)
+    if root == project or root in project.parents:
+        return HOLDS_PROJECT.format(root=given, relation="is" if root == project else "holds", project=project)
+    if project in root.parents:
+        return HOLDS_PROJECT.format(root=given, relation="is inside", project=project)
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    root = args.root.resolve()
+    root = Path(args.root).resolve()
+    project = (args.project if args.command == "make" else Path(__file__).parents[1]).resolve()
+    problem = root_problem(args.root, root, project)
+    if problem is None and args.command == "make" and args.args:
+        problem = NOTHING_AFTER_DASHES.format(args=" ".join(args.args))
+    if problem is not None:
+        print(ERROR.format(message=problem), file=sys.stderr)
+        return 2
     if args.command == "make":
         steps = make_plan(root, args.project.resolve(), args.mirror, args.fork_git.resolve() if args.fork_git else None)
     else:
@@ -235,6 +261,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(INTERRUPTED, file=sys.stderr)
         return 130
+    except OSError as exc:  # the disk or a copy (resolv.conf, the CA bundle): one line, not a traceback
+        print(ERROR.format(message=f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)), file=sys.stderr)
+        return 1
     return 0
 
 

@@ -207,3 +207,30 @@ def test_a_fork_git_that_is_no_repository_is_named_before_anything_runs(tmp_path
     assert rocm_root.main(["make", str(tmp_path / "root"), "--fork-git", str(tmp_path)]) == 2
     assert capsys.readouterr().err == rocm_root.ERROR.format(message=rocm_root.NOT_A_FORK_CLONE.format(path=tmp_path)) + "\n"
     assert not (tmp_path / "root").exists()
+
+
+PROJECT = SCRIPT.parents[1]
+
+
+@pytest.mark.parametrize(
+    ("command", "given", "message"),
+    [
+        (["make"], "", rocm_root.EMPTY_ROOT),  # an unset $ROOT: debootstrap would have filled the working directory
+        (["make"], "/", rocm_root.HOST_ROOT.format(root="/")),  # apt-get and git config --global on the host itself
+        (["run"], "/", rocm_root.HOST_ROOT.format(root="/")),
+        (["make"], str(PROJECT), rocm_root.HOLDS_PROJECT.format(root=PROJECT, relation="is", project=PROJECT)),
+        (["make"], str(PROJECT.parent), rocm_root.HOLDS_PROJECT.format(root=PROJECT.parent, relation="holds", project=PROJECT)),
+        (["make"], str(PROJECT / "build" / "r"), rocm_root.HOLDS_PROJECT.format(root=PROJECT / "build" / "r", relation="is inside", project=PROJECT)),
+    ],
+)
+def test_a_root_that_is_not_a_directory_of_its_own_is_refused_even_on_a_dry_run(
+    command: list[str], given: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [*command, given] + (["build"] if command == ["run"] else ["--dry-run"])
+    assert rocm_root.main(args) == 2
+    assert capsys.readouterr() == ("", rocm_root.ERROR.format(message=message) + "\n")
+
+
+def test_make_refuses_arguments_after_the_double_dash(capsys: pytest.CaptureFixture[str]) -> None:
+    assert rocm_root.main(["make", "/srv/sid", "--dry-run", "--", "--mirror", "x"]) == 2
+    assert capsys.readouterr().err == rocm_root.ERROR.format(message=rocm_root.NOTHING_AFTER_DASHES.format(args="--mirror x")) + "\n"
