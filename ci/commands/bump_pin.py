@@ -19,7 +19,7 @@ from ci.commands.build import build
 from ci.commands.job import Job, source_of
 from ci.compile.cmake import BuildRequest
 from ci.compile.stage import CurrentBuild
-from ci.errors import GitError, OnebitError, Refused, ToolchainError
+from ci.errors import ConfigError, GitError, OnebitError, Refused, ToolchainError
 from ci.files import all_or_nothing, shown, write_atomic
 from ci.gates.selftest import stale_lines
 from ci.git import is_checked_out
@@ -50,6 +50,7 @@ LISTED = "  {line}"
 SERIES_AT = "bump_pin: patch series at {commit}:"
 DROPPED_LINE = "  {patch}: already upstream, dropped from the series"
 STALE_FAULT = "bump_pin: {fault}; re-aim it in the same PR"
+EMPTY_OPTION = "{flag} is empty; give a value, or leave {flag} out for pins.yaml's"
 NOT_ON_BRANCH = "commit {commit} is not on the pinned branch {branch} ({where}); pin a commit of {branch}"
 ONLY_ON = "it is only on {branches}"
 ON_NO_BRANCH = "no branch reaches it"
@@ -175,6 +176,9 @@ class BumpPlan:
 
 
 def plan(project: Project, pins: pins_mod.Pins, store: ForkStore, request: BumpRequest) -> BumpPlan:
+    for flag, value in (("--branch", request.branch), ("--reference", request.reference)):
+        if value is not None and not value.strip():  # "" was taken as "not given": an unset variable bumped silently
+            raise ConfigError(EMPTY_OPTION.format(flag=flag))
     branch = request.branch or pins.fork.branch
     # "head": the tip of the branch, for the scheduled bump that follows the fork (docs/ci.md)
     commit = store.resolve(str(store.branch_tip(branch)) if request.target.lower() == "head" else request.target)

@@ -98,6 +98,14 @@ def test_bad_commit_ids_get_a_clear_error(project: Project, spec: str, message: 
     assert project.state() == before
 
 
+@pytest.mark.parametrize("flag", ["--branch", "--reference"])
+def test_an_empty_branch_or_reference_is_refused_not_taken_as_the_default(project: Project, flag: str) -> None:
+    before = project.state()
+    r = bump(project, "head", flag, "")
+    assert (r.code, r.err) == (2, cli.ERROR.format(message=bump_pin.EMPTY_OPTION.format(flag=flag)) + "\n")
+    assert project.state() == before
+
+
 def test_a_commit_only_on_a_side_branch_is_refused(project: Project) -> None:
     before = project.state()
     r = bump(project, project.fork.w1[:8])
