@@ -15,8 +15,9 @@ from ci.compile.flags import flags_for, local_flags, one_off_flags, profile_of
 from ci.compile.profiles import Profile
 from ci.compile.stage import CurrentBuild, current_build
 from ci.compile.toolchain import Toolchain
+from ci.errors import ConfigError
 from ci.gates.registry import check_require
-from ci.pin.pins import Pins
+from ci.pin.pins import Pins, target_problem
 from ci.pin.project import Project, find_project
 from ci.source.series import PATCHES_DIR, Series, load_series
 from ci.source.sync import Source
@@ -62,6 +63,9 @@ class Job:
         (cmake-args.local, ONEBIT_CMAKE_ARGS), the toolchain. A command derives it once and hands it on."""
         profile = self.profile(request.profile)
         pins = self.pins
+        for name in request.targets:
+            if (problem := target_problem(name)) is not None:
+                raise ConfigError(f"--target {name}: {problem}")
         return plan(
             profile=profile,
             flags=flags_for(profile, pins, local_flags(self.root, self.env), one_off_flags(request.defines)),

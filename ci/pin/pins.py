@@ -86,6 +86,18 @@ class Fork:
 
 TOOLCHAIN_KEYS = ("cmake", "rocm", "cuda", "cxx", "vulkan")
 VERSION_RE = re.compile(r"^\d+(\.\d+){0,3}$")
+# a build target is a binary of the fork (the gates run it): a name, never a flag; CMake's own targets build none
+TARGET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+META_TARGETS = ("all", "clean", "install", "help", "edit_cache", "rebuild_cache", "list_install_components", "test", "package")
+
+
+def target_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a build target (a binary the gates run), or None."""
+    if not TARGET_NAME.match(name):
+        return f'"{name}" is not a target name (letters, digits, _ . + -; not a flag)'
+    if name in META_TARGETS:
+        return f"\"{name}\" is one of CMake's own targets, not a binary; name the fork's binaries (llama-server, test-backend-ops, ...)"
+    return None
 
 
 @dataclass(frozen=True)
@@ -345,6 +357,9 @@ def _build_config(section: Section | None) -> BuildConfig:
             minimums.append((tool, value))
         toolchain.done()
     targets = section.strings("targets", required=False, default=DEFAULT_TARGETS)
+    for i, name in enumerate(targets):
+        if (problem := target_problem(name)) is not None:
+            raise section.error(problem, f"targets[{i}]")
     section.done()
     return BuildConfig(flags=flags, profile_flags=tuple(per_profile), minimums=tuple(minimums), targets=targets)
 

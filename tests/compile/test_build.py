@@ -18,7 +18,7 @@ from ci.compile import cmake, flags, profiles, rocm, stage, toolchain
 from ci.compile.manifest import DIFFERS, build_key
 from ci.compile.toolchain import Tool, Toolchain, detect
 from ci.files import sha256_file
-from ci.pin.pins import NOT_A_CMAKE_FLAG, BuildConfig, parse
+from ci.pin.pins import NOT_A_CMAKE_FLAG, BuildConfig, parse, target_problem
 from tests.support.build import BuildFork, add_fixture_patch, build_cpu, count_calls, manifest, run_binary
 from tests.support.messages import pattern, said
 from tests.support.patches import add_to_series, make_patch_text
@@ -314,6 +314,15 @@ def test_a_bad_define_is_refused_before_anything_is_touched(build_project: Proje
     assert r.code == 2
     problem = NOT_A_CMAKE_FLAG.format(flag=f"-D{bad}")
     assert r.err.startswith(cli.ERROR.format(message=flags.BAD_FLAG.format(where="-D", problem=problem))), r.err
+    assert (build_project.root / "build" / "cpu" / "build.json").read_bytes() == before
+
+
+def test_a_target_that_is_no_binary_is_refused_before_anything_is_touched(build_project: Project) -> None:
+    """--target clean reached cmake --build: it wiped the build and failed only after CMake had run."""
+    assert build_cpu(build_project).code == 0
+    before = (build_project.root / "build" / "cpu" / "build.json").read_bytes()
+    r = build_cpu(build_project, "--target", "clean")
+    assert (r.code, r.err) == (2, cli.ERROR.format(message=f"--target clean: {target_problem('clean')}") + "\n")
     assert (build_project.root / "build" / "cpu" / "build.json").read_bytes() == before
 
 

@@ -80,6 +80,16 @@ def test_every_error_names_the_file_the_key_and_what_was_expected(old: str, new:
     assert message in error_of(GOOD.replace(old, new))
 
 
+@pytest.mark.parametrize("target", ["clean", "all", "-j999", "--target=x", "llama server"])
+def test_a_build_target_that_is_no_binary_name_is_refused(target: str) -> None:
+    """pins.yaml build.targets reaches cmake --build --target: 'clean' wiped the build, a flag went to the build tool,
+    and either failed only after CMake had run (a hostile pass)."""
+    text = GOOD + f"build:\n  targets: [llama-server, {target!r}]\n"
+    problem = pins.target_problem(target)
+    assert problem is not None
+    assert at("build.targets[1]", problem) in error_of(text)
+
+
 def test_a_missing_key_and_an_unknown_section() -> None:
     assert error_of(GOOD.replace("  branch: main\n", "")) == at("fork.branch", schema.REQUIRED)
     assert unknown("forks", "fork") in error_of(GOOD + "forks: {}\n")
