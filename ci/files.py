@@ -3,17 +3,38 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from serve import bounded
+
+
+def kind_of(path: Path) -> str | None:
+    """Why ``path`` cannot be written over, in serve.bounded's words (a symbolic link, a directory, a device...), or
+    None when nothing is there or a regular file is."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    return bounded.SYMBOLIC_LINK if stat.S_ISLNK(mode) else bounded.NOT_REGULAR.format(kind=bounded.kind(mode))
+
 
 def write_atomic(path: Path, data: bytes | str, *, mode: int | None = None) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same directory and a rename."""
+    """Write ``data`` to ``path`` through a temporary file in the same directory and a rename. A path that is a
+    link, a folder, a device or a pipe is refused (an OSError naming it): the rename would have replaced it, and
+    once replaced /dev/full with a regular file."""
     payload = data.encode() if isinstance(data, str) else data
+    why = kind_of(path)
+    if why is not None:
+        raise OSError(errno.EEXIST, why, str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     if mode is None:
         try:

@@ -38,7 +38,8 @@ class TooLarge(OSError):
     """A file over the limit its reader allows."""
 
 
-def _kind(mode: int) -> str:
+def kind(mode: int) -> str:
+    """What a non-regular file's mode says it is (NOT_REGULAR's kinds)."""
     for test, name in (
         (stat.S_ISDIR, A_DIRECTORY),
         (stat.S_ISFIFO, A_FIFO),
@@ -69,7 +70,7 @@ def read_regular(path: str | os.PathLike[str], limit: int, *, follow: bool = Tru
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise NotARegularFile(errno.EINVAL, NOT_REGULAR.format(kind=_kind(st.st_mode)), name)
+            raise NotARegularFile(errno.EINVAL, NOT_REGULAR.format(kind=kind(st.st_mode)), name)
         if st.st_size > limit:
             raise TooLarge(errno.EFBIG, TOO_LARGE.format(size=st.st_size, limit=_limit_text(limit)), name)
         chunks: list[bytes] = []

@@ -16,6 +16,7 @@ from ci.command import resolve
 from ci.commands import absolute, given, job_of, root_or_cwd, say
 from ci.commands.job import current
 from ci.errors import ConfigError, GateFailed
+from ci.files import kind_of
 from ci.gates import bench, equivalence, perf
 from ci.pin.claims import Check, parse_check
 
@@ -33,7 +34,20 @@ MEASURED = 'measured: "{parts}, {rounds} ({command}, {date}, {host})"'
 METRIC_CHANGE = "{metric} {before:.1f} -> {after:.1f} t/s ({change:+.1f}%)"
 ROUNDS = "median of {rounds} interleaved rounds"
 RECIPE_VERDICT = "bench: recipe {recipe}: {verdict}"  # verdict: the perf gate's message of its claim
+NOT_WRITABLE = "{what} {path}: {why}; give the path of a file, or a new name"
+LOGS_NOT_A_FOLDER = "--logs {logs}: not a folder; name a folder for the servers' logs (made when missing)"
 CLAIM_BROKEN = "bench: recipe {recipe}: its claim no longer holds ({claim}); re-measure it or drop the recipe"
+
+
+def check_outputs(logs: Path, json_out: Path | None) -> None:
+    """Before any round: where the logs, the JSON and its chart go can take them. After a whole run, --json /dev/full
+    had replaced the device with a regular file, and --logs FILE ended in "File exists"."""
+    if logs.exists() and not logs.is_dir():
+        raise ConfigError(LOGS_NOT_A_FOLDER.format(logs=logs))
+    for what, path in (("--json", json_out), ("--json's chart", json_out.with_suffix(".svg") if json_out else None)):
+        why = kind_of(path) if path is not None else None
+        if why is not None:
+            raise ConfigError(NOT_WRITABLE.format(what=what, path=path, why=why))
 
 
 def main(args: argparse.Namespace) -> int:
@@ -52,6 +66,7 @@ def main(args: argparse.Namespace) -> int:
         prompt_tokens=args.prompt_tokens, context=args.ctx_size, warmup_tokens=args.warmup_tokens,
     )  # fmt: skip
     logs = given(args.logs) or root / "build" / "bench" / "logs"
+    check_outputs(logs, given(args.json))
     if target is not None:
         shown = SHOWN_COMMAND.format(args=shlex.join(sys.argv[sys.argv.index("bench") + 1 :] if "bench" in sys.argv else ["--recipe", args.recipe]))
         return recipe_session(bench_plan, target, logs, given(args.lock), given(args.json), shown)

@@ -7,16 +7,19 @@ import fcntl
 import json
 import os
 import re
+import stat
+import sys
 from pathlib import Path
 
 import pytest
 
-from ci import cli, locks, places, schema
+from ci import cli, files, locks, places, schema
 from ci.commands import bench as bench_command
 from ci.commands import gate_selftest
 from ci.compile import stage
 from ci.errors import ConfigError
 from ci.gates import bench, selftest
+from ci.gates.tinymodels import TinyModels
 from ci.pin import project as pin_project
 from ci.source import series, sync
 from ci.source.series import load_series
@@ -210,3 +213,44 @@ def test_gitmodules_include_is_refused(project: Project, tmp_path: Path) -> None
     include = pin_project.INCLUDE_SECTION.format(file=".gitmodules", line=5)
     assert r.err.splitlines()[0] == cli.ERROR.format(message=include)
     assert "evil.example" not in r.err + r.out
+
+
+def test_an_atomic_write_never_replaces_a_link_a_folder_a_device_or_a_pipe(tmp_path: Path) -> None:
+    """The rename would replace whatever is there: bench --json /dev/full (as root) left a regular file in place of
+    the device (a hostile pass). Each is refused naming the path, and stays what it was."""
+    precious = tmp_path / "precious.json"
+    precious.write_text("{}")
+    link = tmp_path / "link.json"
+    link.symlink_to(precious)
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    folder = tmp_path / "folder.json"
+    folder.mkdir()
+    for path, why in (
+        (link, bounded.SYMBOLIC_LINK),
+        (fifo, bounded.NOT_REGULAR.format(kind=bounded.A_FIFO)),
+        (folder, bounded.NOT_REGULAR.format(kind=bounded.A_DIRECTORY)),
+        (Path("/dev/null"), bounded.NOT_REGULAR.format(kind=bounded.A_CHARACTER_DEVICE)),
+    ):
+        with pytest.raises(OSError, match=re.escape(why)) as exc:
+            files.write_atomic(path, "{}\n")
+        assert exc.value.filename == str(path)
+    assert (link.is_symlink(), stat.S_ISFIFO(fifo.lstat().st_mode), folder.is_dir(), stat.S_ISCHR(os.stat("/dev/null").st_mode)) == (True,) * 4
+    assert precious.read_text() == "{}"
+
+
+def test_bench_names_an_output_it_cannot_write_before_any_round(tiny_models: TinyModels, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    a_file = tmp_path / "logs"
+    a_file.write_text("not a folder")
+    base = ["bench", "-m", str(tiny_models.target), "--llama-server", sys.executable, "--device", "cpu", "--config", "base=", "--config", "b="]
+    fifo_why = bench_command.NOT_WRITABLE.format(what="--json", path=fifo, why=bounded.NOT_REGULAR.format(kind=bounded.A_FIFO))
+    for extra, message in (
+        (["--json", str(fifo)], fifo_why),
+        (["--logs", str(a_file)], bench_command.LOGS_NOT_A_FOLDER.format(logs=a_file)),
+    ):
+        assert cli.main([*base, *extra]) == 2
+        assert capsys.readouterr().err == cli.ERROR.format(message=message) + "\n"
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert a_file.read_text() == "not a folder"
