@@ -103,3 +103,55 @@ def test_a_branch_that_does_not_start_at_the_pin_is_refused(checked_out: Project
     r = project.ci("export-patches", "--branch", "nope")
     assert r.code == 2
     assert export.NO_LOCAL_BRANCH.format(name="third_party/llama.cpp-rocmfpx", branch="nope") in r.err
+
+
+def commit_bytes(project: Project, branch: str, message: str, path: str, data: bytes) -> str:
+    (project.submodule / path).write_bytes(data)
+    repo = pygit2.Repository(str(project.submodule))
+    repo.index.add(path)
+    repo.index.write()
+    ref = f"refs/heads/{branch}"
+    parent = repo.references[ref].target if ref in repo.references else repo.head.target
+    oid = repo.create_commit(ref, signature(1), signature(1), message, repo.index.write_tree(), [parent])
+    repo.set_head(ref)
+    return str(oid)
+
+
+def test_a_crlf_file_comes_back_byte_for_byte_and_one_not_utf8_is_refused_before_patches_is_touched(checked_out: Project) -> None:
+    """git format-patch was read through a text pipe: 0xe9 came back as U+FFFD in the checkout (exit 0), and a CRLF
+    line lost its CR, so the new series no longer applied after patches/ had been rewritten (a hostile pass). A
+    series is UTF-8 text (the series reader), so the latin-1 file is now refused in one line, patches/ untouched."""
+    project = checked_out
+    crlf = b"one\r\ntwo\r\n"
+    commit_bytes(project, "fixes", "docs: a crlf file" + TRAILERS, "crlf.txt", crlf)
+    r = project.ci("export-patches", "--branch", "fixes")
+    assert r.code == 0, r.err
+    assert (project.submodule / "crlf.txt").read_bytes() == crlf
+    before = {p.name: p.read_bytes() for p in (project.root / "patches").iterdir()}
+    subprocess.run(["git", "switch", "-q", "fixes"], cwd=project.submodule, check=True)
+    commit_bytes(project, "fixes", "docs: a latin-1 file" + TRAILERS, "latin.txt", b"caf\xe9\n")
+    r = project.ci("export-patches", "--branch", "fixes")
+    assert r.code == 2, r.out + r.err
+    assert "not UTF-8 text" in r.err
+    assert r.err.count("\n") == 1
+    assert {p.name: p.read_bytes() for p in (project.root / "patches").iterdir()} == before
+    assert (project.submodule / "latin.txt").read_bytes() == b"caf\xe9\n"  # the branch, as it was
+
+
+def test_a_series_that_would_not_apply_is_refused_before_patches_is_touched(checked_out: Project, add_patch: MakePatch) -> None:
+    """A commit adding a symbolic link: the old patches were removed, then the sync refused the new series."""
+    project = checked_out
+    add_patch("old-fix.patch", {"README.md": "old\n"})
+    before = {p.name: p.read_bytes() for p in (project.root / "patches").iterdir()}
+    (project.submodule / "evil").symlink_to("../../../../etc/passwd")
+    repo = pygit2.Repository(str(project.submodule))
+    repo.index.add("evil")
+    repo.index.write()
+    oid = repo.create_commit("refs/heads/fixes", signature(1), signature(1), "add a link" + TRAILERS, repo.index.write_tree(), [repo.head.target])
+    repo.set_head("refs/heads/fixes")
+    r = project.ci("export-patches", "--branch", "fixes")
+    assert r.code == 4, r.out + r.err
+    assert "symbolic link" in r.err
+    assert r.err.count("\n") == 1
+    assert {p.name: p.read_bytes() for p in (project.root / "patches").iterdir()} == before
+    assert str(repo.head.target) == str(oid)
