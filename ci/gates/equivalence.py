@@ -69,6 +69,7 @@ TINY_MODELS = "tiny generated models only"
 GIVEN_MODELS = "given models"
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
+PROMPT_NOT_UTF8 = "--prompts: {path}: not UTF-8 text (byte 0x{byte:02x}); a prompt is UTF-8 text"
 NO_PROMPTS = "{where}: no *.txt prompt files"
 EMPTY_PROMPT = "{where}/{name}.txt: the prompt is empty"
 NOT_GGUF = "{path}: not a GGUF model file ({problem})"
@@ -92,7 +93,14 @@ def load_prompts(directory: Path | None = None) -> tuple[Prompt, ...]:
     else:
         if not directory.is_dir():
             raise ConfigError(f"--prompts {directory}: not a directory")
-        files = [(f.name, read_text(f, CONFIG_LIMIT)) for f in directory.iterdir() if f.suffix == ".txt"]  # each a regular file of bounded size
+        files = []
+        for f in sorted(directory.iterdir()):
+            if f.suffix != ".txt":
+                continue
+            try:
+                files.append((f.name, read_text(f, CONFIG_LIMIT)))  # each a regular file of bounded size
+            except UnicodeDecodeError as exc:
+                raise ConfigError(PROMPT_NOT_UTF8.format(path=f, byte=exc.object[exc.start])) from None
     prompts = tuple(Prompt(name.removesuffix(".txt"), text) for name, text in sorted(files))
     where = directory or "ci/prompts"
     if not prompts:

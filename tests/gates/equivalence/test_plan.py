@@ -90,6 +90,9 @@ def test_committed_prompts_and_a_replacement_directory(tmp_path: Path) -> None:
     empty.mkdir()
     with pytest.raises(ConfigError, match=re.escape(eq.NO_PROMPTS.format(where=empty))):
         eq.load_prompts(empty)
+    (empty / "bytes.txt").write_bytes(b"\xb7 not text")  # before: "internal error: UnicodeDecodeError" (a hostile pass)
+    with pytest.raises(ConfigError, match=re.escape(eq.PROMPT_NOT_UTF8.format(path=empty / "bytes.txt", byte=0xB7))):
+        eq.load_prompts(empty)
 
 
 def test_plan_refuses_bad_options(tiny_models: TinyModels, tmp_path: Path) -> None:
