@@ -107,7 +107,7 @@ def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpa
     p.set_defaults(func=commands["selftest-fault"])
 
     p = command("main-job", "what nox runs by default: verify the pin; build, gate and check shipping where the toolchain is")
-    _profile(p, "the profile (or $ONEBIT_PROFILE)", os.environ.get("ONEBIT_PROFILE", "gfx1151"))
+    p.add_argument("--profile", default=None, help=f"the profile (default: $ONEBIT_PROFILE, else gfx1151): {PROFILES}")
     _remote(p)
 
     p = command("bisect", "name the fork commit that broke a gate: git bisect, each step built incrementally and judged by the one gate")

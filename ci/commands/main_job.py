@@ -8,6 +8,7 @@ handed to every step."""
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 
 from ci.commands import job_of, say
@@ -16,7 +17,9 @@ from ci.commands.gate_selftest import session as selftest_session
 from ci.commands.gpu_tests import TITLE, GpuTestsRequest, run_gates
 from ci.commands.job import Job
 from ci.commands.ship import session as ship_session
+from ci.compile import profiles
 from ci.compile.cmake import BuildRequest
+from ci.compile.profiles import DEFAULT_PROFILE
 from ci.compile.stage import current_build
 from ci.errors import GateFailed, ToolchainError
 from ci.gates.registry import SELFTEST, required
@@ -25,16 +28,19 @@ from ci.pin.verify import verify
 from ci.release import ledger, records
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
+PROFILE_VAR = "ONEBIT_PROFILE"  # the main job's profile when --profile is not given (nox, in CI)
 NO_TOOLCHAIN = "main job: no {profile} toolchain here ({missing})"
 ROUTE_ONLY = "main job: the build and the GPU gates need it; running the gate that needs no GPU: the route tests"
 
 
-def run(job: Job, profile_name: str, remote: str | None, say: Callable[[str], None]) -> int:
+def run(job: Job, profile_name: str, remote: str | None, say: Callable[[str], None], from_env: bool = False) -> int:
+    # before anything runs: a typo is named where it was made, the option or the variable
+    profiles.get(profile_name, f"{PROFILE_VAR}={profile_name}" if from_env else None)
+    profile = job.profile(profile_name)
     check = verify(job.project, job.pins)
     if not check.ok:
         raise check.error()
     say(check.headline())
-    profile = job.profile(profile_name)
     try:
         job.toolchain(profile)
     except ToolchainError as exc:
@@ -62,4 +68,6 @@ def _no_toolchain(job: Job, profile: str, missing: str, say: Callable[[str], Non
 
 
 def main(args: argparse.Namespace) -> int:
-    return run(job_of(args), args.profile, args.remote, say)
+    from_env = args.profile is None and bool(os.environ.get(PROFILE_VAR))
+    name = args.profile or os.environ.get(PROFILE_VAR) or DEFAULT_PROFILE
+    return run(job_of(args), name, args.remote, say, from_env=from_env)

@@ -15,7 +15,8 @@ from ci.schema import did_you_mean
 DEFAULT_PROFILE = "gfx1151"
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
-UNKNOWN_PROFILE = "--profile {name}: unknown profile{suggestion}; known: {known}"
+UNKNOWN_PROFILE = "{given}: unknown profile{suggestion}; known: {known}"  # given: GIVEN_AS or the variable
+GIVEN_AS = "--profile {name}"
 GIVEN_TWICE = "--profiles: {name} given twice"
 NO_PROFILE_GIVEN = "--profiles: no profile given (e.g. --profiles gfx1151,cuda)"
 
@@ -63,11 +64,13 @@ PROFILES: dict[str, Profile] = {
 }
 
 
-def get(name: str) -> Profile:
+def get(name: str, given: str | None = None) -> Profile:
+    """The profile ``name``; a ConfigError naming it as it was given (default ``--profile NAME``) when unknown."""
     try:
         return PROFILES[name]
     except KeyError:
-        raise ConfigError(UNKNOWN_PROFILE.format(name=name, suggestion=did_you_mean(name, PROFILES), known=", ".join(PROFILES))) from None
+        shown = given or GIVEN_AS.format(name=name)
+        raise ConfigError(UNKNOWN_PROFILE.format(given=shown, suggestion=did_you_mean(name, PROFILES), known=", ".join(PROFILES))) from None
 
 
 def runner_labels(profile: Profile) -> list[str]:

@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from ci import cli
 from ci.commands import gpu_tests, main_job
 from ci.commands import ship as ship_command
-from ci.compile import rocm, stage
+from ci.compile import profiles, rocm, stage
 from ci.gates import perf
 from ci.pin import verify
 from ci.release import ledger, records
@@ -27,6 +28,19 @@ def test_without_the_toolchain_it_verifies_and_runs_the_no_gpu_gate(build_projec
     assert "route  passed" in r.out
     (record,) = ledger.read(build_project.root / "build" / "results" / "ledger.jsonl").records
     assert (record.gate, record.verdict, record.build_key) == ("route", "passed", "")
+
+
+def test_an_unknown_profile_from_the_environment_is_named_as_the_variable_before_anything_runs(
+    build_project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: '--profile junk: unknown profile', though no --profile was given, after verify_pin had printed OK."""
+    monkeypatch.setenv(main_job.PROFILE_VAR, "junk")
+    r = build_project.ci("main-job")
+    known = ", ".join(profiles.PROFILES)
+    assert (r.code, r.out) == (2, "")
+    assert r.err == cli.ERROR.format(message=profiles.UNKNOWN_PROFILE.format(given="ONEBIT_PROFILE=junk", suggestion="", known=known)) + "\n"
+    r = build_project.ci("main-job", "--profile", "cdua")  # the option, when given, is what is named
+    assert r.err.startswith(cli.ERROR.format(message=profiles.GIVEN_AS.format(name="cdua")))
 
 
 def test_with_the_toolchain_it_builds_gates_and_checks_shipping(build_project: Project) -> None:

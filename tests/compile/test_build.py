@@ -235,7 +235,7 @@ def test_an_unknown_profile_suggests_one(build_project: Project) -> None:
     r = build_project.ci("build", "--profile", "gfx1115")
     assert r.code == 2
     suggestion = schema.DID_YOU_MEAN.format(choice="gfx1151")
-    assert profiles.UNKNOWN_PROFILE.format(name="gfx1115", suggestion=suggestion, known=", ".join(profiles.PROFILES)) in r.err
+    assert profiles.UNKNOWN_PROFILE.format(given="--profile gfx1115", suggestion=suggestion, known=", ".join(profiles.PROFILES)) in r.err
 
 
 def test_ctrl_c_during_the_compile_leaves_no_manifest_and_no_process(build_project: Project) -> None:

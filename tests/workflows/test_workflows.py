@@ -176,7 +176,7 @@ def test_the_matrix_comes_from_the_profile_table(capsys: pytest.CaptureFixture[s
 @pytest.mark.parametrize(
     ("profiles", "message"),
     [
-        ("gfx1115", UNKNOWN_PROFILE.format(name="gfx1115", suggestion=schema.DID_YOU_MEAN.format(choice="gfx1151"), known=", ".join(PROFILES))),
+        ("gfx1115", UNKNOWN_PROFILE.format(given="--profile gfx1115", suggestion=schema.DID_YOU_MEAN.format(choice="gfx1151"), known=", ".join(PROFILES))),
         ("cuda,cuda", GIVEN_TWICE.format(name="cuda")),
         (" , ", NO_PROFILE_GIVEN),
     ],
