@@ -92,6 +92,7 @@ class Before:
     head: str | None
     index: str
     worktree: str
+    branch: str | None = None  # the branch HEAD was on (refs/heads/...), None when detached
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,8 @@ def prepare(source: Source, store: ForkStore, *, reset: bool = False, series_pla
         return SyncPlan(source, plan, Action.CHECKOUT, None)
     git = Git(source.gitdir, source.workdir)
     head = head_of(git)
-    before = Before(head, git.write_tree(), checkout.worktree_tree(git))
+    branch = git.run("symbolic-ref", "-q", "HEAD", check=False).output.strip() or None
+    before = Before(head, git.write_tree(), checkout.worktree_tree(git), branch)
     target = plan.tree
     if head == source.commit and before.index == target and before.worktree == target:
         return SyncPlan(source, plan, Action.NOTHING, before)
@@ -245,8 +247,12 @@ def _put_back(git: Git, plan: SyncPlan) -> None:
     try:
         git.run("read-tree", "--reset", "-u", before.worktree)  # the files as they were, untracked ones included
         git.run("read-tree", before.index)  # the index as it was, the files left alone
-        if before.head is not None:
+        if before.branch is not None:  # on a branch: HEAD names it again (its ref was never moved)
+            git.run("symbolic-ref", "HEAD", before.branch)
+        elif before.head is not None:
             git.run("update-ref", "--no-deref", "HEAD", before.head)
+        if plan.source.omit:  # read-tree --reset drops the omitted paths' skip-worktree bits: git would see them deleted
+            git.run("sparse-checkout", "reapply")
     except GitError as exc:
         log.error("%s: could not be put back as it was (%s); its files are in the store as tree %s", plan.source.name, exc.message, before.worktree[:12])
 

@@ -377,6 +377,24 @@ def test_a_failure_while_moving_puts_the_checkout_back_as_it_was(project: Projec
     assert (project.submodule / "README.md").read_text() == "changed\n"
 
 
+def test_a_failure_while_moving_keeps_the_branch_and_the_omitted_paths_skipped(project: Project, add_patch: MakePatch, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The put-back detached HEAD from the branch the user was on and dropped the omitted paths' skip-worktree bits,
+    so git status showed models/ and docs/ deleted and a `git commit -a` would have committed that (a hostile pass)."""
+    assert project.ci("patches", *remote(project)).code == 0
+    subprocess.run(["git", "switch", "-q", "-c", "fixes"], cwd=project.submodule, check=True)
+    add_patch("readme.patch", {"README.md": "changed\n"})
+
+    def full_disk(self: object, gitdir: Path) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(gitdir / sync.RECORD))
+
+    monkeypatch.setattr("ci.source.sync.Record.write", full_disk)
+    assert project.ci("patches", "--reset").code == 74
+    assert git(project, "symbolic-ref", "--short", "HEAD").strip() == "fixes"
+    assert git(project, "status", "--porcelain") == ""
+    listed = subprocess.run(["git", "ls-files", "-v", "models", "docs"], cwd=project.submodule, capture_output=True, text=True, check=True)
+    assert listed.stdout.splitlines() == ["S docs/build.md", "S models/ggml-vocab-tiny.gguf"]
+
+
 def test_an_attached_checkout_that_was_never_filled_is_checked_out(project: Project) -> None:
     from ci.source.checkout import attach
     from ci.source.store import ForkStore
