@@ -23,6 +23,7 @@ from ci.release import binding, compile_record, ledger, records, ship
 ON_BUILD = "gpu_tests: {profile} build {key} (pin {pin}, patches {patches}), device {device}"
 GATE_DONE = "gpu_tests: {gate}: {status}: {summary} (ledger line {line})"
 TITLE = "gpu_tests, profile {profile}"  # the job summary's heading
+OUT_ELSEWHERE = "--out {out}: inside build/results/{other}, another run's records; give a folder of your own, or leave --out out"
 
 
 @dataclass(frozen=True)
@@ -43,11 +44,25 @@ def under_test(job: Job, build: CurrentBuild) -> BuildUnderTest:
     )  # fmt: skip
 
 
+def own_out(out: Path | None, results_dir: Path, own: str) -> Path:
+    """Where a run's JSON, JUnit and logs go: ``--out``, else ``results_dir/own``. An ``--out`` inside another
+    folder of ``results_dir`` (another build's records) is refused: its files would be written over."""
+    if out is None:
+        return results_dir / own
+    try:
+        first = out.resolve().relative_to(results_dir.resolve()).parts[:1]
+    except ValueError:
+        return out
+    if first and first[0] != own:
+        raise ConfigError(OUT_ELSEWHERE.format(out=out, other=first[0]))
+    return out
+
+
 def run_gates(job: Job, build: CurrentBuild, request: GpuTestsRequest, say: Callable[[str], None]) -> list[GateResult]:
     manifest = build.manifest
     key = manifest.key
     results_dir = ledger.default_results_dir(job.root)
-    out = request.out or results_dir / key[:12]
+    out = own_out(request.out, results_dir, key[:12])
     out.mkdir(parents=True, exist_ok=True)
     say(ON_BUILD.format(profile=manifest.profile, key=key[:12], pin=manifest.pin_commit[:7], patches=manifest.series_digest[:12], device=manifest.device))
     if not request.gates and compile_record.lacks_device(build, job.profile(manifest.profile).backend):
@@ -84,7 +99,7 @@ def judge_saved_log(job: Job, profile_name: str, log: Path, sql: Path | None, ou
     results_dir = ledger.default_results_dir(job.root)
     records.record(
         result,
-        out or results_dir / "from-log",
+        own_out(out, results_dir, "from-log"),
         {"profile": profile_name, "source": str(log)},
         ledger_path=ledger.ledger_path(results_dir),
         build=ledger.BuildContext(profile=profile_name, device=device),

@@ -82,6 +82,18 @@ def test_from_log_judges_a_saved_capture_with_the_pins_expectation(build_project
     assert done[-1].build_key == ""  # a log from elsewhere never counts for ship
 
 
+def test_an_out_inside_another_runs_records_is_refused_and_nothing_there_is_written_over(build_project: Project) -> None:
+    """--out build/results/<another key> overwrote that build's backend_ops.json and JUnit (a hostile pass)."""
+    other = build_project.root / "build" / "results" / "0123456789ab"
+    other.mkdir(parents=True)
+    (other / "backend_ops.json").write_text("{}")
+    capture = DATA / "h200-cuda0.console.txt"
+    r = build_project.ci("gpu-tests", "--profile", "cuda", "--from-log", str(capture), "--out", str(other))
+    assert (r.code, r.err) == (2, cli.ERROR.format(message=gpu_tests.OUT_ELSEWHERE.format(out=other, other="0123456789ab")) + "\n")
+    assert [p.name for p in other.iterdir()] == ["backend_ops.json"]
+    assert (other / "backend_ops.json").read_text() == "{}"
+
+
 def test_on_github_actions_the_table_goes_to_the_job_summary(build_project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     summary = tmp_path / "step-summary.md"
     summary.write_text("earlier step\n")
