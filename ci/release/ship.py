@@ -255,9 +255,16 @@ serve = ["config/*.json", "release.json"]
 """
 
 
+def release_version(base_version: str, pin: str, key: str) -> str:
+    """``BASE+g<pin7>.b<key8>``: each local segment starts with a letter, so PEP 440 keeps it as written. A segment of
+    digits alone is read as a number (``01281189`` became ``1281189`` in the wheel's name, no longer the key's
+    prefix), which a key or a pin does about one time in 400."""
+    return f"{base_version}+g{pin[:7]}.b{key[:8]}"
+
+
 def build_distribution(manifest: dict[str, Any], dist: Path, base_version: str) -> list[Path]:
     """Wheel and sdist of the serve launcher with the release manifest inside and beside them."""
-    version = f"{base_version}+{manifest['pin']['commit'][:7]}.{manifest['build']['key'][:8]}"
+    version = release_version(base_version, manifest["pin"]["commit"], manifest["build"]["key"])
     with tempfile.TemporaryDirectory(prefix="onebit-ship-") as tmp:
         stage = Path(tmp)
         shutil.copytree(route.launcher_dir(), stage / "serve", ignore=shutil.ignore_patterns(*route.LAUNCHER_SKIPS))

@@ -89,7 +89,7 @@ def test_the_main_job_is_the_whole_pipeline_with_perf_declared_on_a_stand_in_ser
     assert [(rec.gate, rec.verdict) for rec in done] == [("route", "passed"), ("backend_ops", "passed"), ("equivalence", "passed"), ("perf", "passed"), ("ship", "passed")]
     assert {rec.build_key for rec in done} == {key}
     (wheel,) = (project.root / "dist").glob("*.whl")
-    assert f"+{manifest(project)['pin']['commit'][:7]}.{key[:8]}" in wheel.name
+    assert f"+g{manifest(project)['pin']['commit'][:7]}.b{key[:8]}" in wheel.name
 
 
 @pytest.mark.slow
