@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -36,7 +37,8 @@ def launcher_sha256(directory: Path | None = None) -> str:
     records are bound to it, so a launcher edited after the gates ran is not shipped on their evidence."""
     root = directory or launcher_dir()
     digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"):
+    skipped = shutil.ignore_patterns(*LAUNCHER_SKIPS)  # the very filter ship's copytree applies, name by name
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and not any(skipped("", [part]) for part in p.relative_to(root).parts)):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
 

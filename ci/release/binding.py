@@ -12,6 +12,7 @@ its tests ran or a self-test on a user's one-fault file no longer counts.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -33,8 +34,8 @@ BACKEND_OPS = "backend_ops"
 # Messages, shared with the tests that match on them (tests/support/messages.py): why a record does not count
 OTHER_BINARIES = "it judged other binaries (manifest {recorded}, build.json now {current})"
 OTHER_CRITERIA = "it judged other criteria than pins.yaml's and the committed faults' ({changes})"
-CRITERION_CHANGED = "{criterion} {judged}, now {current}"
-ENOUGH_ROUNDS = "at least {rounds}"  # the perf gate's rounds as a criterion  # OTHER_CRITERIA's changes, joined by "; "
+CRITERION_CHANGED = "{criterion} {judged}, now {current}"  # OTHER_CRITERIA's changes, joined by "; "
+ENOUGH_ROUNDS = "at least {rounds}"  # the perf gate's rounds as a criterion
 
 
 def current_criteria(pins: Pins, gate: str, profile: str) -> dict[str, Any]:
@@ -62,6 +63,15 @@ def current_criteria(pins: Pins, gate: str, profile: str) -> dict[str, Any]:
 
         return {"faults_sha256": committed_faults_sha256(profile)}
     return {}
+
+
+CriteriaNow = Callable[[str], Mapping[str, Any]]
+
+
+def criteria_now(pins: Pins, profile: str) -> CriteriaNow:
+    """:func:`current_criteria` of each gate, worked out once: ship judges every record of a gate against the same
+    criteria, and some read files (the launcher's digest, the committed faults)."""
+    return functools.cache(lambda gate: current_criteria(pins, gate, profile))
 
 
 def spec_type_of(pins: Pins) -> str:
@@ -99,9 +109,9 @@ def context_of(pins: Pins, manifest: Manifest) -> ledger.BuildContext:
     )
 
 
-def why_not_counted(record: ledger.Record, manifest: Manifest, pins: Pins) -> str | None:
+def why_not_counted(record: ledger.Record, manifest: Manifest, pins: Pins, now: CriteriaNow | None = None) -> str | None:
     """None when ``record`` judged exactly this build's binaries against today's criteria; else, in a few words, why
-    it does not count."""
+    it does not count. ``now`` gives a gate's criteria today (:func:`criteria_now`: once per gate, not per record)."""
     data = record.data
     recorded = str(data.get("manifest_sha256", ""))
     if not recorded:
@@ -112,7 +122,7 @@ def why_not_counted(record: ledger.Record, manifest: Manifest, pins: Pins) -> st
     server = manifest.binaries.get("llama-server")
     if record.gate == GATE_EQUIVALENCE and server is not None and props.get("llama_server_sha256") != server.sha256:
         return f"it ran llama-server {str(props.get('llama_server_sha256', ''))[:12]}, not the build's {server.sha256[:12]}"
-    want = current_criteria(pins, record.gate, manifest.profile)
+    want = (now or criteria_now(pins, manifest.profile))(record.gate)
     got = data.get("criteria")
     if not isinstance(got, Mapping) or data.get("criteria_sha256") != ledger.criteria_digest(got):
         return "its criteria are missing or do not match their digest"

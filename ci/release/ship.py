@@ -166,8 +166,10 @@ def check(build: CurrentBuild, pins: Pins, results_dir: Path, root: Path) -> Shi
         raise Refused(f"ship: the {profile} build's {name} {what} in {shown(build.build_dir / MANIFEST, root)}{more}: run nox -s build -- --profile {profile}, then the gates")
     ledger = ledger_mod.read(ledger_mod.ledger_path(results_dir), ledger_mod.signing_key())
 
+    now = binding.criteria_now(pins, profile)
+
     def why_not(record: ledger_mod.Record) -> str | None:
-        return binding.why_not_counted(record, build.manifest, pins)
+        return binding.why_not_counted(record, build.manifest, pins, now)
 
     found = standings(ledger, build.key, required(pins), release=pins.equivalence, why_not=why_not)
     return ShipCheck(build.key, build.manifest, found, ledger.notes)
