@@ -17,8 +17,7 @@ from ci.errors import ConfigError, Refused
 from ci.files import all_or_nothing, write_atomic
 from ci.git import Git, head_of, is_checked_out
 from ci.source import sync
-from ci.source.classify import classify
-from ci.source.series import SERIES_FILE, Series, check_paths, load_series, parse_patch, series_text
+from ci.source.series import SERIES_FILE, load_series, parse_patch, series_text
 from ci.source.store import ForkStore
 from ci.words import count
 
@@ -29,6 +28,7 @@ COMMIT_DISPLAY = "commit {commit} ({subject})"
 BACK_TO_SERIES = "git -C {name} switch --detach {commit}, then nox -s patches"
 LEFT_UNCOMMITTED = "export_patches: the checkout has uncommitted changes, so it was left on {branch}; to build the series: {back}"
 BACK_AT_PIN = "{synced} (the checkout is back at the pin; branch {branch} keeps the commits)"
+EMPTY_COMMITS = "{branch}: {commits} commits but {patches} patches: a commit that changes nothing has none; drop it (git rebase -i)"
 WROTE = "export_patches: wrote {patches} from {branch} into patches/ (series rewritten)"
 WROTE_PATCH = "  {patch}"
 REMOVED_PATCH = "  removed {patch}"
@@ -51,43 +51,38 @@ def plan_export(source: sync.Source, directory: Path, branch: str) -> ExportPlan
     if git.run("merge-base", "--is-ancestor", source.commit, ref, check=False).returncode != 0:
         raise Refused(NOT_FROM_PIN.format(branch=branch, commit=source.short))
     commits = git.text("rev-list", "--reverse", "--topo-order", "--parents", f"{source.commit}..{ref}").splitlines()
+    for row in commits:
+        sha, *parents = row.split()
+        if len(parents) != 1:
+            raise Refused(f"commit {sha[:12]} on {branch} is a merge; a series is linear: rebase the branch")
+    subjects = git.run("log", "--reverse", "--topo-order", "--format=%s", f"{source.commit}..{ref}").output.splitlines()
     files: list[tuple[str, bytes]] = []
     series_file = directory / SERIES_FILE
     old_text = series_file.read_text(encoding="utf-8") if series_file.is_file() else ""
     with tempfile.TemporaryDirectory(prefix="onebit-export-") as tmp:
+        # git writes the patches itself, byte for byte, one file a commit in the branch's order (0001-..., a linear
+        # range): read through a text pipe, a CR or a byte that is not UTF-8 came back changed (U+FFFD for 0xe9)
+        written = Path(tmp) / "format-patch"
+        git.run("format-patch", "--no-numbered", "--no-signature", "--zero-commit", "-o", written, f"{source.commit}..{ref}")
+        patches = sorted(written.iterdir()) if written.is_dir() else []
+        if len(patches) != len(commits):  # format-patch leaves out a commit that changes nothing
+            raise Refused(EMPTY_COMMITS.format(branch=branch, patches=len(patches), commits=len(commits)))
         staged = Path(tmp) / directory.name
         staged.mkdir()
-        for i, row in enumerate(commits):
-            sha, *parents = row.split()
-            subject = git.text("log", "-1", "--format=%s", sha)
-            if len(parents) != 1:
-                raise Refused(f"commit {sha[:12]} on {branch} is a merge; a series is linear: rebase the branch")
-            # git writes the patch itself, byte for byte: read through a text pipe, a CR or a byte that is not UTF-8
-            # in the fork's files came back changed (the checkout then held U+FFFD where the branch held 0xe9)
-            out = Path(tmp) / f"commit-{i}"
-            git.run("format-patch", "-1", "--no-signature", "--zero-commit", "-o", out, sha)
-            (written,) = out.iterdir()
-            data = written.read_bytes()
+        for row, subject, patch in zip(commits, subjects, patches, strict=True):
+            data = patch.read_bytes()
             name = _unique(slug(subject), {n for n, _ in files})
             (staged / name).write_bytes(data)
-            parse_patch(staged / name, COMMIT_DISPLAY.format(commit=sha[:12], subject=subject))
+            parse_patch(staged / name, COMMIT_DISPLAY.format(commit=row[:12], subject=subject))
             files.append((name, data))
         names = [n for n, _ in files]
         new_text = series_text(names, old_text)
         (staged / SERIES_FILE).write_text(new_text, encoding="utf-8")
-        _applies_at_the_pin(source, load_series(staged))
+        # the new series as the next sync will judge it, before patches/ is touched: before, this came after the
+        # write and left patches/ rewritten with a series that did not apply
+        sync.judge_series(replace(source, series=load_series(staged)), ForkStore.open(source.gitdir), None)
     old = load_series(directory)
     return ExportPlan(tuple(files), tuple(n for n in old.names if n not in names), new_text)
-
-
-def _applies_at_the_pin(source: sync.Source, series: Series) -> None:
-    """The new series as the next sync will judge it, before patches/ is touched: its paths (no link, nothing
-    outside the fork, nothing omitted) and every patch applying at the pin. Before, these came after the write and
-    left patches/ rewritten with a series that did not apply."""
-    check_paths(series, ForkStore.open(source.gitdir).tree_of(source.commit), None, source.omit)
-    plan = classify(source.gitdir, source.commit, series)
-    if not plan.clean:
-        raise Refused(sync.SERIES_DOES_NOT_APPLY.format(listing=plan.not_applying()))
 
 
 def write_export(directory: Path, plan: ExportPlan) -> None:

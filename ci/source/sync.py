@@ -157,13 +157,20 @@ def ensure_commit(source: Source, remote: str | None, say: Callable[[str], None]
 # -- 2. decide ------------------------------------------------------------------------------------------------------
 
 
-def prepare(source: Source, store: ForkStore, *, reset: bool = False, series_plan: SeriesPlan | None = None) -> SyncPlan:
-    """What :func:`execute` will do; a Refused (nothing written) when the series does not apply or the checkout
-    holds changes this tool did not make."""
-    check_paths(source.series, store.tree_of(source.commit), source.workdir if source.workdir.is_dir() else None, source.omit)
+def judge_series(source: Source, store: ForkStore, workdir: Path | None, series_plan: SeriesPlan | None = None) -> SeriesPlan:
+    """``source.series`` at the pin, as a sync needs it: its paths (no link, nothing outside the fork or omitted) and
+    every patch applying; a Refused naming what does not, before anything is written (export_patches asks too)."""
+    check_paths(source.series, store.tree_of(source.commit), workdir, source.omit)
     plan = series_plan or classify(source.gitdir, source.commit, source.series)
     if not plan.clean:
         raise Refused(SERIES_DOES_NOT_APPLY.format(listing=plan.not_applying()))
+    return plan
+
+
+def prepare(source: Source, store: ForkStore, *, reset: bool = False, series_plan: SeriesPlan | None = None) -> SyncPlan:
+    """What :func:`execute` will do; a Refused (nothing written) when the series does not apply or the checkout
+    holds changes this tool did not make."""
+    plan = judge_series(source, store, source.workdir if source.workdir.is_dir() else None, series_plan)
     if not is_checked_out(source.workdir):
         return SyncPlan(source, plan, Action.CHECKOUT, None)
     git = Git(source.gitdir, source.workdir)
