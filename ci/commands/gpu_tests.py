@@ -95,11 +95,12 @@ def run_gates(job: Job, build: CurrentBuild, request: GpuTestsRequest, say: Call
 def judge_saved_log(job: Job, profile_name: str, log: Path, sql: Path | None, out: Path | None) -> GateResult:
     """``gpu_tests --from-log``: a GPU box's saved console log judged here against the pin, and recorded."""
     device = job.profile(profile_name).device
-    result = backend_ops.judge_log(log, device, job.pins.expected_cases(), job.pins.fork.commit, False, "", sql_path=sql)
     results_dir = ledger.default_results_dir(job.root)
+    where = own_out(out, results_dir, "from-log")  # refused before the log is judged
+    result = backend_ops.judge_log(log, device, job.pins.expected_cases(), job.pins.fork.commit, False, "", sql_path=sql)
     records.record(
         result,
-        own_out(out, results_dir, "from-log"),
+        where,
         {"profile": profile_name, "source": str(log)},
         ledger_path=ledger.ledger_path(results_dir),
         build=ledger.BuildContext(profile=profile_name, device=device),

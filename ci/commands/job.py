@@ -47,8 +47,8 @@ class Job:
         """What the submodule's checkout must be: the pin with the series on top."""
         return source_of(self.project, self.pins, self.series)
 
-    def profile(self, name: str) -> Profile:
-        return profile_of(name, self.pins)
+    def profile(self, name: str, given: str | None = None) -> Profile:
+        return profile_of(name, self.pins, given)
 
     def toolchain(self, profile: Profile) -> Toolchain:
         if profile.name not in self._toolchains:

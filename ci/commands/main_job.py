@@ -8,7 +8,6 @@ handed to every step."""
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
 
 from ci.commands import job_of, say
@@ -17,7 +16,6 @@ from ci.commands.gate_selftest import session as selftest_session
 from ci.commands.gpu_tests import TITLE, GpuTestsRequest, run_gates
 from ci.commands.job import Job
 from ci.commands.ship import session as ship_session
-from ci.compile import profiles
 from ci.compile.cmake import BuildRequest
 from ci.compile.profiles import DEFAULT_PROFILE
 from ci.compile.stage import current_build
@@ -35,8 +33,7 @@ ROUTE_ONLY = "main job: the build and the GPU gates need it; running the gate th
 
 def run(job: Job, profile_name: str, remote: str | None, say: Callable[[str], None], from_env: bool = False) -> int:
     # before anything runs: a typo is named where it was made, the option or the variable
-    profiles.get(profile_name, f"{PROFILE_VAR}={profile_name}" if from_env else None)
-    profile = job.profile(profile_name)
+    profile = job.profile(profile_name, f"{PROFILE_VAR}={profile_name}" if from_env else None)
     check = verify(job.project, job.pins)
     if not check.ok:
         raise check.error()
@@ -68,6 +65,6 @@ def _no_toolchain(job: Job, profile: str, missing: str, say: Callable[[str], Non
 
 
 def main(args: argparse.Namespace) -> int:
-    from_env = args.profile is None and bool(os.environ.get(PROFILE_VAR))
-    name = args.profile or os.environ.get(PROFILE_VAR) or DEFAULT_PROFILE
-    return run(job_of(args), name, args.remote, say, from_env=from_env)
+    job = job_of(args)
+    from_env = args.profile is None and bool(job.env.get(PROFILE_VAR))
+    return run(job, args.profile or job.env.get(PROFILE_VAR) or DEFAULT_PROFILE, args.remote, say, from_env=from_env)

@@ -119,12 +119,13 @@ def _checked(flags: tuple[str, ...], where: str) -> tuple[str, ...]:
     return flags
 
 
-def profile_of(name: str, pins: Pins) -> Profile:
-    """The profile ``name``; also checks pins.yaml's per-profile flags name known profiles."""
+def profile_of(name: str, pins: Pins, given: str | None = None) -> Profile:
+    """The profile ``name`` (named as ``given`` when unknown: profiles.get); also checks pins.yaml's per-profile flags
+    name known profiles."""
     for key, _ in pins.build.profile_flags:
         if key not in PROFILES:
             raise ConfigError(f"pins.yaml: build.profiles.{key}: unknown profile{did_you_mean(key, PROFILES)}; known: {', '.join(PROFILES)}")
-    return profiles.get(name)
+    return profiles.get(name, given)
 
 
 def flags_for(profile: Profile, pins: Pins, local: tuple[str, ...], one_off: tuple[str, ...] = ()) -> Flags:
