@@ -8,11 +8,18 @@ only earlier stages and the edges (``ci/*.py``); ``ci/cli.py`` parses and dispat
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ci.errors import ConfigError
+
 if TYPE_CHECKING:
     from ci.commands.job import Job
+
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+NOT_A_FOLDER = "{flag} {path}: not a folder{above}; name a folder for {what} (made when missing)"
+ABOVE = " ({file} is there, and is not one)"  # NOT_A_FOLDER's above, when a file above the path is the problem
 
 
 def say(line: str) -> None:
@@ -22,6 +29,24 @@ def say(line: str) -> None:
 def given(value: str | None) -> Path | None:
     """A path as given: messages name it the way the user wrote it."""
     return Path(value) if value else None
+
+
+def folder(value: str | None, flag: str, what: str) -> Path | None:
+    """:func:`given`, for a flag that names a folder to write ``what`` in: checked by :func:`a_folder`."""
+    return a_folder(Path(value), flag, what) if value else None
+
+
+def a_folder(path: Path, flag: str, what: str) -> Path:
+    """``path``, a folder to write ``what`` in (made when missing); refused in one line naming ``flag`` when a file
+    (or anything but a folder) is there or above it. Checked before anything runs: ``--out FILE`` once ran a whole
+    gate and then said only "FILE/equivalence-logs: Not a directory"."""
+    for place in (path, *path.parents):
+        if os.path.isdir(place):  # follows a link to a folder, as mkdir does
+            return path
+        if os.path.lexists(place):
+            above = "" if place == path else ABOVE.format(file=place)
+            raise ConfigError(NOT_A_FOLDER.format(flag=flag, path=path, above=above, what=what))
+    return path
 
 
 def absolute(value: str | None) -> Path | None:
@@ -41,7 +66,6 @@ def job_of(args: argparse.Namespace) -> Job:
 
 def root_or_cwd(args: argparse.Namespace) -> Path:
     """The project's root, or the working directory outside a project."""
-    from ci.errors import ConfigError
     from ci.pin.project import find_project
 
     try:

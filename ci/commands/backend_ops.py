@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci.commands import given, job_of, say
+from ci.commands import a_folder, given, job_of, say
 from ci.commands.job import Job
 from ci.errors import ConfigError
 from ci.gates import backend_ops
@@ -79,7 +79,7 @@ def backend_ops_session(find: Callable[[], Job], request: BackendOpsRequest, say
     if request.timeout <= 0:
         raise ConfigError(backend_ops.BAD_TIMEOUT.format(timeout=request.timeout))
     dirty = backend_ops.DirtyRule(request.dirty) if request.dirty else None
-    out = request.out or (root or Path.cwd()) / "build" / "gates"
+    out = a_folder(request.out or (root or Path.cwd()) / "build" / "gates", "--out", "the gate's JSON, JUnit and logs")
     if request.from_log:
         result = backend_ops.judge_log(request.from_log, request.device, expected, pinned, request.patched, request.build_key, dirty=dirty, sql_path=request.from_sql)
     else:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ci.command import resolve
-from ci.commands import absolute, given, job_of, root_or_cwd, say
+from ci.commands import a_folder, absolute, given, job_of, root_or_cwd, say
 from ci.commands.job import current
 from ci.errors import ConfigError, GateFailed
 from ci.files import kind_of
@@ -35,15 +35,13 @@ METRIC_CHANGE = "{metric} {before:.1f} -> {after:.1f} t/s ({change:+.1f}%)"
 ROUNDS = "median of {rounds} interleaved rounds"
 RECIPE_VERDICT = "bench: recipe {recipe}: {verdict}"  # verdict: the perf gate's message of its claim
 NOT_WRITABLE = "{what} {path}: {why}; give the path of a file, or a new name"
-LOGS_NOT_A_FOLDER = "--logs {logs}: not a folder; name a folder for the servers' logs (made when missing)"
 CLAIM_BROKEN = "bench: recipe {recipe}: its claim no longer holds ({claim}); re-measure it or drop the recipe"
 
 
 def check_outputs(logs: Path, json_out: Path | None) -> None:
     """Before any round: where the logs, the JSON and its chart go can take them. After a whole run, --json /dev/full
     had replaced the device with a regular file, and --logs FILE ended in "File exists"."""
-    if logs.exists() and not logs.is_dir():
-        raise ConfigError(LOGS_NOT_A_FOLDER.format(logs=logs))
+    a_folder(logs, "--logs", "the servers' logs")
     for what, path in (("--json", json_out), ("--json's chart", json_out.with_suffix(".svg") if json_out else None)):
         why = kind_of(path) if path is not None else None
         if why is not None:

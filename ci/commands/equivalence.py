@@ -6,24 +6,24 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ci.commands import given, root_or_cwd, say
+from ci.commands import a_folder, given, root_or_cwd, say
 from ci.gates import equivalence
 from ci.gates.tinymodels import write_tiny_models
 from ci.release import records
 
 
 def main(args: argparse.Namespace) -> int:
+    out = a_folder(given(args.out) or root_or_cwd(args) / "build" / "gates", "--out", "the gate's JSON, JUnit and server logs")
     prompts = equivalence.load_prompts(Path(args.prompts)) if args.prompts else None
     equivalence_plan = equivalence.plan(
         model=Path(args.model), drafter=Path(args.drafter), llama_server=args.llama_server, spec_type=args.spec_type,
         prompts=prompts, tokens=args.tokens, near_tie=args.near_tie, device=args.device, context=args.ctx_size, build_key=args.build_key,
     )  # fmt: skip
-    out = given(args.out) or root_or_cwd(args) / "build" / "gates"
     return records.one_gate(equivalence.run(equivalence_plan, out / "equivalence-logs"), out, say)
 
 
 def tiny_models(args: argparse.Namespace) -> int:
-    models = write_tiny_models(Path(args.out))
+    models = write_tiny_models(a_folder(Path(args.out), "--out", "the tiny models"))
     say(f"tiny-models: wrote {models.target.name}, {models.near_drafter.name} (the default drafter), {models.drafter.name} and {models.other_target.name} in {args.out}")
     say(models.describe())
     return 0

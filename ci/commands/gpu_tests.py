@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ci.commands import absolute, given, job_of, say
+from ci.commands import absolute, folder, given, job_of, say
 from ci.commands.job import Job, current
 from ci.compile.stage import CurrentBuild
 from ci.errors import ConfigError
@@ -109,9 +109,10 @@ def judge_saved_log(job: Job, profile_name: str, log: Path, sql: Path | None, ou
 
 
 def main(args: argparse.Namespace) -> int:
+    out = folder(args.out, "--out", "the JSON, JUnit and logs")
     job = job_of(args)
     if args.from_log:
-        done = [judge_saved_log(job, args.profile, Path(args.from_log), given(args.from_sql), given(args.out))]
+        done = [judge_saved_log(job, args.profile, Path(args.from_log), given(args.from_sql), out)]
     else:
         if (args.model is None) != (args.drafter is None):
             raise ConfigError("--model and --drafter go together (the equivalence gate's target and drafter)")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ci import cli, files, locks, places, schema
+from ci import cli, commands, files, locks, places, schema
 from ci.commands import bench as bench_command
 from ci.commands import gate_selftest
 from ci.compile import stage
@@ -248,9 +248,48 @@ def test_bench_names_an_output_it_cannot_write_before_any_round(tiny_models: Tin
     fifo_why = bench_command.NOT_WRITABLE.format(what="--json", path=fifo, why=bounded.NOT_REGULAR.format(kind=bounded.A_FIFO))
     for extra, message in (
         (["--json", str(fifo)], fifo_why),
-        (["--logs", str(a_file)], bench_command.LOGS_NOT_A_FOLDER.format(logs=a_file)),
+        (["--logs", str(a_file)], commands.NOT_A_FOLDER.format(flag="--logs", path=a_file, above="", what="the servers' logs")),
     ):
         assert cli.main([*base, *extra]) == 2
         assert capsys.readouterr().err == cli.ERROR.format(message=message) + "\n"
     assert stat.S_ISFIFO(fifo.lstat().st_mode)
     assert a_file.read_text() == "not a folder"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["equivalence", "--model", "{target}", "--drafter", "{target}", "--llama-server", sys.executable, "--device", "cpu"],
+        ["backend-ops", "--device", "CPU", "--expect", "GATED_DELTA_NET=36", "--pinned-commit", "none", "--from-log", "{log}"],
+        ["tiny-models"],
+    ],
+    ids=["equivalence", "backend-ops", "tiny-models"],
+)
+@pytest.mark.parametrize("below", [False, True], ids=["the-file", "below-it"])
+def test_an_out_folder_that_is_a_file_is_named_before_anything_runs(
+    tiny_models: TinyModels, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str], below: bool
+) -> None:
+    log = tmp_path / "saved.console.txt"
+    log.write_text("not judged\n")
+    a_file = tmp_path / "out.txt"
+    a_file.write_text("someone's file")
+    out = a_file / "gates" if below else a_file
+    argv = [part.format(target=tiny_models.target, log=log) for part in command]
+    assert cli.main([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    above = commands.ABOVE.format(file=a_file) if below else ""
+    assert said(cli.ERROR.format(message=commands.NOT_A_FOLDER), err, flag="--out", path=out, above=above), err
+    assert len(err.splitlines()) == 1, err
+    assert a_file.read_text() == "someone's file"
+
+
+def test_gpu_tests_names_an_out_folder_that_is_a_file_before_the_log_is_judged(project: Project, tmp_path: Path) -> None:
+    log = tmp_path / "saved.console.txt"
+    log.write_text("not judged\n")
+    a_file = tmp_path / "out.txt"
+    a_file.write_text("someone's file")
+    r = project.ci("gpu-tests", "--profile", "cpu", "--from-log", str(log), "--out", str(a_file))
+    assert r.code == 2, r.err
+    assert said(cli.ERROR.format(message=commands.NOT_A_FOLDER), r.err, flag="--out", path=a_file, above="")
+    assert not (project.root / "build" / "results" / "ledger.jsonl").exists()
+    assert a_file.read_text() == "someone's file"
