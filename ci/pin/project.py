@@ -17,6 +17,7 @@ GITLINK_MODE = pygit2.enums.FileMode.COMMIT
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 INCLUDE_SECTION = "{file}:{line}: an [include] section: git ignores it in .gitmodules and libgit2 does not; write the submodule here"
+PATH_TWICE = '{file}: declares path {path} twice, in [submodule "{first}"] and [submodule "{second}"]; keep one of the two sections'
 NOT_FOUND_ABOVE = "{file}: not found in {here} or above; run from the onebit-ci checkout"
 
 
@@ -114,6 +115,8 @@ def read_gitmodules(path: Path) -> dict[str, Submodule]:
         p = values.get("path")
         if p is None:
             raise ConfigError(f'{path.name}: submodule "{name}": has no path')
+        if p in out:  # else the second section would stand for the path, its missing keys read as None
+            raise ConfigError(PATH_TWICE.format(file=path.name, path=p, first=out[p].name, second=name))
         out[p] = Submodule(name=name, path=p, url=values.get("url"), branch=values.get("branch"))
     return out
 

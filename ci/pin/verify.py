@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ci.errors import ConfigError, OnebitError
 from ci.git import Git, head_of, is_checked_out
 from ci.pin.pins import Pins
-from ci.pin.project import Project, gitlink, read_gitmodules
+from ci.pin.project import Project, Submodule, gitlink, read_gitmodules
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 VERIFIED = "verify_pin: OK: pins.yaml, .gitmodules and the gitlink agree on {commit} ({reference}, {branch})"
@@ -54,20 +54,21 @@ def verify(project: Project, pins: Pins | None = None, *, checkout_head: bool = 
             return PinCheck(None, (exc.message,))
     fork = pins.fork
     try:
-        subs = read_gitmodules(project.gitmodules_path)
+        subs: dict[str, Submodule] | None = read_gitmodules(project.gitmodules_path)
     except OnebitError as exc:
         problems.append(exc.message)
-        subs = {}
-    sub = subs.get(pins.submodule)
+        subs = None  # its problem is named: not also "no submodule with path"
     if not project.gitmodules_path.is_file():
         problems.append(GITMODULES_MISSING.format(path=pins.submodule))
-    elif sub is None:
-        problems.append(f".gitmodules: no submodule with path {pins.submodule} (pins.yaml: submodule)")
-    else:
-        if sub.url != fork.url:
-            problems.append(URL_DISAGREES.format(name=sub.name, url=sub.url, pinned=fork.url))
-        if sub.branch != fork.branch:
-            problems.append(BRANCH_DISAGREES.format(name=sub.name, branch=sub.branch, pinned=fork.branch))
+    elif subs is not None:
+        sub = subs.get(pins.submodule)
+        if sub is None:
+            problems.append(f".gitmodules: no submodule with path {pins.submodule} (pins.yaml: submodule)")
+        else:
+            if sub.url != fork.url:
+                problems.append(URL_DISAGREES.format(name=sub.name, url=sub.url, pinned=fork.url))
+            if sub.branch != fork.branch:
+                problems.append(BRANCH_DISAGREES.format(name=sub.name, branch=sub.branch, pinned=fork.branch))
     try:
         index = project.repo().index
         link = gitlink(index, pins.submodule)

@@ -16,6 +16,7 @@ from ci import cli, schema
 from ci.errors import ServerFailed
 from ci.gates import backend_ops_judge, llama
 from ci.gates.llama import LlamaServer, ServerLaunch
+from ci.pin import project as pin_project
 from ci.release import records
 from ci.source import series as series_file
 from ci.source import sync
@@ -94,6 +95,19 @@ def test_gitmodules(project: Project, kind: str) -> None:
     assert r.code == 2
     assert ".gitmodules" in r.err
     assert path.read_bytes() == content
+
+
+def test_gitmodules_with_two_sections_for_one_path_names_both(project: Project) -> None:
+    path = project.root / ".gitmodules"
+    good = path.read_text()
+    url = next(line.split("=", 1)[1].strip() for line in good.splitlines() if line.strip().startswith("url"))
+    content = good + f'[submodule "llama.cpp"]\n\tpath = third_party/llama.cpp-rocmfpx\n\turl = {url}\n'
+    path.write_text(content)
+    r = project.ci("verify-pin")
+    line = one_error_line(Outcome(r.code, r.out, r.err), cli.ERROR.format(message=""), ".gitmodules")
+    twice = pin_project.PATH_TWICE.format(file=".gitmodules", path="third_party/llama.cpp-rocmfpx", first="third_party/llama.cpp-rocmfpx", second="llama.cpp")
+    assert r.err == cli.ERROR.format(message=twice) + "\n", line
+    assert path.read_text() == content
 
 
 def series(kind: str) -> bytes:
