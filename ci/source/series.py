@@ -32,6 +32,7 @@ PATH_LINE_RE = re.compile(r"^(?:diff --git a/(\S+) b/(\S+)|--- (?:a/)?(\S+)|\+\+
 SERIES_NOT_REGULAR = "{series}: {kind}; the series must be a regular file listing patch names (or absent: no patches)"
 A_SYMBOLIC_LINK = "a symbolic link"  # SERIES_NOT_REGULAR's kind of a link (its others: serve.bounded's)
 SERIES_NOT_UTF8 = "{series}:{line}: not UTF-8 text (byte 0x{byte:02x}); the series file lists patch names, one a line"
+BYTE_ORDER_MARK = "{series}:{line}: starts with a byte-order mark (U+FEFF, which some editors add); save the series without one"
 NOT_A_PATCH_NAME = '{series}:{line}: "{patch}" is not a patch file name (NAME.patch, in {directory}/)'
 LISTED_TWICE = '{series}:{line}: "{patch}" is listed twice'
 NOT_IN_DIRECTORY = "{series}:{line}: {patch} {what} in {directory}/; add it or remove the line"
@@ -127,6 +128,9 @@ def load_series(directory: Path) -> Series:
         raise ConfigError(SERIES_NOT_UTF8.format(series=rel, line=at, byte=exc.object[exc.start])) from None
     except OSError as exc:
         raise ConfigError(f"{rel}: cannot be read ({exc.strerror})") from None
+    for n, raw_line in enumerate(text.splitlines(), 1):  # invisible, and no whitespace to strip: "\ufefffix.patch" was a missing patch
+        if raw_line.lstrip().startswith("\ufeff"):
+            raise ConfigError(BYTE_ORDER_MARK.format(series=rel, line=n))
     for n, line in series_entries(text):
         if "/" in line or not line.endswith(".patch"):
             raise ConfigError(NOT_A_PATCH_NAME.format(series=rel, line=n, patch=line, directory=directory.name))

@@ -135,6 +135,19 @@ def test_patch_series(project: Project, add_patch: MakePatch, kind: str) -> None
     assert path.read_bytes() == content
 
 
+@pytest.mark.parametrize("first", ["a-comment", "a-patch"])
+def test_a_series_with_a_byte_order_mark_is_named_as_such(project: Project, add_patch: MakePatch, first: str) -> None:
+    add_patch("fix.patch", {"ggml/src/delta.c": DELTA_AT_C1.replace("x + 1;", "x + 100;")})
+    path = project.root / "patches" / "series"
+    listed = path.read_bytes() if first == "a-comment" else b"fix.patch\n"
+    content = b"\xef\xbb\xbf" + listed  # an editor's UTF-8 BOM: quilt reads the first line as "\ufefffix.patch", a missing file
+    path.write_bytes(content)
+    r = project.ci("patches", "--check", "--remote", str(project.fork.path))
+    line = one_error_line(Outcome(r.code, r.out, r.err), cli.ERROR.format(message=""), "patches/series")
+    assert line == cli.ERROR.format(message=series_file.BYTE_ORDER_MARK.format(series="patches/series", line=1))
+    assert path.read_bytes() == content
+
+
 def patch_file(kind: str, good: bytes) -> bytes:
     return {
         "empty": b"",
