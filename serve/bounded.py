@@ -12,6 +12,8 @@ import os
 import stat
 from pathlib import Path
 
+from serve.errors import NO_SUCH_FILE, NOT_A_FILE
+
 MiB = 1 << 20
 CONFIG_LIMIT = 16 * MiB  # pins.yaml, .gitmodules, recipes, faults, build.json, a ledger head, a server answer
 LOG_LIMIT = 1024 * MiB  # a test-backend-ops console or sql log (the 100 MB benchmark is a tenth of it)
@@ -86,6 +88,18 @@ def read_regular(path: str | os.PathLike[str], limit: int, *, follow: bool = Tru
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def not_a_file(path: str, what: str) -> str | None:
+    """Why ``path`` names no file to read as ``what`` (serve.errors' NO_SUCH_FILE or NOT_A_FILE), looked at without
+    opening it (a FIFO would be waited on); None for a regular file, or for one whose reader will name the problem."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return NO_SUCH_FILE
+    except OSError:  # a permission or a link loop: the reader's own line says which
+        return None
+    return None if stat.S_ISREG(mode) else NOT_A_FILE.format(kind=kind(mode), what=what)
 
 
 def read_text(path: str | os.PathLike[str], limit: int, *, follow: bool = True, errors: str = "strict") -> str:

@@ -22,7 +22,20 @@ from pathlib import Path
 from typing import NoReturn, TextIO
 
 from serve import gated, launch, recipes, server
-from serve.errors import NoBuild, Refused, ServeError, UsageError, did_you_mean
+from serve.bounded import not_a_file
+from serve.errors import (
+    A_GGUF_FILE,
+    A_RECIPES_FILE,
+    FLAG_PATH,
+    LLAMA_SERVER,
+    FileProblem,
+    NoBuild,
+    NoServer,
+    Refused,
+    ServeError,
+    UsageError,
+    did_you_mean,
+)
 from serve.facts import read_facts
 from serve.route import DEVICE_CHOICES, EMPTY_PATH, RouteDecision, RouteOptions, check_options, route
 
@@ -129,6 +142,29 @@ def _summary(decision: RouteDecision, facts_lines: Sequence[str], source: str, d
     print((WOULD_RUN if dry_run else RUNNING).format(command=shlex.join(decision.argv)), file=err)
 
 
+def check_paths(ns: argparse.Namespace) -> None:
+    """Every path flag through one check, before any file is read: given as "", missing, a directory, a FIFO or a
+    device, it is named with its flag in one line (``--llama-server DIR`` said "no such file", and each reader had
+    words of its own)."""
+    for flag, value, what in (
+        ("-m", ns.model, A_GGUF_FILE),
+        ("--dflash", ns.dflash, A_GGUF_FILE),
+        ("--mtp", ns.mtp, A_GGUF_FILE),
+        ("--recipes", ns.recipes, A_RECIPES_FILE),
+        ("--llama-server", ns.llama_server, LLAMA_SERVER),
+    ):
+        if value is None:
+            continue
+        if value == "":
+            raise UsageError(EMPTY_PATH.format(what=what), flag)
+        if flag == "--llama-server" and not server.is_path(value):
+            continue  # a name, looked up on PATH by server.from_option
+        problem = not_a_file(value, what)
+        if problem is not None:
+            error = NoServer if flag == "--llama-server" else FileProblem
+            raise error(problem, FLAG_PATH.format(flag=flag, path=value))
+
+
 def serve(argv: Sequence[str], environ: Mapping[str, str], cwd: Path, out: TextIO, err: TextIO) -> int:
     ns, extra = _options(parser(), argv)
     options = RouteOptions(
@@ -146,9 +182,7 @@ def serve(argv: Sequence[str], environ: Mapping[str, str], cwd: Path, out: TextI
         extra=extra,
     )
     check_options(options)
-    for flag, value, what in (("--recipes", ns.recipes, "a recipes file"), ("--llama-server", ns.llama_server, "llama-server")):
-        if value == "":
-            raise UsageError(EMPTY_PATH.format(what=what), flag)
+    check_paths(ns)
     if ns.recipes is not None and ns.no_recipes:
         raise UsageError(RECIPES_AND_NO_RECIPES)
     recipe_set = None if ns.no_recipes else recipes.load(ns.recipes) if ns.recipes is not None else recipes.builtin()

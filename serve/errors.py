@@ -13,6 +13,11 @@ from collections.abc import Iterable
 AT = "{where}: {problem}"  # a problem and the file, flag or variable it is about
 DID_YOU_MEAN = ' (did you mean "{choice}"?)'
 NO_SUCH_FILE = "no such file"  # a FileProblem's, for a GGUF or a recipes file alike
+NOT_A_FILE = "is {kind}, not {what}"  # kind: serve.bounded's (a directory, a FIFO, ...); what: one of the three below
+A_GGUF_FILE = "a GGUF file"  # what -m, --dflash and --mtp name
+A_RECIPES_FILE = "a recipes file"  # what --recipes names
+LLAMA_SERVER = "llama-server"  # what --llama-server names
+FLAG_PATH = "{flag} {path}"  # the where of a problem with the path a flag gave
 
 
 class ServeError(Exception):

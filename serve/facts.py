@@ -20,7 +20,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from serve.errors import NO_SUCH_FILE, FileProblem
+from serve import bounded
+from serve.errors import A_GGUF_FILE, NO_SUCH_FILE, NOT_A_FILE, FileProblem
 
 
 def _gguf_constants() -> ModuleType:
@@ -48,8 +49,6 @@ DEFAULT_ALIGNMENT = 32  # GGUF's own default when general.alignment is absent
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 IS_EMPTY = "is empty (0 bytes), not a GGUF file"
-IS_A_DIRECTORY = "is a directory, not a GGUF file"
-NOT_A_REGULAR_FILE = "is not a regular file (a FIFO or a device), not a GGUF file"
 NOT_GGUF = "not a GGUF file (it starts with {start!r}, a GGUF file with b'GGUF')"
 UNREADABLE = "{problem}; not a readable GGUF file (re-download or re-convert it)"  # a corrupt header's problems, below
 UNKNOWN_VERSION = "GGUF version {version} (this reader knows versions 2 and 3)"
@@ -215,10 +214,8 @@ def read_header(path: str) -> tuple[dict[str, Scalar], dict[str, ValueType]]:
         # O_NONBLOCK: a FIFO is named at once instead of waited on (it would never be a GGUF file)
         with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as fh:
             st = os.fstat(fh.fileno())
-            if stat.S_ISDIR(st.st_mode):
-                raise IsADirectoryError(path)
-            if not stat.S_ISREG(st.st_mode):
-                raise FileProblem(NOT_A_REGULAR_FILE, path)
+            if not stat.S_ISREG(st.st_mode):  # what serve.cli.check_paths says first, for a file read here directly
+                raise FileProblem(NOT_A_FILE.format(kind=bounded.kind(st.st_mode), what=A_GGUF_FILE), path)
             if st.st_size == 0:
                 raise FileProblem(IS_EMPTY, path)
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
@@ -226,7 +223,7 @@ def read_header(path: str) -> tuple[dict[str, Scalar], dict[str, ValueType]]:
     except FileNotFoundError:
         raise FileProblem(NO_SUCH_FILE, path) from None
     except IsADirectoryError:
-        raise FileProblem(IS_A_DIRECTORY, path) from None
+        raise FileProblem(NOT_A_FILE.format(kind=bounded.A_DIRECTORY, what=A_GGUF_FILE), path) from None
     except OSError as exc:
         raise FileProblem(f"cannot be read ({exc.strerror or exc})", path) from None
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from serve import flags, strict
 from serve.bounded import CONFIG_LIMIT, NotARegularFile, read_regular
-from serve.errors import AT, NO_SUCH_FILE, FileProblem, did_you_mean
+from serve.errors import A_RECIPES_FILE, AT, NO_SUCH_FILE, NOT_A_FILE, FileProblem, did_you_mean
 
 DEVICES = ("rocm", "vulkan", "cuda", "cpu")
 DRAFTERS = ("dflash", "mtp", "none")
@@ -33,7 +33,6 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 # A problem follows the file's name and its place in the file (serve.errors.AT): recipes[0].id, RECIPE: match.device.
 RECIPE = 'recipe "{id}"'
-NOT_A_RECIPES_FILE = "is {kind}, not a recipes file"
 NOT_UTF8 = "is not UTF-8 (byte {byte})"
 NOT_JSON = "not JSON: {error} at line {line} column {column}"
 KEY_TWICE = 'key "{key}" is given twice in one object'
@@ -310,7 +309,7 @@ def load(path: str) -> RecipeSet:
     except FileNotFoundError:
         raise FileProblem(NO_SUCH_FILE, path) from None
     except NotARegularFile as exc:
-        raise FileProblem(NOT_A_RECIPES_FILE.format(kind=str(exc.strerror).split(",")[0]), path) from None
+        raise FileProblem(NOT_A_FILE.format(kind=str(exc.strerror).split(",")[0], what=A_RECIPES_FILE), path) from None
     except OSError as exc:
         raise FileProblem(f"cannot be read ({exc.strerror or exc})", path) from None
     try:

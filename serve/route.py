@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from serve import flags
-from serve.errors import Refused, UsageError, did_you_mean
+from serve.errors import A_GGUF_FILE, Refused, UsageError, did_you_mean
 from serve.facts import HADAMARD_GROUP, HADAMARD_KEY, GGUFFacts
 from serve.recipes import DEVICES, Applied, LaunchFacts, RecipeSet, apply
 
@@ -138,7 +138,7 @@ def check_options(o: RouteOptions) -> None:
     """What can be refused before any file is read."""
     for flag, path in (("-m", o.model), ("--dflash", o.dflash), ("--mtp", o.mtp)):
         if path is not None and not path:  # "" named no file, yet was given: a drafter dropped unseen, or no path to name
-            raise UsageError(EMPTY_PATH.format(what="a GGUF file"), flag)
+            raise UsageError(EMPTY_PATH.format(what=A_GGUF_FILE), flag)
     if o.device not in DEVICE_CHOICES:
         raise UsageError(
             UNKNOWN_DEVICE.format(device=o.device, suggestion=did_you_mean(o.device, DEVICE_CHOICES), choices=", ".join(DEVICE_CHOICES)),

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from serve import strict
-from serve.bounded import CONFIG_LIMIT, read_text
-from serve.errors import FileProblem, NoBuild, NoServer, Refused
+from serve.bounded import CONFIG_LIMIT, not_a_file, read_text
+from serve.errors import FLAG_PATH, LLAMA_SERVER, FileProblem, NoBuild, NoServer, Refused
 from serve.identity import staleness
 
 ROOT_VAR = "ONEBIT_CI_ROOT"
@@ -32,8 +32,7 @@ BINARY = "llama-server"
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
-NO_SUCH_PROGRAM = "{path}: no such file"
-NOT_EXECUTABLE = "{path}: not executable (chmod +x it)"
+NOT_EXECUTABLE = "not executable (chmod +x it)"
 NOT_ON_PATH = "{name}: not found on PATH; give its path"
 NO_BUILD = "there is no build for profile {profile} ({why}): make one with `nox -s build -- --profile {profile}`, or pass --llama-server PATH"
 NO_ROOT = "no {marker} above {cwd} and no ${variable}"  # why there is no build
@@ -86,13 +85,20 @@ def manifest_path(root: Path, profile: str) -> Path:
     return root / "build" / profile / MANIFEST
 
 
+def is_path(value: str) -> bool:
+    """Whether ``--llama-server`` was given a path (else a name to look up on PATH)."""
+    return os.sep in value or bool(os.altsep and os.altsep in value)
+
+
 def from_option(value: str, environ: Mapping[str, str]) -> Server:
-    """``--llama-server PATH`` (or a name on PATH): it must be there and executable."""
-    if os.sep in value or (os.altsep and os.altsep in value):
-        if not Path(value).is_file():
-            raise NoServer(NO_SUCH_PROGRAM.format(path=value), "--llama-server")
+    """``--llama-server PATH`` (or a name on PATH): it must be there, a file and executable."""
+    if is_path(value):
+        where = FLAG_PATH.format(flag="--llama-server", path=value)
+        problem = not_a_file(value, LLAMA_SERVER)
+        if problem is not None:
+            raise NoServer(problem, where)
         if not os.access(value, os.X_OK):
-            raise NoServer(NOT_EXECUTABLE.format(path=value), "--llama-server")
+            raise NoServer(NOT_EXECUTABLE, where)
         return Server(program=value, source="--llama-server")
     if shutil.which(value, path=environ.get("PATH", os.defpath)) is None:
         raise NoServer(NOT_ON_PATH.format(name=value), "--llama-server")

@@ -23,7 +23,7 @@ from ci.pin import pins as pins_yaml
 from ci.pin.claims import parse_check
 from ci.release import ledger
 from serve import bounded, facts, recipes
-from serve.errors import AT, ServeError
+from serve.errors import A_GGUF_FILE, AT, FLAG_PATH, NOT_A_FILE, ServeError
 from tests.support.messages import pattern, said
 from tests.support.project import Project
 from tests.support.route import ERROR_PREFIX as SERVE_ERROR
@@ -130,8 +130,12 @@ def test_serve_names_a_model_that_is_not_a_regular_file_at_once(tmp_path: Path, 
     assert done == [2]  # a FIFO once hung the GGUF reader
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    problem = facts.IS_A_DIRECTORY if kind == "directory" else facts.NOT_A_REGULAR_FILE
-    assert err == SERVE_ERROR + AT.format(where=path, problem=problem) + "\n"
+    mode_kind = {"fifo": bounded.A_FIFO, "device": bounded.A_CHARACTER_DEVICE, "directory": bounded.A_DIRECTORY}[kind]
+    problem = NOT_A_FILE.format(kind=mode_kind, what=A_GGUF_FILE)
+    assert err == SERVE_ERROR + AT.format(where=FLAG_PATH.format(flag="-m", path=path), problem=problem) + "\n"
+    with pytest.raises(ServeError) as exc:  # the reader itself, as the equivalence gate calls it: the same words, at once
+        facts.read_facts(str(path))
+    assert exc.value.line == AT.format(where=path, problem=problem)
 
 
 def test_a_witness_that_is_not_one_is_one_line(tmp_path: Path) -> None:

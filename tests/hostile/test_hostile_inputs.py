@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,8 @@ from ci.release import records
 from ci.source import series as series_file
 from ci.source import sync
 from ci.words import count
+from serve import bounded
+from serve import errors as serve_errors
 from serve.cli import main as serve_main
 from tests.support.fixtures import MakePatch
 from tests.support.gguf_files import make
@@ -230,6 +233,38 @@ def test_gguf_header(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: py
     o = serve(capsys, "-m", "hostile.gguf", "--llama-server", "/bin/true")
     one_error_line(o, SERVE_ERROR, "hostile.gguf")
     assert path.read_bytes() == content
+
+
+@pytest.mark.parametrize(
+    ("flag", "named", "what"),
+    [
+        ("-m", "-m", serve_errors.A_GGUF_FILE),
+        ("--model", "-m", serve_errors.A_GGUF_FILE),
+        ("--dflash", "--dflash", serve_errors.A_GGUF_FILE),
+        ("--mtp", "--mtp", serve_errors.A_GGUF_FILE),
+        ("--recipes", "--recipes", serve_errors.A_RECIPES_FILE),
+        ("--llama-server", "--llama-server", serve_errors.LLAMA_SERVER),
+    ],
+)
+@pytest.mark.parametrize("kind", ["directory", "fifo", "missing"])
+def test_every_serve_path_flag_names_a_directory_a_fifo_or_nothing_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], flag: str, named: str, what: str, kind: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    model = make("plain", tmp_path)
+    given = tmp_path / "given"
+    problem = serve_errors.NO_SUCH_FILE
+    if kind == "directory":
+        given.mkdir()
+        problem = serve_errors.NOT_A_FILE.format(kind=bounded.A_DIRECTORY, what=what)
+    elif kind == "fifo":
+        os.mkfifo(given)  # never opened: a reader would wait on it
+        problem = serve_errors.NOT_A_FILE.format(kind=bounded.A_FIFO, what=what)
+    args = [flag, str(given)] if named == "-m" else ["-m", model, flag, str(given)]
+    o = serve(capsys, *args, *([] if flag == "--llama-server" else ["--llama-server", "/bin/true"]))
+    line = one_error_line(o, SERVE_ERROR, str(given))
+    assert line == SERVE_ERROR + serve_errors.AT.format(where=serve_errors.FLAG_PATH.format(flag=named, path=given), problem=problem)
+    assert o.code == (5 if flag == "--llama-server" else 2)
 
 
 # -- the ledger ----------------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import gguf
 import numpy as np
 import pytest
 
-from serve import errors, facts, route
+from serve import bounded, errors, facts, route
 from serve.errors import AT
 from serve.facts import GGUFFacts, read_facts, read_header
 from tests.support.gguf_files import KINDS, make, write_gguf
@@ -86,13 +86,13 @@ def test_header_steps_over_arrays_and_tensors_like_gguf_reader(endianess: gguf.G
 
 
 def test_missing_model(serve_error: ErrorFn) -> None:
-    assert serve_error("-m", "Qwen3.8-27B-H32.gguf") == (2, AT.format(where="Qwen3.8-27B-H32.gguf", problem=errors.NO_SUCH_FILE))
+    assert serve_error("-m", "Qwen3.8-27B-H32.gguf") == (2, AT.format(where="-m Qwen3.8-27B-H32.gguf", problem=errors.NO_SUCH_FILE))
 
 
 def test_missing_drafter_is_named(gguf_file: FileFn, serve_error: ErrorFn) -> None:
     assert serve_error("-m", gguf_file("plain"), "--dflash", "DFlash2.gguf") == (
         2,
-        AT.format(where="DFlash2.gguf", problem=errors.NO_SUCH_FILE),
+        AT.format(where="--dflash DFlash2.gguf", problem=errors.NO_SUCH_FILE),
     )
 
 
@@ -108,7 +108,7 @@ def test_not_a_gguf_file(tmp_path: Path, serve_error: ErrorFn) -> None:
 
 def test_directory(tmp_path: Path, serve_error: ErrorFn) -> None:
     (tmp_path / "models").mkdir()
-    assert serve_error("-m", "models") == (2, AT.format(where="models", problem=facts.IS_A_DIRECTORY))
+    assert serve_error("-m", "models") == (2, AT.format(where="-m models", problem=errors.NOT_A_FILE.format(kind=bounded.A_DIRECTORY, what=errors.A_GGUF_FILE)))
 
 
 @pytest.mark.parametrize(

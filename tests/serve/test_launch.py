@@ -15,7 +15,7 @@ import pytest
 
 from serve import cli, identity, server
 from serve.cli import main
-from serve.errors import AT
+from serve.errors import AT, FLAG_PATH, NO_SUCH_FILE
 from tests.support.route import DryRun
 from tests.support.stand_in import EXIT_ON_SIGNAL, free_port, is_running, wait_until_healthy, write_manifest, write_stand_in
 
@@ -196,7 +196,7 @@ def test_malformed_manifest(text: str, problem: str, tmp_path: Path, gguf_file: 
 @pytest.mark.parametrize(
     ("value", "problem"),
     [
-        ("./no-such-server", AT.format(where="--llama-server", problem=server.NO_SUCH_PROGRAM.format(path="./no-such-server"))),
+        ("./no-such-server", AT.format(where=FLAG_PATH.format(flag="--llama-server", path="./no-such-server"), problem=NO_SUCH_FILE)),
         (
             "no-such-llama-server-on-path",
             AT.format(where="--llama-server", problem=server.NOT_ON_PATH.format(name="no-such-llama-server-on-path")),
@@ -211,7 +211,7 @@ def test_llama_server_option_must_be_executable(tmp_path: Path, gguf_file: FileF
     (tmp_path / "llama-server").write_text("#!/bin/sh\n")
     assert serve_error("-m", gguf_file("plain"), "--llama-server", "./llama-server") == (
         5,
-        AT.format(where="--llama-server", problem=server.NOT_EXECUTABLE.format(path="./llama-server")),
+        AT.format(where=FLAG_PATH.format(flag="--llama-server", path="./llama-server"), problem=server.NOT_EXECUTABLE),
     )
 
 

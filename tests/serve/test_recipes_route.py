@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from serve import bounded, cli, recipes, route
-from serve.errors import AT, DID_YOU_MEAN, NO_SUCH_FILE
+from serve.errors import A_RECIPES_FILE, AT, DID_YOU_MEAN, NO_SUCH_FILE, NOT_A_FILE
 from serve.recipes import RECIPE, UNKNOWN
 from tests.support.route import DryRun
 
@@ -304,14 +304,14 @@ def test_recipes_file_with_a_key_twice(tmp_path: Path, gguf_file: FileFn, serve_
 
 
 def test_recipes_file_that_is_missing(gguf_file: FileFn, serve_error: ErrorFn) -> None:
-    assert serve_error("-m", gguf_file("plain"), "--recipes", "mine.json") == (2, at("mine.json", NO_SUCH_FILE))
+    assert serve_error("-m", gguf_file("plain"), "--recipes", "mine.json") == (2, at("--recipes mine.json", NO_SUCH_FILE))
 
 
 def test_recipes_file_that_is_a_directory(tmp_path: Path, gguf_file: FileFn, serve_error: ErrorFn) -> None:
     (tmp_path / "recipes.d").mkdir()
     assert serve_error("-m", gguf_file("plain"), "--recipes", "recipes.d") == (
         2,
-        at("recipes.d", recipes.NOT_A_RECIPES_FILE.format(kind=bounded.A_DIRECTORY)),
+        at("--recipes recipes.d", NOT_A_FILE.format(kind=bounded.A_DIRECTORY, what=A_RECIPES_FILE)),
     )
 
 
