@@ -4,6 +4,7 @@ half-written pin all go, as they do on Ctrl-C."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ from ci import cli, files
 from ci.compile import cmake
 from tests.support.build import build_cpu
 from tests.support.messages import pattern
+from tests.support.processes import live_in_group
 from tests.support.project import Project
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,11 +32,13 @@ def spawn(project: Project, *args: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-def group_gone(proc: subprocess.Popen[str]) -> bool:
-    try:
-        os.killpg(proc.pid, 0)
-    except ProcessLookupError:
-        return True
+def below_names(proc: subprocess.Popen[str], word: str) -> bool:
+    """Whether a live process below ``proc`` has ``word`` in its command line. A child that ends while it is looked
+    at (a zombie's command line raises) is not it: the route gate's test once failed on a git that had just ended."""
+    for child in psutil.Process(proc.pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if word in " ".join(child.cmdline()):
+                return True
     return False
 
 
@@ -49,7 +53,7 @@ def test_a_signal_to_the_build_alone_ends_cmake_and_ninja(build_project: Project
         if pattern(cmake.CONFIGURE_DONE).match(line):
             break
     deadline = time.monotonic() + 30
-    while not any("sleep" in " ".join(p.cmdline()) for p in psutil.Process(proc.pid).children(recursive=True)):
+    while not below_names(proc, "sleep"):
         assert time.monotonic() < deadline, "".join(seen)
         time.sleep(0.1)
     os.kill(proc.pid, sig)  # the runner's cancel: this process alone, not its group
@@ -58,14 +62,14 @@ def test_a_signal_to_the_build_alone_ends_cmake_and_ninja(build_project: Project
     assert cli.INTERRUPTED_BY.format(signal=sig.name) in rest
     assert "Traceback" not in rest
     assert not (build_project.root / "build" / "cpu" / "build.json").exists()
-    assert group_gone(proc)  # cmake, ninja and the sleep went with it
+    assert live_in_group(proc.pid) == []  # cmake, ninja and the sleep went with it
 
 
 def test_sigterm_during_the_route_gate_ends_its_pytest(build_project: Project) -> None:
     assert build_cpu(build_project).code == 0
     proc = spawn(build_project, "gpu-tests", "--profile", "cpu", "--gate", "route")
     deadline = time.monotonic() + 60
-    while not any("pytest" in " ".join(p.cmdline()) for p in psutil.Process(proc.pid).children(recursive=True)):
+    while not below_names(proc, "pytest"):
         assert proc.poll() is None
         assert time.monotonic() < deadline
         time.sleep(0.1)
@@ -73,7 +77,7 @@ def test_sigterm_during_the_route_gate_ends_its_pytest(build_project: Project) -
     out = proc.communicate(timeout=60)[0]
     assert proc.returncode == 143, out
     assert cli.INTERRUPTED_BY.format(signal="SIGTERM") in out
-    assert group_gone(proc)
+    assert live_in_group(proc.pid) == []
 
 
 def test_sigterm_half_way_through_a_bump_restores_the_pin_and_the_gitlink(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
