@@ -14,6 +14,8 @@ VERIFIED = "verify_pin: OK: pins.yaml, .gitmodules and the gitlink agree on {com
 PROBLEMS = "verify_pin: {count} problem(s)"
 GITMODULES_MISSING = ".gitmodules: missing; the submodule {path} must be declared there"
 URL_DISAGREES = '.gitmodules: submodule.{name}.url is "{url}" but pins.yaml fork.url is "{pinned}"'
+URL_MISSING = ".gitmodules: submodule.{name} has no url; add url = {pinned} (pins.yaml fork.url)"
+BRANCH_MISSING = ".gitmodules: submodule.{name} has no branch; add branch = {pinned} (pins.yaml fork.branch)"
 BRANCH_DISAGREES = '.gitmodules: submodule.{name}.branch is "{branch}" but pins.yaml fork.branch is "{pinned}"'
 NO_GITLINK = "index: no gitlink at {path}; add it with git update-index --add --cacheinfo 160000,{commit},{path}"
 GITLINK_DISAGREES = "index: gitlink {path} is {gitlink} but pins.yaml fork.commit is {commit}; run nox -s bump_pin -- {commit}"
@@ -65,9 +67,13 @@ def verify(project: Project, pins: Pins | None = None, *, checkout_head: bool = 
         if sub is None:
             problems.append(f".gitmodules: no submodule with path {pins.submodule} (pins.yaml: submodule)")
         else:
-            if sub.url != fork.url:
+            if sub.url is None:
+                problems.append(URL_MISSING.format(name=sub.name, pinned=fork.url))
+            elif sub.url != fork.url:
                 problems.append(URL_DISAGREES.format(name=sub.name, url=sub.url, pinned=fork.url))
-            if sub.branch != fork.branch:
+            if sub.branch is None:
+                problems.append(BRANCH_MISSING.format(name=sub.name, pinned=fork.branch))
+            elif sub.branch != fork.branch:
                 problems.append(BRANCH_DISAGREES.format(name=sub.name, branch=sub.branch, pinned=fork.branch))
     try:
         index = project.repo().index

@@ -59,3 +59,14 @@ def test_a_broken_pins_yaml_is_one_clear_line(project: Project) -> None:
     assert r.code == 2
     problem = schema.VALUE_PROBLEM.format(value=schema.describe("b82c8b8"), problem=pins.NOT_A_FULL_SHA)
     assert cli.ERROR.format(message=schema.AT_KEY.format(file="pins.yaml", key="fork.commit", problem=problem)) in r.err
+
+
+def test_a_section_without_url_or_branch_says_it_is_missing(project: Project) -> None:
+    """Before: 'submodule....branch is "None"', as if the branch were named None."""
+    gm = project.root / ".gitmodules"
+    gm.write_text("".join(line for line in gm.read_text().splitlines(keepends=True) if not line.strip().startswith(("url", "branch"))))
+    r = project.ci("verify-pin")
+    assert r.code == 2
+    assert '"None"' not in r.err
+    assert verify.URL_MISSING.format(name=SUBMODULE, pinned=FORK_URL) in r.err
+    assert verify.BRANCH_MISSING.format(name=SUBMODULE, pinned="main") in r.err
