@@ -1,13 +1,13 @@
 """What binds a gate's record to what ship ships: the binaries it ran on and the criteria it judged against.
 
 At gate time each record carries ``manifest_sha256`` (:attr:`Manifest.digest`: the build key and every binary's and
-library's sha256) and ``criteria`` (what the gate judged against: the expected case counts; the token count, floors
-and spec type; the architectures with their seed and threshold; the perf checks; the fault set; for route and
+library's sha256) and ``criteria`` (what the gate judged against: the expected case counts; the token count, floors,
+spec type and prompts; the architectures with their seed and threshold; the perf checks; the fault set; for route and
 equivalence, the launcher's files) with its digest. At ship time :func:`why_not_counted` compares them with the
 build.json ship reads, whose binaries it has just hashed again (:meth:`Manifest.reproved`), and with the criteria
-pins.yaml, the committed faults and the launcher give now. A binary swapped with its sha256 rewritten in build.json,
-a count raised after gating, a shorter equivalence run, an archs run on fewer architectures, a launcher edited after
-its tests ran or a self-test on a user's one-fault file no longer counts.
+pins.yaml, the committed faults and prompts and the launcher give now. A binary swapped with its sha256 rewritten in
+build.json, a count raised after gating, a shorter equivalence run or one on other prompts, an archs run on fewer
+architectures, a launcher edited after its tests ran or a self-test on a user's one-fault file no longer counts.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ def current_criteria(pins: Pins, gate: str, profile: str) -> dict[str, Any]:
             "floors": config.floors.describe(),
             "near_tie_nats": f"{config.near_tie_nats:g}",
             "spec_type": spec_type_of(pins),
+            "prompts_sha256": committed_prompts_sha256(),  # an easier prompt set is a lower bar, like fewer tokens
             "launcher_sha256": route.launcher_sha256(),  # the legs run through 1bit serve
         }
     if gate == GATE_ARCHS:
@@ -79,13 +80,20 @@ def spec_type_of(pins: Pins) -> str:
     return pins.equivalence.spec_type or "the gate's default"
 
 
+def committed_prompts_sha256() -> str:
+    """The sha256 of the committed prompts (ci/prompts), the set the equivalence gate runs when given none."""
+    from ci.gates.equivalence import load_prompts, prompts_sha256
+
+    return prompts_sha256(load_prompts())
+
+
 def judged_criteria(pins: Pins, result: GateResult, profile: str) -> dict[str, Any]:
     """What ``result`` was judged against: from the result itself where the gate says (the equivalence run's tokens
     and floors, the architectures archs ran, the self-test's fault set), else from the pins.yaml it ran under and, for
     the route and equivalence gates, the launcher as it is when the record is written, right after the gate."""
     props = dict(result.properties)
     if result.gate == GATE_EQUIVALENCE:  # the spec type is pins.yaml's, which no option overrides
-        judged = {k: props.get(k, "") for k in ("tokens", "floors", "near_tie_nats")}
+        judged = {k: props.get(k, "") for k in ("tokens", "floors", "near_tie_nats", "prompts_sha256")}
         return {**judged, "spec_type": spec_type_of(pins), "launcher_sha256": route.launcher_sha256()}
     if result.gate == GATE_PERF:  # the rounds it measured: enough, or how few
         rounds = props.get("rounds", "")

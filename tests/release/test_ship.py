@@ -56,13 +56,14 @@ def record(project: Project, m: dict[str, Any], *results: GateResult) -> None:
 
 def as_run_on(r: GateResult, m: dict[str, Any], pins: pins_mod.Pins) -> GateResult:
     """An equivalence result as the gate writes it on this build: its llama-server's sha256 and pins.yaml's tokens,
-    floors and near-tie margin, each unless the result names its own."""
+    floors and near-tie margin and the committed prompts' sha256, each unless the result names its own."""
     config = pins.equivalence
     ran = {
         "llama_server_sha256": m["binaries"]["llama-server"]["sha256"],
         "tokens": str(config.tokens),
         "floors": config.floors.describe(),
         "near_tie_nats": f"{config.near_tie_nats:g}",
+        "prompts_sha256": binding.committed_prompts_sha256(),
     }
     return dataclasses.replace(r, properties=(*((k, v) for k, v in ran.items() if k not in dict(r.properties)), *r.properties))
 
