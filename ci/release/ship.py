@@ -50,6 +50,10 @@ STALE_RECORD = "no record for this build; the last ({verdict}, line {line}) judg
 NO_RECORD = "no record: run nox -s gpu_tests"
 NO_PYPA = "ship: the Python package {package} is not installed here; pip install {package} (nox -s ship installs it)"
 REFUSED = "ship: refused: {failing} of {total} gates have not passed for this build ({gates})"
+LAUNCHER_COPY_DIFFERS = "ship: {launcher}: the wheel's copy of the launcher is not the launcher its gates judged ({why}); nothing was written"
+LINKED_FOLDER = "{link} is a link to a folder, whose files the launcher's digest does not read: make it a folder of its own, then the gates"
+CHANGED_WHILE_COPIED = "it changed while it was copied"
+COPY_FAILED = "it could not be copied: {error}"
 
 
 class Standing(Enum):
@@ -269,7 +273,7 @@ def build_distribution(manifest: dict[str, Any], dist: Path, base_version: str) 
     version = release_version(base_version, manifest["pin"]["commit"], manifest["build"]["key"])
     with tempfile.TemporaryDirectory(prefix="onebit-ship-") as tmp:
         stage = Path(tmp)
-        shutil.copytree(route.launcher_dir(), stage / "serve", ignore=shutil.ignore_patterns(*route.LAUNCHER_SKIPS))
+        stage_launcher(stage / "serve")
         (stage / "serve" / "release.json").write_text(json.dumps(manifest, indent=2) + "\n")
         packages = sorted(str(p.parent.relative_to(stage)).replace("/", ".") for p in (stage / "serve").rglob("__init__.py"))
         (stage / "pyproject.toml").write_text(PYPROJECT.format(name=DIST_NAME, version=version, packages=json.dumps(packages)))
@@ -287,6 +291,22 @@ def build_distribution(manifest: dict[str, Any], dist: Path, base_version: str) 
     release = dist / f"{stem}.release.json"
     write_atomic(release, json.dumps(manifest, indent=2) + "\n")
     return [*built, release]
+
+
+def stage_launcher(copy: Path) -> None:
+    """Copy the launcher for the wheel, and refuse a copy that is not the launcher its gates judged: the digest
+    (route.launcher_sha256) reads serve/'s files without following a link to a folder, which the copy follows."""
+    launcher = route.launcher_dir()
+    judged = route.launcher_sha256(launcher)
+    try:
+        shutil.copytree(launcher, copy, ignore=shutil.ignore_patterns(*route.LAUNCHER_SKIPS))
+        same = route.launcher_sha256(copy) == judged
+    except OSError as exc:  # shutil.Error too: a dangling link, a file that went away while it was copied
+        raise Refused(LAUNCHER_COPY_DIFFERS.format(launcher=launcher, why=COPY_FAILED.format(error=str(exc)[:200]))) from None
+    if not same:
+        links = sorted(p.relative_to(launcher).as_posix() for p in launcher.rglob("*") if p.is_symlink() and p.is_dir())
+        why = LINKED_FOLDER.format(link=links[0]) if links else CHANGED_WHILE_COPIED
+        raise Refused(LAUNCHER_COPY_DIFFERS.format(launcher=launcher, why=why))
 
 
 def _require_pypa_build() -> None:

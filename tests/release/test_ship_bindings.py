@@ -4,8 +4,14 @@ holding other files than those its gates judged. Each of these wrote dist/ befor
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import zipfile
+from pathlib import Path
 
-from ci.gates import equivalence
+import pytest
+
+from ci import cli
+from ci.gates import equivalence, route
 from ci.release import binding
 from ci.release import ship as release_ship
 from tests.release.test_ship import GATES, built, record, ship
@@ -30,3 +36,32 @@ def test_an_equivalence_run_on_other_prompts_than_the_committed_ones_does_not_co
     assert not (build_project.root / "dist").exists()
     record(build_project, m, GATES.equivalence)  # a run on the committed prompts counts
     assert ship(build_project, "--check").code == 0
+
+
+def test_a_link_to_a_folder_in_the_launcher_does_not_ship_files_its_digest_never_read(
+    build_project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launcher's digest lists serve/'s files without following a link to a folder; the wheel's copy follows it.
+    A package linked in from outside serve/ shipped whatever it held at ship time, never judged by any gate."""
+    launcher = tmp_path / "serve"
+    shutil.copytree(route.launcher_dir(), launcher, ignore=shutil.ignore_patterns(*route.LAUNCHER_SKIPS))
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "__init__.py").write_text("")
+    (launcher / "extras").symlink_to(outside, target_is_directory=True)
+    monkeypatch.setattr(route, "launcher_dir", lambda: launcher)
+    m = built(build_project)
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
+    (outside / "__init__.py").write_text("import os  # after the gates ran\n")
+    assert route.launcher_sha256() == route.launcher_sha256(launcher)  # the digest never read it
+    r = ship(build_project)
+    assert r.code == 4, r.out
+    why = release_ship.LINKED_FOLDER.format(link="extras")
+    assert r.err == cli.ERROR.format(message=release_ship.LAUNCHER_COPY_DIFFERS.format(launcher=launcher, why=why)) + "\n"
+    assert not (build_project.root / "dist").exists()
+    (launcher / "extras").unlink()  # the launcher as its gates judged it, without the link
+    record(build_project, m, GATES.route, GATES.equivalence)
+    r = ship(build_project)
+    assert r.code == 0, r.err
+    with zipfile.ZipFile(next((build_project.root / "dist").glob("onebit_serve-*.whl"))) as zf:
+        assert not any(n.startswith("serve/extras") for n in zf.namelist())
