@@ -50,6 +50,10 @@ STALE_RECORD = "no record for this build; the last ({verdict}, line {line}) judg
 NO_RECORD = "no record: run nox -s gpu_tests"
 NO_PYPA = "ship: the Python package {package} is not installed here; pip install {package} (nox -s ship installs it)"
 REFUSED = "ship: refused: {failing} of {total} gates have not passed for this build ({gates})"
+# NOT_COUNTED's why for a perf record judged against another release than the last one now (each RELEASE_AT or NO_RELEASE)
+OTHER_BASELINE = "it compared with {judged}, and the last release now is {now}: run the perf gate again"
+RELEASE_AT = "the release of pin {pin}"
+NO_RELEASE = "no release"
 LAUNCHER_COPY_DIFFERS = "ship: {launcher}: the wheel's copy of the launcher is not the launcher its gates judged ({why}); nothing was written"
 LINKED_FOLDER = "{link} is a link to a folder, whose files the launcher's digest does not read: make it a folder of its own, then the gates"
 CHANGED_WHILE_COPIED = "it changed while it was copied"
@@ -172,17 +176,35 @@ def check(build: CurrentBuild, pins: Pins, results_dir: Path, root: Path) -> Shi
 
     now = binding.criteria_now(pins, profile)
 
+    baseline = release_before(ledger, profile, build.key, counted_models(pins.equivalence))
+
     def why_not(record: ledger_mod.Record) -> str | None:
-        return binding.why_not_counted(record, build.manifest, pins, now)
+        return binding.why_not_counted(record, build.manifest, pins, now) or other_baseline(record, baseline)
 
     found = standings(ledger, build.key, required(pins), release=pins.equivalence, why_not=why_not)
     return ShipCheck(build.key, build.manifest, found, ledger.notes)
 
 
+def other_baseline(record: ledger_mod.Record, baseline: perf.Released | None) -> str | None:
+    """Why a perf record does not count: it compared the build with another release than the last one now (a release
+    shipped since, or none then), so no check held it to the figures in force; None when it compared with this one."""
+    if record.gate != GATE_PERF:
+        return None
+    judged = str((record.data.get("properties") or {}).get("released_pin", ""))
+    now = baseline.pin if baseline is not None else ""
+    if judged == now:
+        return None
+    return OTHER_BASELINE.format(judged=RELEASE_AT.format(pin=judged[:7]) if judged else NO_RELEASE, now=RELEASE_AT.format(pin=now[:7]) if now else NO_RELEASE)
+
+
 def last_release(results_dir: Path, profile: str, key: str, models: str) -> perf.Released | None:
     """The perf figures of the last build of ``profile`` on ``models`` that shipped (the ledger's ship record and the
     perf record of its key), when there is one: what the perf gate compares a new build with."""
-    book = ledger_mod.read(ledger_mod.ledger_path(results_dir), ledger_mod.signing_key())
+    return release_before(ledger_mod.read(ledger_mod.ledger_path(results_dir), ledger_mod.signing_key()), profile, key, models)
+
+
+def release_before(book: ledger_mod.Ledger, profile: str, key: str, models: str) -> perf.Released | None:
+    """:func:`last_release` in the ledger ``book`` (pure)."""
     for rec in reversed(book.records):
         if rec.gate != SHIP or rec.data.get("profile") != profile or rec.build_key == key:
             continue

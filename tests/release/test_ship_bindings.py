@@ -6,15 +6,18 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from ci import cli
+from ci import cli, defaults
 from ci.gates import equivalence, route
-from ci.release import binding
+from ci.gates.results import GateResult, Status
+from ci.release import binding, ledger
 from ci.release import ship as release_ship
 from tests.release.test_ship import GATES, built, record, ship
+from tests.release.test_ship_attacks import PERF_PINS, perf_result
 from tests.support.messages import said
 from tests.support.project import Project
 
@@ -65,3 +68,26 @@ def test_a_link_to_a_folder_in_the_launcher_does_not_ship_files_its_digest_never
     assert r.code == 0, r.err
     with zipfile.ZipFile(next((build_project.root / "dist").glob("onebit_serve-*.whl"))) as zf:
         assert not any(n.startswith("serve/extras") for n in zf.namelist())
+
+
+def test_a_perf_pass_judged_before_the_last_release_does_not_count(make_build_project: Callable[..., Project]) -> None:
+    """The perf gate holds a build to the last release's figures. A pass measured while no release (or an older,
+    slower one) was in the ledger shipped after a faster release came in, a regression no check had compared."""
+    project = make_build_project(PERF_PINS)
+    m = built(project)
+    record(project, m, GATES.route, GATES.backend_ops, GATES.equivalence, perf_result(str(defaults.PERF_ROUNDS)))
+    assert ship(project, "--check").code == 0
+    book = project.root / "build" / "results" / "ledger.jsonl"
+    other = ledger.BuildContext(build_key="f" * 64, pin="e" * 40, profile="cpu")  # another build, shipped since
+    faster = dataclasses.replace(perf_result(str(defaults.PERF_ROUNDS)), metrics=(("tokens_per_step(draft, code).median", 9.0),))
+    ledger.append(book, faster, other)
+    ledger.append(book, GateResult(release_ship.SHIP, Status.PASSED, "shipped"), other)
+    r = ship(project)
+    assert r.code == 7, r.out
+    assert said(release_ship.TABLE_ROW, r.out, gate="perf".ljust(len("equivalence")), state="MISSING")
+    why = release_ship.OTHER_BASELINE.format(judged=release_ship.NO_RELEASE, now=release_ship.RELEASE_AT.format(pin="e" * 7))
+    assert release_ship.NOT_COUNTED.format(why=why, line=4, more="") in r.out
+    assert not (project.root / "dist").exists()
+    released = dataclasses.replace(perf_result(str(defaults.PERF_ROUNDS)), properties=(*perf_result("5").properties, ("released_pin", "e" * 40)))
+    record(project, m, released)  # measured against that release: counts
+    assert ship(project, "--check").code == 0
