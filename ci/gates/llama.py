@@ -33,6 +33,7 @@ import requests
 from ci import defaults
 from ci.command import Process, descendants, resolve, wait_gone
 from ci.errors import ServerFailed, describe_returncode
+from ci.gates.route import own_bytecode
 from ci.schema import parse_json
 
 log = logging.getLogger("onebit-ci")
@@ -134,6 +135,7 @@ class LlamaServer:
         self.seconds_to_healthy = 0.0
         self._tree: set[Process] = set()
         self._terminated = 0.0  # when SIGTERM was sent
+        self._bytecode = contextlib.ExitStack()  # the launcher's own bytecode folder, kept until it has stopped
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -166,20 +168,24 @@ class LlamaServer:
     def start(self) -> None:
         argv = list(self.launch.argv)
         argv[0] = resolve(argv[0])
-        env = {**os.environ, **dict(self.launch.env)}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "wb")  # noqa: SIM115 -- closed in stop(), which every path reaches
         log.info("$ %s", self.launch.display())
         self._started = time.monotonic()
-        self._proc = subprocess.Popen(
-            argv,
-            cwd=self.cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: the launcher and llama-server are stopped together
-        )
+        try:  # the launcher runs its source, not bytecode left in serve/__pycache__ (route.own_bytecode)
+            env = {**os.environ, **dict(self.launch.env), **self._bytecode.enter_context(own_bytecode())}
+            self._proc = subprocess.Popen(
+                argv,
+                cwd=self.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: the launcher and llama-server are stopped together
+            )
+        except BaseException:
+            self._bytecode.close()
+            raise
 
     def wait_healthy(self) -> None:
         """Poll /health until it answers 200; :class:`ServerFailed` with the log's tail if it dies or times out."""
@@ -268,6 +274,7 @@ class LlamaServer:
                     p.kill()
                 proc.wait()
             self.returncode = proc.returncode
+            self._bytecode.close()
             self._http.close()
             if self._log is not None:
                 self._log.close()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from ci.command import run
@@ -23,6 +26,7 @@ LAUNCHER_SKIPS = ("__pycache__", "*.pyc")  # what neither the digest nor the whe
 # and either record passed. The gate runs the whole suite as the checkout says, so these are left out.
 NOT_PASSED_ON = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
 SKIPPED = "{count} route test(s) skipped ({first}): the route gate runs every test; find what skips them"
+BYTECODE_FOLDER = "PYTHONPYCACHEPREFIX"
 
 
 def launcher_dir() -> Path:
@@ -43,6 +47,17 @@ def launcher_sha256(directory: Path | None = None) -> str:
     return digest.hexdigest()
 
 
+@contextlib.contextmanager
+def own_bytecode() -> Iterator[dict[str, str]]:
+    """The environment for a Python a gate starts on the launcher (its tests, ``python -m serve``): its bytecode in a
+    fresh folder, removed afterwards, so the __pycache__ folders of the tree are neither read nor written. Python
+    checks a .pyc only by its source's mtime and size: a good module's .pyc left in serve/__pycache__ beside a bad
+    source of the same size, its mtime put back, was what the tests judged, while the digest and the wheel held the
+    source."""
+    with tempfile.TemporaryDirectory(prefix="onebit-bytecode-", ignore_cleanup_errors=True) as folder:
+        yield {BYTECODE_FOLDER: folder}
+
+
 def route_gate(out: Path, source: Path = SOURCE_ROOT) -> GateResult:
     """``pytest tests/serve`` of this onebit-ci checkout in a child process, its JUnit read back into a GateResult."""
     if not (source / "tests" / "serve").is_dir():
@@ -50,13 +65,10 @@ def route_gate(out: Path, source: Path = SOURCE_ROOT) -> GateResult:
     junit = out / "route.pytest.junit.xml"
     junit.unlink(missing_ok=True)
     started = time.monotonic()
-    done = run(
-        [sys.executable, "-m", "pytest", "tests/serve", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"],
-        cwd=source,
-        env={k: v for k, v in os.environ.items() if k not in NOT_PASSED_ON},
-        check=False,
-        what="pytest tests/serve",
-    )
+    argv = [sys.executable, "-m", "pytest", "tests/serve", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+    with own_bytecode() as bytecode:
+        env = {k: v for k, v in os.environ.items() if k not in NOT_PASSED_ON}
+        done = run(argv, cwd=source, env={**env, **bytecode}, check=False, what="pytest tests/serve")
     seconds = time.monotonic() - started
     cases = _junit_cases(junit) if junit.is_file() else []
     problems = []

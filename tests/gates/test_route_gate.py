@@ -1,8 +1,15 @@
 """The route gate runs every route test as the checkout says: pytest's environment options do not reach it, and a
-skipped test fails it (a hostile pass recorded 'passed: 0/180' with every test skipped, and 5/5 with -k)."""
+skipped test fails it (a hostile pass recorded 'passed: 0/180' with every test skipped, and 5/5 with -k). It imports
+the launcher's source, not bytecode left beside it."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import py_compile
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,6 +25,23 @@ def source_with(tmp_path: Path, tests: str) -> Path:
     (tmp_path / "src" / "tests" / "serve" / "test_it.py").write_text(tests)
     (tmp_path / "out").mkdir()
     return tmp_path / "src"
+
+
+def plant_stale_bytecode(module: Path, judged: str, shipped: str) -> bytes:
+    """``module`` holding ``shipped``, with the bytecode of ``judged`` in its __pycache__ that Python takes for it:
+    the two sources are the same size, and the source's mtime is put back (a .pyc is checked by those two alone)."""
+    assert len(judged.encode()) == len(shipped.encode())
+    module.write_text(judged)
+    py_compile.compile(str(module), cfile=importlib.util.cache_from_source(str(module)), invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+    stat = module.stat()
+    module.write_text(shipped)
+    os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    plain = subprocess.run([sys.executable, "-c", f"import {module.stem}; print({module.stem}.OK)"], cwd=module.parent, capture_output=True, text=True)
+    assert plain.stdout == "True\n", plain  # a plain import takes the planted bytecode: the attack is real
+    return Path(importlib.util.cache_from_source(str(module))).read_bytes()
+
+
+GOOD, BAD = "OK = True\n", "OK = None\n"
 
 
 TWO = "def test_one() -> None:\n    assert 1\n\n\ndef test_two() -> None:\n    assert 2\n"
@@ -41,3 +65,18 @@ def test_a_skipped_route_test_fails_the_gate(tmp_path: Path) -> None:
     assert result.status is Status.FAILED
     assert said(route.SKIPPED, result.problems[-1], count=1)
     assert "test_three: not here" in result.problems[-1]
+
+
+def test_bytecode_left_in_the_tree_is_not_what_the_route_tests_judge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A good module's .pyc planted in __pycache__ beside a bad source of the same size and mtime: the route tests
+    imported the good bytecode and passed, while the digest and the wheel held the bad source."""
+    source = source_with(tmp_path, "import verdict\n\n\ndef test_the_launcher_as_shipped() -> None:\n    assert verdict.OK\n")
+    planted = plant_stale_bytecode(source / "verdict.py", GOOD, BAD)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    result = route.route_gate(tmp_path / "out", source)
+    assert result.status is Status.FAILED
+    assert result.summary == "0/1 route tests passed"
+    assert [p.read_bytes() for p in (source / "__pycache__").iterdir()] == [planted]  # neither read nor written
+    assert not (source / "tests" / "serve" / "__pycache__").exists()
+    assert list((tmp_path / "tmp").iterdir()) == []  # its own bytecode folder is removed afterwards
