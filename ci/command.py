@@ -288,6 +288,12 @@ class Process:
     def terminate(self) -> None:
         self._send(signal.SIGTERM)
 
+    def stop(self) -> None:
+        self._send(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._send(signal.SIGCONT)
+
     def kill(self) -> None:
         self._send(signal.SIGKILL)
 
@@ -317,24 +323,53 @@ def wait_gone(processes: Iterable[Process], seconds: float, reaped: bool = False
 
 def end_tree(proc: subprocess.Popen[str] | subprocess.Popen[bytes], grace: float = 5.0) -> None:
     """End ``proc`` and every process below it: SIGTERM to all, SIGKILL to what is left after ``grace`` seconds;
-    ``proc`` is reaped. The tree is read before anything is signalled, so a child orphaned by its parent's death
-    is still found. The server's stop (:class:`ci.gates.llama.LlamaServer`) ends its tree with the same parts, and
+    ``proc`` is reaped. The tree is frozen (:func:`freeze`) before anything is signalled, so a child orphaned by its
+    parent's death is still found, and no child is born unseen. The server's stop (:class:`ci.gates.llama.LlamaServer`) ends its tree with the same parts, and
     the tree it saw over the server's life."""
     end_trees([proc], grace)
 
 
-def end_trees(procs: Sequence[subprocess.Popen[str] | subprocess.Popen[bytes]], grace: float = 5.0) -> None:
-    """:func:`end_tree` for several programs at once: all are signalled before any is waited for, so their grace
-    periods overlap."""
-    trees = [descendants(proc.pid) for proc in procs]
-    for tree in trees:
-        for p in tree:
-            p.terminate()
+FREEZE_ROUNDS = 100  # reads of a tree being stopped; each round stops what the one before found new
+
+
+def freeze(procs: Sequence[subprocess.Popen[str] | subprocess.Popen[bytes]], frozen: list[Process]) -> None:
+    """Stop ``procs`` and every process below them (SIGSTOP), reading the tree again until no new process appears;
+    each descendant is added to ``frozen`` as it is stopped (the caller resumes them, whatever happens). A stopped process cannot fork: read once, a tree loses the child its shell
+    forks while it is being signalled, and that child, orphaned, outlives the end of the tree (a ``sleep`` outlived
+    SIGTERM so, on a loaded machine)."""
     for proc in procs:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                proc.terminate()
-    everything = [p for tree in trees for p in tree]
+                proc.send_signal(signal.SIGSTOP)
+    for _ in range(FREEZE_ROUNDS):
+        seen = {p.pid for p in frozen}
+        new = [p for proc in procs for p in descendants(proc.pid) if p.pid not in seen]
+        if not new:
+            break
+        for p in new:
+            frozen.append(p)
+            p.stop()
+
+
+def end_trees(procs: Sequence[subprocess.Popen[str] | subprocess.Popen[bytes]], grace: float = 5.0) -> None:
+    """:func:`end_tree` for several programs at once: every tree is frozen (:func:`freeze`), then each process gets
+    SIGTERM and is let go on (SIGCONT), all before any is waited for, so their grace periods overlap."""
+    everything: list[Process] = []
+    try:
+        freeze(procs, everything)
+        for p in everything:
+            p.terminate()
+        for proc in procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.terminate()
+    finally:  # never leave a process stopped: SIGTERM waits for SIGCONT, and a stopped program is waited on forever
+        for p in everything:
+            p.resume()
+        for proc in procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGCONT)
     wait_gone(everything, grace)
     deadline = time.monotonic() + grace
     for proc in procs:
