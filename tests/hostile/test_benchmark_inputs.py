@@ -14,13 +14,13 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
 # every benchmark's count flags, read from its source: a new one is checked without editing this file
 COUNT_FLAG = re.compile(r'add_argument\("(--[a-z-]+)", type=(\w+)')
+SCRIPTS = {s.name: s.read_text(encoding="utf-8") for s in sorted(BENCHMARKS.glob("*.py")) if s.name != "common.py"}
+SHARED = "profile_options("  # common.profile_options gives a benchmark --profile, --llama-server and --rounds
 COUNTS = sorted(
-    (script.name, flag)
-    for script in BENCHMARKS.glob("*.py")
-    for flag, kind in COUNT_FLAG.findall(script.read_text(encoding="utf-8"))
-    if kind in ("int", "at_least_one")
+    {(name, flag) for name, text in SCRIPTS.items() for flag, kind in COUNT_FLAG.findall(text) if kind in ("int", "at_least_one")}
+    | {(name, "--rounds") for name, text in SCRIPTS.items() if SHARED in text}
 )
-SERVER_TAKERS = sorted(s.name for s in BENCHMARKS.glob("*.py") if '"--llama-server"' in s.read_text(encoding="utf-8"))
+SERVER_TAKERS = sorted(name for name, text in SCRIPTS.items() if '"--llama-server"' in text or SHARED in text)
 
 
 def bench(script: str, *args: str) -> subprocess.CompletedProcess[str]:
