@@ -9,7 +9,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ci.command import run
@@ -26,6 +26,14 @@ LAUNCHER_SKIPS = ("__pycache__", "*.pyc")  # what neither the digest nor the whe
 # and either record passed. The gate runs the whole suite as the checkout says, so these are left out.
 NOT_PASSED_ON = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
 SKIPPED = "{count} route test(s) skipped ({first}): the route gate runs every test; find what skips them"
+NO_PROJECT_CONFIG = "{config}: missing; the route gate runs pytest with the project's own configuration and no other"
+# the one pytest configuration the gate reads (-c): pytest takes the first it finds from tests/serve upwards, so a
+# pytest.ini, tox.ini or setup.cfg added for the gate run with -k, then removed, recorded a pass on fewer tests
+PROJECT_CONFIG = "pyproject.toml"
+# What decides which route tests run and how, under the checkout: the record is bound to their digest, so a conftest
+# edited (or a root conftest.py added) for the gate run with a hook that drops tests, then put back, no longer ships.
+# tests/conftest.py registers tests/support's fixtures for the whole suite, and tests/serve imports tests/support.
+ROUTE_TESTS = (PROJECT_CONFIG, "conftest.py", "tests/__init__.py", "tests/conftest.py", "tests/serve", "tests/support")
 BYTECODE_FOLDER = "PYTHONPYCACHEPREFIX"
 
 
@@ -40,9 +48,25 @@ def launcher_sha256(directory: Path | None = None) -> str:
     """One digest of the launcher's files (paths and contents), as ship would copy them: the route and equivalence
     records are bound to it, so a launcher edited after the gates ran is not shipped on their evidence."""
     root = directory or launcher_dir()
-    digest = hashlib.sha256()
+    return _files_sha256(root, _files_under(root))
+
+
+def route_tests_sha256(source: Path | None = None) -> str:
+    """One digest of the files that decide what the route gate runs (:data:`ROUTE_TESTS` of the checkout, each that
+    exists), as :func:`launcher_sha256` reads files: the route record is bound to it."""
+    root = source or SOURCE_ROOT
+    paths = (root / name for name in ROUTE_TESTS)
+    return _files_sha256(root, [f for p in paths for f in (_files_under(p) if p.is_dir() else [p] if p.is_file() else [])])
+
+
+def _files_under(root: Path) -> list[Path]:
     skipped = shutil.ignore_patterns(*LAUNCHER_SKIPS)  # the very filter ship's copytree applies, name by name
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and not any(skipped("", [part]) for part in p.relative_to(root).parts)):
+    return [p for p in root.rglob("*") if p.is_file() and not any(skipped("", [part]) for part in p.relative_to(root).parts)]
+
+
+def _files_sha256(root: Path, files: Iterable[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(files):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
 
@@ -62,10 +86,12 @@ def route_gate(out: Path, source: Path = SOURCE_ROOT) -> GateResult:
     """``pytest tests/serve`` of this onebit-ci checkout in a child process, its JUnit read back into a GateResult."""
     if not (source / "tests" / "serve").is_dir():
         raise ConfigError(f"{source}: no tests/serve; run the gates from a checkout of onebit-ci, not an installed copy")
+    if not (source / PROJECT_CONFIG).is_file():
+        raise ConfigError(NO_PROJECT_CONFIG.format(config=source / PROJECT_CONFIG))
     junit = out / "route.pytest.junit.xml"
     junit.unlink(missing_ok=True)
     started = time.monotonic()
-    argv = [sys.executable, "-m", "pytest", "tests/serve", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+    argv = [sys.executable, "-m", "pytest", "tests/serve", "-c", PROJECT_CONFIG, "--rootdir", ".", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
     with own_bytecode() as bytecode:
         env = {k: v for k, v in os.environ.items() if k not in NOT_PASSED_ON}
         done = run(argv, cwd=source, env={**env, **bytecode}, check=False, what="pytest tests/serve")

@@ -3,11 +3,13 @@
 At gate time each record carries ``manifest_sha256`` (:attr:`Manifest.digest`: the build key and every binary's and
 library's sha256) and ``criteria`` (what the gate judged against: the expected case counts; the token count, floors,
 spec type and prompts; the architectures with their seed and threshold; the perf checks; the fault set; for route and
-equivalence, the launcher's files) with its digest. At ship time :func:`why_not_counted` compares them with the
-build.json ship reads, whose binaries it has just hashed again (:meth:`Manifest.reproved`), and with the criteria
-pins.yaml, the committed faults and prompts and the launcher give now. A binary swapped with its sha256 rewritten in
-build.json, a count raised after gating, a shorter equivalence run or one on other prompts, an archs run on fewer
-architectures, a launcher edited after its tests ran or a self-test on a user's one-fault file no longer counts.
+equivalence, the launcher's files; for route, the files that decide which route tests run) with its digest. At ship
+time :func:`why_not_counted` compares them with the build.json ship reads, whose binaries it has just hashed again
+(:meth:`Manifest.reproved`), and with the criteria pins.yaml, the committed faults and prompts, the launcher and its
+route tests give now. A binary swapped with its sha256 rewritten in build.json, a count raised after gating, a
+shorter equivalence run or one on other prompts, an archs run on fewer architectures, a launcher edited after its
+tests ran, route tests run under a conftest edited for the run and put back, or a self-test on a user's one-fault file
+no longer counts.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ ENOUGH_ROUNDS = "at least {rounds}"  # the perf gate's rounds as a criterion
 
 def current_criteria(pins: Pins, gate: str, profile: str) -> dict[str, Any]:
     """What ``gate`` must have judged against for a build of ``pins`` and ``profile``, now."""
-    if gate == route.GATE:  # the launcher its tests judged is the one ship puts in the wheel
-        return {"launcher_sha256": route.launcher_sha256()}
+    if gate == route.GATE:  # the launcher its tests judged is the one ship puts in the wheel, by the tests there now
+        return {"launcher_sha256": route.launcher_sha256(), "route_tests_sha256": route.route_tests_sha256()}
     if gate == BACKEND_OPS:
         return {"expected": dict(sorted(pins.expected_cases().items()))}
     if gate == GATE_EQUIVALENCE:
@@ -90,7 +92,8 @@ def committed_prompts_sha256() -> str:
 def judged_criteria(pins: Pins, result: GateResult, profile: str) -> dict[str, Any]:
     """What ``result`` was judged against: from the result itself where the gate says (the equivalence run's tokens
     and floors, the architectures archs ran, the self-test's fault set), else from the pins.yaml it ran under and, for
-    the route and equivalence gates, the launcher as it is when the record is written, right after the gate."""
+    the route and equivalence gates, the launcher (and the route tests) as they are when the record is written, right
+    after the gate."""
     props = dict(result.properties)
     if result.gate == GATE_EQUIVALENCE:  # the spec type is pins.yaml's, which no option overrides
         judged = {k: props.get(k, "") for k in ("tokens", "floors", "near_tie_nats", "prompts_sha256")}

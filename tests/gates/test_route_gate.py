@@ -1,6 +1,6 @@
 """The route gate runs every route test as the checkout says: pytest's environment options do not reach it, and a
-skipped test fails it (a hostile pass recorded 'passed: 0/180' with every test skipped, and 5/5 with -k). It imports
-the launcher's source, not bytecode left beside it."""
+skipped test fails it (a hostile pass recorded 'passed: 0/180' with every test skipped, and 5/5 with -k). It reads
+the project's own pytest configuration and no other, and imports the launcher's source, not bytecode left beside it."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ci.errors import ConfigError
 from ci.gates import route
 from ci.gates.results import Status
 from tests.support.messages import said
@@ -23,8 +24,12 @@ def source_with(tmp_path: Path, tests: str) -> Path:
     """A checkout holding only tests/serve/test_it.py: what the gate runs, without the real suite's seconds."""
     (tmp_path / "src" / "tests" / "serve").mkdir(parents=True)
     (tmp_path / "src" / "tests" / "serve" / "test_it.py").write_text(tests)
+    (tmp_path / "src" / "pyproject.toml").write_text(PROJECT_CONFIG)
     (tmp_path / "out").mkdir()
     return tmp_path / "src"
+
+
+PROJECT_CONFIG = '[tool.pytest.ini_options]\naddopts = ["-ra", "--strict-markers"]\n'
 
 
 def plant_stale_bytecode(module: Path, judged: str, shipped: str) -> bytes:
@@ -80,3 +85,23 @@ def test_bytecode_left_in_the_tree_is_not_what_the_route_tests_judge(tmp_path: P
     assert [p.read_bytes() for p in (source / "__pycache__").iterdir()] == [planted]  # neither read nor written
     assert not (source / "tests" / "serve" / "__pycache__").exists()
     assert list((tmp_path / "tmp").iterdir()) == []  # its own bytecode folder is removed afterwards
+
+
+@pytest.mark.parametrize(
+    ("path", "section"), [("pytest.ini", "[pytest]"), (".pytest.ini", "[pytest]"), ("tests/tox.ini", "[pytest]"), ("tests/serve/setup.cfg", "[tool:pytest]")]
+)
+def test_a_pytest_config_beside_the_project_s_own_does_not_reach_the_gate(tmp_path: Path, path: str, section: str) -> None:
+    """pytest reads the first pytest configuration it finds from tests/serve upwards (pytest.ini before pyproject.toml
+    in a folder): one added for the gate run with -k, and removed afterwards, recorded 1/1 passed on a suite of two."""
+    source = source_with(tmp_path, TWO)
+    (source / path).write_text(f"{section}\naddopts = -k test_one\n")
+    result = route.route_gate(tmp_path / "out", source)
+    assert (result.status, result.summary) == (Status.PASSED, "2/2 route tests passed")
+
+
+def test_a_checkout_without_its_pytest_configuration_is_one_line(tmp_path: Path) -> None:
+    source = source_with(tmp_path, TWO)
+    (source / "pyproject.toml").unlink()
+    with pytest.raises(ConfigError) as refused:
+        route.route_gate(tmp_path / "out", source)
+    assert str(refused.value) == route.NO_PROJECT_CONFIG.format(config=source / "pyproject.toml")

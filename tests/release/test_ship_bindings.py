@@ -91,3 +91,48 @@ def test_a_perf_pass_judged_before_the_last_release_does_not_count(make_build_pr
     released = dataclasses.replace(perf_result(str(defaults.PERF_ROUNDS)), properties=(*perf_result("5").properties, ("released_pin", "e" * 40)))
     record(project, m, released)  # measured against that release: counts
     assert ship(project, "--check").code == 0
+
+
+HOOK = "\n\ndef pytest_collection_modifyitems(items):  # for the gate run only\n    items[:] = items[:5]\n"
+EDITS = {
+    "tests/conftest.py": lambda text: text + HOOK,
+    "tests/serve/conftest.py": lambda text: text + HOOK,
+    "conftest.py": lambda text: text + HOOK,  # none is committed: one added at the root is read too
+    "tests/support/fixtures.py": lambda text: text + HOOK,  # a plugin of the whole suite (tests/conftest.py)
+    "pyproject.toml": lambda text: text.replace('addopts = ["-ra"', 'addopts = ["-k", "hadamard", "-ra"'),
+}
+
+
+@pytest.mark.parametrize("edited", sorted(EDITS))
+def test_route_tests_run_under_a_conftest_edited_for_the_run_do_not_count(
+    build_project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edited: str
+) -> None:
+    """A collection hook added to a conftest, or a -k to pytest's configuration, for the gpu_tests run and taken out
+    afterwards: the route record said passed on 5 tests of 180, and shipped."""
+    checkout = tmp_path / "checkout"  # the files that decide what the route gate runs, as committed
+    for name in route.ROUTE_TESTS:
+        if (route.SOURCE_ROOT / name).is_dir():
+            shutil.copytree(route.SOURCE_ROOT / name, checkout / name, ignore=shutil.ignore_patterns(*route.LAUNCHER_SKIPS))
+        elif (route.SOURCE_ROOT / name).is_file():
+            (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(route.SOURCE_ROOT / name, checkout / name)
+    monkeypatch.setattr(route, "SOURCE_ROOT", checkout)
+    m = built(build_project)
+    path = checkout / edited
+    committed = path.read_text() if path.exists() else None
+    path.write_text(EDITS[edited](committed or ""))
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
+    judged = route.route_tests_sha256()
+    if committed is None:
+        path.unlink()
+    else:
+        path.write_text(committed)
+    r = ship(build_project)
+    assert r.code == 7, r.out
+    assert said(release_ship.TABLE_ROW, r.out, gate="route".ljust(len("equivalence")), state="MISSING")
+    now = route.route_tests_sha256()
+    changed = binding.CRITERION_CHANGED.format(criterion="route_tests_sha256", judged=f"{judged[:57]}...", current=f"{now[:57]}...")
+    assert binding.OTHER_CRITERIA.format(changes=changed) in r.out
+    assert not (build_project.root / "dist").exists()
+    record(build_project, m, GATES.route)  # run again on the committed tests: counts
+    assert ship(build_project, "--check").code == 0
