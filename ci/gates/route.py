@@ -25,6 +25,9 @@ LAUNCHER_SKIPS = ("__pycache__", "*.pyc")  # what neither the digest nor the whe
 # pytest's environment options: PYTEST_ADDOPTS="-k x" ran 5 of 180 tests, a plugin in PYTEST_PLUGINS skipped them all,
 # and either record passed. The gate runs the whole suite as the checkout says, so these are left out.
 NOT_PASSED_ON = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
+# and no plugin that an installed package declares (entry point pytest11) is loaded: a package on the path whose
+# plugin deselected a test made the record "1/1 passed" on a suite of two. tests/serve needs none of them.
+ENV_SET = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 SKIPPED = "{count} route test(s) skipped ({first}): the route gate runs every test; find what skips them"
 NO_PROJECT_CONFIG = "{config}: missing; the route gate runs pytest with the project's own configuration and no other"
 # the one pytest configuration the gate reads (-c): pytest takes the first it finds from tests/serve upwards, so a
@@ -94,7 +97,7 @@ def route_gate(out: Path, source: Path = SOURCE_ROOT) -> GateResult:
     argv = [sys.executable, "-m", "pytest", "tests/serve", "-c", PROJECT_CONFIG, "--rootdir", ".", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
     with own_bytecode() as bytecode:
         env = {k: v for k, v in os.environ.items() if k not in NOT_PASSED_ON}
-        done = run(argv, cwd=source, env={**env, **bytecode}, check=False, what="pytest tests/serve")
+        done = run(argv, cwd=source, env={**env, **ENV_SET, **bytecode}, check=False, what="pytest tests/serve")
     seconds = time.monotonic() - started
     cases = _junit_cases(junit) if junit.is_file() else []
     problems = []

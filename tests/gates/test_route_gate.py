@@ -105,3 +105,20 @@ def test_a_checkout_without_its_pytest_configuration_is_one_line(tmp_path: Path)
     with pytest.raises(ConfigError) as refused:
         route.route_gate(tmp_path / "out", source)
     assert str(refused.value) == route.NO_PROJECT_CONFIG.format(config=source / "pyproject.toml")
+
+
+def test_an_installed_pytest_plugin_does_not_reach_the_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A package on the path whose entry point (pytest11) deselects tests: pytest loads every such plugin it finds,
+    and the record said 1/1 passed on a suite of two."""
+    source = source_with(tmp_path, TWO)
+    site = tmp_path / "site"
+    (site / "deselect-0.dist-info").mkdir(parents=True)
+    (site / "deselect-0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: deselect\nVersion: 0\n")
+    (site / "deselect-0.dist-info" / "entry_points.txt").write_text("[pytest11]\ndeselect = deselect_plugin\n")
+    (site / "deselect_plugin.py").write_text(
+        "def pytest_collection_modifyitems(config, items):\n    kept = [i for i in items if i.name == 'test_one']\n"
+        "    config.hook.pytest_deselected(items=[i for i in items if i not in kept])\n    items[:] = kept\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    result = route.route_gate(tmp_path / "out", source)
+    assert (result.status, result.summary) == (Status.PASSED, "2/2 route tests passed")
