@@ -28,6 +28,10 @@ NOT_PASSED_ON = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
 # and no plugin that an installed package declares (entry point pytest11) is loaded: a package on the path whose
 # plugin deselected a test made the record "1/1 passed" on a suite of two. tests/serve needs none of them.
 ENV_SET = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+# pytest, imported with the checkout taken off the front of sys.path: ``python -m pytest`` in the checkout imported a
+# pytest.py there instead, which ran pytest with a plugin of its own that deselected a test ("1/1 passed" of two).
+# Not ``python -I`` (3.11's -P is too new): it would drop PYTHONPATH, which a machine with packages in --target uses.
+PYTEST_NOT_FROM_THE_CHECKOUT = "import sys; del sys.path[0]; import pytest; sys.exit(pytest.main(sys.argv[1:]))"
 SKIPPED = "{count} route test(s) skipped ({first}): the route gate runs every test; find what skips them"
 NO_PROJECT_CONFIG = "{config}: missing; the route gate runs pytest with the project's own configuration and no other"
 # the one pytest configuration the gate reads (-c): pytest takes the first it finds from tests/serve upwards, so a
@@ -94,8 +98,8 @@ def route_gate(out: Path, source: Path = SOURCE_ROOT) -> GateResult:
     junit = out / "route.pytest.junit.xml"
     junit.unlink(missing_ok=True)
     started = time.monotonic()
-    argv = [sys.executable, "-m", "pytest", "tests/serve", "-c", PROJECT_CONFIG, "--rootdir", ".", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
     with own_bytecode() as bytecode:
+        argv = [sys.executable, "-c", PYTEST_NOT_FROM_THE_CHECKOUT, "tests/serve", "-c", PROJECT_CONFIG, "--rootdir", ".", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
         env = {k: v for k, v in os.environ.items() if k not in NOT_PASSED_ON}
         done = run(argv, cwd=source, env={**env, **ENV_SET, **bytecode}, check=False, what="pytest tests/serve")
     seconds = time.monotonic() - started

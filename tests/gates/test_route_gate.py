@@ -122,3 +122,29 @@ def test_an_installed_pytest_plugin_does_not_reach_the_gate(tmp_path: Path, monk
     monkeypatch.setenv("PYTHONPATH", str(site))
     result = route.route_gate(tmp_path / "out", source)
     assert (result.status, result.summary) == (Status.PASSED, "2/2 route tests passed")
+
+
+SHADOW = """import os, sys
+sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
+sys.modules.pop("pytest", None)
+import pytest
+
+
+class Deselect:
+    def pytest_collection_modifyitems(self, config, items):
+        kept = [i for i in items if i.name == "test_one"]
+        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+        items[:] = kept
+
+
+sys.exit(pytest.main(sys.argv[1:], plugins=[Deselect()]))
+"""
+
+
+def test_a_module_in_the_checkout_does_not_shadow_pytest(tmp_path: Path) -> None:
+    """``python -m pytest`` in the checkout put the checkout first on sys.path: a pytest.py there ran instead, passed
+    pytest a plugin of its own that deselected a test, and the record said 1/1 passed on a suite of two."""
+    source = source_with(tmp_path, TWO)
+    (source / "pytest.py").write_text(SHADOW)
+    result = route.route_gate(tmp_path / "out", source)
+    assert (result.status, result.summary) == (Status.PASSED, "2/2 route tests passed")
