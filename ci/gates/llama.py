@@ -33,7 +33,7 @@ import requests
 from ci import defaults
 from ci.command import Process, descendants, resolve, wait_gone
 from ci.errors import ServerFailed, describe_returncode
-from ci.gates.route import own_bytecode
+from ci.gates.route import process_bytecode
 from ci.schema import parse_json
 
 log = logging.getLogger("onebit-ci")
@@ -135,7 +135,6 @@ class LlamaServer:
         self.seconds_to_healthy = 0.0
         self._tree: set[Process] = set()
         self._terminated = 0.0  # when SIGTERM was sent
-        self._bytecode = contextlib.ExitStack()  # the launcher's own bytecode folder, kept until it has stopped
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -172,20 +171,17 @@ class LlamaServer:
         self._log = open(self.log_path, "wb")  # noqa: SIM115 -- closed in stop(), which every path reaches
         log.info("$ %s", self.launch.display())
         self._started = time.monotonic()
-        try:  # the launcher runs its source, not bytecode left in serve/__pycache__ (route.own_bytecode)
-            env = {**os.environ, **dict(self.launch.env), **self._bytecode.enter_context(own_bytecode())}
-            self._proc = subprocess.Popen(
-                argv,
-                cwd=self.cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=self._log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: the launcher and llama-server are stopped together
-            )
-        except BaseException:
-            self._bytecode.close()
-            raise
+        # the launcher runs its source, not bytecode left in serve/__pycache__ (route.process_bytecode)
+        env = {**os.environ, **dict(self.launch.env), **process_bytecode()}
+        self._proc = subprocess.Popen(
+            argv,
+            cwd=self.cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: the launcher and llama-server are stopped together
+        )
 
     def wait_healthy(self) -> None:
         """Poll /health until it answers 200; :class:`ServerFailed` with the log's tail if it dies or times out."""
@@ -274,7 +270,6 @@ class LlamaServer:
                     p.kill()
                 proc.wait()
             self.returncode = proc.returncode
-            self._bytecode.close()
             self._http.close()
             if self._log is not None:
                 self._log.close()

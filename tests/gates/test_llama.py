@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,18 +13,24 @@ from ci.gates.llama import LlamaServer, ServerLaunch, free_ports
 from tests.gates.test_route_gate import BAD, GOOD, plant_stale_bytecode
 
 
-def test_a_server_started_by_a_gate_imports_the_source_not_stale_bytecode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_server_started_by_a_gate_imports_the_source_not_stale_bytecode(tmp_path: Path) -> None:
     """The equivalence gate runs ``python -m serve serve`` from the checkout: a good .pyc planted in serve/__pycache__
     ran in place of the bad serve/*.py that the launcher's digest and the wheel hold."""
     source = tmp_path / "src"
     source.mkdir()
     planted = plant_stale_bytecode(source / "verdict.py", GOOD, BAD)
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
-    (tmp_path / "tmp").mkdir()
     argv = (sys.executable, "-c", "import verdict; print('launcher ran with OK =', verdict.OK)")
     log = tmp_path / "server.log"
     with pytest.raises(ServerFailed), LlamaServer(ServerLaunch("baseline", argv, "127.0.0.1", free_ports(1)[0]), log, cwd=source):
         pass  # it exits before it is ever healthy; what it imported is in its log
     assert log.read_text() == "launcher ran with OK = None\n"
     assert [p.read_bytes() for p in (source / "__pycache__").iterdir()] == [planted]  # neither read nor written
-    assert list((tmp_path / "tmp").iterdir()) == []  # its own bytecode folder is removed when it stops
+
+
+def test_the_launchers_bytecode_folder_is_one_per_process_and_goes_with_it(tmp_path: Path) -> None:
+    """Every launcher of a command compiles into one folder (route.process_bytecode), removed when the command exits."""
+    program = "from ci.gates import route; a = route.process_bytecode(); b = route.process_bytecode(); assert a == b; print(a[route.BYTECODE_FOLDER])"
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True, cwd=tmp_path)
+    folder = Path(done.stdout.strip())
+    assert folder.name.startswith("onebit-bytecode-")
+    assert not folder.exists()
