@@ -33,7 +33,7 @@ import requests
 from ci import defaults
 from ci.command import Process, descendants, resolve, wait_gone
 from ci.errors import ServerFailed, describe_returncode
-from ci.gates.route import process_bytecode
+from ci.gates.route import process_bytecode, with_bytecode
 from ci.schema import parse_json
 
 log = logging.getLogger("onebit-ci")
@@ -172,7 +172,7 @@ class LlamaServer:
         log.info("$ %s", self.launch.display())
         self._started = time.monotonic()
         # the launcher runs its source, not bytecode left in serve/__pycache__ (route.process_bytecode)
-        env = {**os.environ, **dict(self.launch.env), **process_bytecode()}
+        env = with_bytecode({**os.environ, **dict(self.launch.env)}, process_bytecode())
         self._proc = subprocess.Popen(
             argv,
             cwd=self.cwd,

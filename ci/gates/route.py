@@ -11,7 +11,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from ci.command import run
@@ -91,6 +91,13 @@ def own_bytecode() -> Iterator[dict[str, str]]:
         yield {BYTECODE_FOLDER: folder}
 
 
+def with_bytecode(env: Mapping[str, str], folder: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with the bytecode ``folder`` (:func:`own_bytecode`, :func:`process_bytecode`) and bytecode written there:
+    under PYTHONDONTWRITEBYTECODE (set on this machine) nothing was written, and every launcher compiled the standard
+    library and its packages again, 0.34-0.36 s a start against 0.10 s."""
+    return {**{k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}, **folder}
+
+
 _LAUNCHERS_BYTECODE: list[str] = []  # this process's folder for process_bytecode, once made
 _LAUNCHERS_LOCK = threading.Lock()
 
@@ -122,7 +129,7 @@ def route_gate(out: Path, source: Path = SOURCE_ROOT) -> GateResult:
     with own_bytecode() as bytecode:
         argv = [sys.executable, "-c", PYTEST_NOT_FROM_THE_CHECKOUT, "tests/serve", "-c", PROJECT_CONFIG, "--rootdir", ".", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
         env = {k: v for k, v in os.environ.items() if k not in NOT_PASSED_ON}
-        done = run(argv, cwd=source, env={**env, **ENV_SET, **bytecode}, check=False, what="pytest tests/serve")
+        done = run(argv, cwd=source, env=with_bytecode({**env, **ENV_SET}, bytecode), check=False, what="pytest tests/serve")
     seconds = time.monotonic() - started
     cases = _junit_cases(junit) if junit.is_file() else []
     problems = []
