@@ -34,3 +34,19 @@ def test_the_launchers_bytecode_folder_is_one_per_process_and_goes_with_it(tmp_p
     folder = Path(done.stdout.strip())
     assert folder.name.startswith("onebit-bytecode-")
     assert not folder.exists()
+
+
+def test_the_launchers_bytecode_is_written_to_its_folder_even_under_pythondontwritebytecode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With PYTHONDONTWRITEBYTECODE passed on, nothing reached the folder and every launcher compiled everything again."""
+    from ci.gates import route
+
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "written.py").write_text("OK = True\n")
+    argv = (sys.executable, "-c", "import written")
+    with pytest.raises(ServerFailed), LlamaServer(ServerLaunch("baseline", argv, "127.0.0.1", free_ports(1)[0]), tmp_path / "server.log", cwd=source):
+        pass
+    folder = Path(route.process_bytecode()[route.BYTECODE_FOLDER])
+    assert [p.name for p in folder.rglob("written.*.pyc")] != []
+    assert not (source / "__pycache__").exists()  # the tree is not written
