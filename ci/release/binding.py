@@ -3,7 +3,8 @@
 At gate time each record carries ``manifest_sha256`` (:attr:`Manifest.digest`: the build key and every binary's and
 library's sha256) and ``criteria`` (what the gate judged against: the expected case counts; the token count, floors,
 spec type and prompts; the architectures with their seed and threshold; the perf checks; the fault set; for route and
-equivalence, the launcher's files; for route, the files that decide which route tests run) with its digest. At ship
+equivalence, the launcher's files; for route, the files that decide which route tests run; for every gate, the ci
+package that ran and judged it) with its digest. At ship
 time :func:`why_not_counted` compares them with the build.json ship reads, whose binaries it has just hashed again
 (:meth:`Manifest.reproved`), and with the criteria pins.yaml, the committed faults and prompts, the launcher and its
 route tests give now. A binary swapped with its sha256 rewritten in build.json, a count raised after gating, a
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from ci import defaults
@@ -40,8 +42,27 @@ CRITERION_CHANGED = "{criterion} {judged}, now {current}"  # OTHER_CRITERIA's ch
 ENOUGH_ROUNDS = "at least {rounds}"  # the perf gate's rounds as a criterion
 
 
+def orchestration_dir() -> Path:
+    """The ci package that runs and judges the gates: the one this Python imports (this checkout's)."""
+    import ci
+
+    return Path(ci.__file__).resolve().parent
+
+
+def orchestration_sha256() -> str:
+    """One digest of the ci package's files (as the launcher's are read, :func:`route.launcher_sha256`): every record
+    is bound to the code that ran and judged it, so a judge weakened for a gate run and put back afterwards leaves
+    records that do not count (a hostile pass on ship, 2026-12-05)."""
+    return route.launcher_sha256(orchestration_dir())
+
+
 def current_criteria(pins: Pins, gate: str, profile: str) -> dict[str, Any]:
-    """What ``gate`` must have judged against for a build of ``pins`` and ``profile``, now."""
+    """What ``gate`` must have judged against for a build of ``pins`` and ``profile``, now: its own criteria and the
+    orchestration's digest."""
+    return {**_gate_criteria(pins, gate, profile), "ci_sha256": orchestration_sha256()}
+
+
+def _gate_criteria(pins: Pins, gate: str, profile: str) -> dict[str, Any]:
     if gate == route.GATE:  # the launcher its tests judged is the one ship puts in the wheel, by the tests there now
         return {"launcher_sha256": route.launcher_sha256(), "route_tests_sha256": route.route_tests_sha256()}
     if gate == BACKEND_OPS:
@@ -94,6 +115,10 @@ def judged_criteria(pins: Pins, result: GateResult, profile: str) -> dict[str, A
     and floors, the architectures archs ran, the self-test's fault set), else from the pins.yaml it ran under and, for
     the route and equivalence gates, the launcher (and the route tests) as they are when the record is written, right
     after the gate."""
+    return {**_judged_gate_criteria(pins, result, profile), "ci_sha256": orchestration_sha256()}
+
+
+def _judged_gate_criteria(pins: Pins, result: GateResult, profile: str) -> dict[str, Any]:
     props = dict(result.properties)
     if result.gate == GATE_EQUIVALENCE:  # the spec type is pins.yaml's, which no option overrides
         judged = {k: props.get(k, "") for k in ("tokens", "floors", "near_tie_nats", "prompts_sha256")}
@@ -101,12 +126,12 @@ def judged_criteria(pins: Pins, result: GateResult, profile: str) -> dict[str, A
     if result.gate == GATE_PERF:  # the rounds it measured: enough, or how few
         rounds = props.get("rounds", "")
         enough = rounds.isdigit() and int(rounds) >= defaults.PERF_ROUNDS
-        return {**current_criteria(pins, result.gate, profile), "rounds": ENOUGH_ROUNDS.format(rounds=defaults.PERF_ROUNDS) if enough else rounds}
+        return {**_gate_criteria(pins, result.gate, profile), "rounds": ENOUGH_ROUNDS.format(rounds=defaults.PERF_ROUNDS) if enough else rounds}
     if result.gate == GATE_ARCHS:  # the architectures it ran, with its seed and threshold
         return {k: props.get(k, "") for k in ("archs", "seed", "threshold")}
     if result.gate == SELFTEST:
         return {"faults_sha256": props.get("faults_sha256", "")}
-    return current_criteria(pins, result.gate, profile)
+    return _gate_criteria(pins, result.gate, profile)
 
 
 def context_of(pins: Pins, manifest: Manifest) -> ledger.BuildContext:

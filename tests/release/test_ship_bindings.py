@@ -136,3 +136,31 @@ def test_route_tests_run_under_a_conftest_edited_for_the_run_do_not_count(
     assert not (build_project.root / "dist").exists()
     record(build_project, m, GATES.route)  # run again on the committed tests: counts
     assert ship(build_project, "--check").code == 0
+
+
+def test_records_judged_by_an_orchestration_edited_for_the_run_do_not_count(
+    build_project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A judge weakened for the gpu_tests run (here a line of ci/gates/route.py) and put back afterwards: every record
+    it wrote counted, although no committed code judged the build."""
+    orchestration = tmp_path / "ci"
+    shutil.copytree(binding.orchestration_dir(), orchestration, ignore=shutil.ignore_patterns(*route.LAUNCHER_SKIPS))
+    monkeypatch.setattr(binding, "orchestration_dir", lambda: orchestration)
+    m = built(build_project)
+    judge = orchestration / "gates" / "route.py"
+    committed = judge.read_text()
+    judge.write_text(committed.replace("status = Status.PASSED if not problems else Status.FAILED", "status = Status.PASSED"))
+    assert judge.read_text() != committed
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
+    judged = binding.orchestration_sha256()
+    judge.write_text(committed)
+    r = ship(build_project)
+    assert r.code == 7, r.out
+    now = binding.orchestration_sha256()
+    changed = binding.CRITERION_CHANGED.format(criterion="ci_sha256", judged=f"{judged[:57]}...", current=f"{now[:57]}...")
+    assert binding.OTHER_CRITERIA.format(changes=changed) in r.out
+    for gate in ("route", "backend_ops", "equivalence"):
+        assert said(release_ship.TABLE_ROW, r.out, gate=gate.ljust(len("equivalence")), state="MISSING"), r.out
+    assert not (build_project.root / "dist").exists()
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)  # the gates again under the committed code: they count
+    assert ship(build_project, "--check").code == 0
