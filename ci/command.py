@@ -351,36 +351,60 @@ def freeze(procs: Sequence[subprocess.Popen[str] | subprocess.Popen[bytes]], fro
             p.stop()
 
 
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP held back for the block, then delivered to the handlers there were before it (in the
+    main thread; elsewhere the block runs as it is). Between a tree's SIGSTOP and its SIGCONT an interrupt would
+    leave processes stopped for good, so :func:`end_trees` freezes and lets go under it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, _frame: FrameType | None) -> None:
+        held.append(signum)
+
+    previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, *TERMINATING)}
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
+        if held:
+            signal.raise_signal(held[0])  # its own handler now: Ctrl-C's KeyboardInterrupt, or Terminated
+
+
 def end_trees(procs: Sequence[subprocess.Popen[str] | subprocess.Popen[bytes]], grace: float = 5.0) -> None:
     """:func:`end_tree` for several programs at once: every tree is frozen (:func:`freeze`), then each process gets
     SIGTERM and is let go on (SIGCONT), all before any is waited for, so their grace periods overlap."""
-    everything: list[Process] = []
-    try:
-        freeze(procs, everything)
-        for p in everything:
-            p.terminate()
-        for proc in procs:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.terminate()
-    finally:  # never leave a process stopped: SIGTERM waits for SIGCONT, and a stopped program is waited on forever
-        for p in everything:
-            p.resume()
-        for proc in procs:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.send_signal(signal.SIGCONT)
-    wait_gone(everything, grace)
-    deadline = time.monotonic() + grace
-    for proc in procs:
+    with signals_held():  # the whole teardown: a second Ctrl-C waits for it, as a second SIGTERM does
+        everything: list[Process] = []
         try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    for p in everything:
-        p.kill()
-    wait_gone(everything, 5.0, reaped=True)
+            freeze(procs, everything)
+            for p in everything:
+                p.terminate()
+            for proc in procs:
+                if proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.terminate()
+        finally:  # never leave a process stopped: SIGTERM waits for SIGCONT, and a stopped program is waited on forever
+            for p in everything:
+                p.resume()
+            for proc in procs:
+                if proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.send_signal(signal.SIGCONT)
+        wait_gone(everything, grace)
+        deadline = time.monotonic() + grace
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for p in everything:
+            p.kill()
+        wait_gone(everything, 5.0, reaped=True)
 
 
 def _close_output(proc: subprocess.Popen[str], reader: threading.Thread) -> None:

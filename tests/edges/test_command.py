@@ -1,8 +1,12 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -121,4 +125,31 @@ def test_a_tree_still_forking_when_it_is_ended_leaves_nothing(tmp_path: Path) ->
     forker = script(tmp_path / "forker.sh", "for i in $(seq 2000); do sleep 300 & done\nwait\n")
     done = command.run([forker], timeout=0.5, check=False, quiet=True)
     assert done.timed_out
+    assert sleeps_of(tmp_path) == []
+
+
+def test_an_interrupt_while_trees_are_ended_waits_for_the_teardown(tmp_path: Path) -> None:
+    """Between a tree's SIGSTOP and its SIGCONT, a Ctrl-C raised at once would leave processes stopped for good: it is
+    held until the teardown is over, then raised."""
+    hang = script(tmp_path / "hang.sh", "sleep 300 &\nsleep 301\n")
+    proc = subprocess.Popen([hang])
+    try:
+        while len(command.descendants(proc.pid)) < 2:
+            time.sleep(0.02)
+
+        def ctrl_c_then_end() -> None:
+            with command.signals_held():
+                os.kill(os.getpid(), signal.SIGINT)  # held: the tree is still ended in full below
+                command.end_tree(proc, grace=5.0)
+                ended.append(proc.returncode)
+
+        ended: list[int | None] = []
+        with pytest.raises(KeyboardInterrupt):
+            ctrl_c_then_end()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert ended != [None]
+    assert len(ended) == 1
     assert sleeps_of(tmp_path) == []
