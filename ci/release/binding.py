@@ -81,7 +81,8 @@ def _gate_criteria(pins: Pins, gate: str, profile: str) -> dict[str, Any]:
         return {"archs": ",".join(dict.fromkeys(pins.archs)), "seed": str(ARCHS_SEED), "threshold": f"{ARCHS_THRESHOLD:g}"}
     if gate == GATE_PERF:
         checks = {models: [[c.text, c.floor, c.tolerance] for c in checks] for models, checks in pins.perf}
-        return {"checks": checks, "rounds": ENOUGH_ROUNDS.format(rounds=defaults.PERF_ROUNDS)}
+        # its figures are of llama-servers started through 1bit serve, with the launcher's recipes
+        return {"checks": checks, "rounds": ENOUGH_ROUNDS.format(rounds=defaults.PERF_ROUNDS), "launcher_sha256": route.launcher_sha256()}
     if gate == SELFTEST:
         from ci.gates.selftest import committed_faults_sha256
 

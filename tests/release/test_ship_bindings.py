@@ -164,3 +164,25 @@ def test_records_judged_by_an_orchestration_edited_for_the_run_do_not_count(
     assert not (build_project.root / "dist").exists()
     record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)  # the gates again under the committed code: they count
     assert ship(build_project, "--check").code == 0
+
+
+def test_a_perf_pass_measured_through_another_launcher_does_not_count(make_build_project: Callable[..., Project], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """perf measures llama-servers started through 1bit serve, its recipes applied: a pass measured with one launcher
+    counted for a launcher edited afterwards (a recipe that slows the server ships on the figures of the one before)."""
+    launcher = tmp_path / "serve"
+    shutil.copytree(route.launcher_dir(), launcher, ignore=shutil.ignore_patterns(*route.LAUNCHER_SKIPS))
+    monkeypatch.setattr(route, "launcher_dir", lambda: launcher)
+    project = make_build_project(PERF_PINS)
+    m = built(project)
+    record(project, m, GATES.route, GATES.backend_ops, GATES.equivalence, perf_result(str(defaults.PERF_ROUNDS)))
+    assert ship(project, "--check").code == 0
+    judged = route.launcher_sha256()
+    with (launcher / "recipes.py").open("a") as f:
+        f.write("\n# a recipe edited after the perf gate ran\n")
+    record(project, m, GATES.route, GATES.equivalence)  # the launcher's own gates again: they count, perf does not
+    r = ship(project, "--check")
+    assert r.code == 7, r.out
+    assert said(release_ship.TABLE_ROW, r.out, gate="perf".ljust(len("equivalence")), state="MISSING"), r.out
+    now = route.launcher_sha256()
+    changed = binding.CRITERION_CHANGED.format(criterion="launcher_sha256", judged=f"{judged[:57]}...", current=f"{now[:57]}...")
+    assert binding.OTHER_CRITERIA.format(changes=changed) in r.out
