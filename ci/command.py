@@ -101,7 +101,13 @@ class _Started:
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
         self.broken: list[OSError] = []  # the log's write error, raised once the program is gone
         self.reader = threading.Thread(target=self._pump, args=(on_line,), daemon=True)
-        self.reader.start()
+        try:
+            self.reader.start()
+        except BaseException:  # no thread left to start: the program, started, is not left behind
+            end_tree(self.proc)
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+            raise
 
     def _pump(self, on_line: Callable[[str], None] | None) -> None:
         if self.proc.stdout is None:
@@ -188,13 +194,15 @@ def run(
     file the program reads. A timeout ends the program's whole process tree and, with ``check``, raises; so does
     Ctrl-C (which the program also receives, in our process group), re-raised once the tree is gone.
     """
-    started = _Started(argv, cwd=cwd, env=env, quiet=quiet, log_file=log_file, on_line=on_line, stdin=stdin)
+    started: list[_Started] = []
     try:
-        started.wait(timeout)
+        with signals_held():  # a signal as it starts: raised once the program is in ``started``, which is ended
+            started.append(_Started(argv, cwd=cwd, env=env, quiet=quiet, log_file=log_file, on_line=on_line, stdin=stdin))
+        started[0].wait(timeout)
     except BaseException:
-        _end_all([started])
+        _end_all(started)
         raise
-    return started.finish(check, what)
+    return started[0].finish(check, what)
 
 
 POLL = 0.01  # seconds between looks at programs run together
@@ -207,7 +215,8 @@ def run_together(argvs: Sequence[Sequence[str | os.PathLike[str]]], *, timeout: 
     started: list[_Started] = []
     try:
         for argv in argvs:
-            started.append(_Started(argv, quiet=quiet))
+            with signals_held():  # SIGTERM as a program starts left it running: it was not in ``started`` yet
+                started.append(_Started(argv, quiet=quiet))
         while not all([s.poll(timeout) for s in started]):  # a list: every program is looked at, each round
             time.sleep(POLL)
     except BaseException:
@@ -336,19 +345,48 @@ def freeze(procs: Sequence[subprocess.Popen[str] | subprocess.Popen[bytes]], fro
     """Stop ``procs`` and every process below them (SIGSTOP), reading the tree again until no new process appears;
     each descendant is added to ``frozen`` as it is stopped (the caller resumes them, whatever happens). A stopped process cannot fork: read once, a tree loses the child its shell
     forks while it is being signalled, and that child, orphaned, outlives the end of the tree (a ``sleep`` outlived
-    SIGTERM so, on a loaded machine)."""
+    SIGTERM so, on a loaded machine). What is below a live process of ``frozen`` is read too: the tree of a program
+    that has exited since, and what a survivor of SIGTERM has started. A program reaped already is not read: its pid
+    may name another process by now, whose children were stopped and killed."""
+    live = []
     for proc in procs:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGSTOP)
+            live.append(proc)
     for _ in range(FREEZE_ROUNDS):
-        seen = {p.pid for p in frozen}
-        new = [p for proc in procs for p in descendants(proc.pid) if p.pid not in seen]
+        new = _below([proc.pid for proc in live if proc.returncode is None], frozen)
         if not new:
             break
         for p in new:
             frozen.append(p)
             p.stop()
+
+
+def _below(roots: Sequence[int], known: Sequence[Process]) -> list[Process]:
+    """The live processes below ``roots`` and below each live process of ``known``, less those ``known`` holds: one
+    read of the process table, however many roots (2000 sleeps of a forking shell are 2000 roots)."""
+    table: dict[int, tuple[int, float, str]] = {}  # pid: (parent, start, name), of the processes alive
+    for p in psutil.process_iter(["ppid", "create_time", "name", "status"]):
+        info = p.info
+        if info["status"] not in (None, psutil.STATUS_ZOMBIE) and info["ppid"] is not None and info["create_time"] is not None:
+            table[p.pid] = (info["ppid"], info["create_time"], info["name"] or "")
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    seen = {(p.pid, p.start) for p in known}
+    todo = [*roots, *(p.pid for p in known if p.pid in table and table[p.pid][1] == p.start)]
+    visited = set(todo)
+    found = []
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in visited:
+                visited.add(child)
+                todo.append(child)
+                _, start, name = table[child]
+                if (child, start) not in seen:
+                    found.append(Process(child, start, name))
+    return sorted(found, key=lambda x: x.pid)
 
 
 @contextlib.contextmanager
@@ -368,15 +406,37 @@ def signals_held() -> Iterator[None]:
     try:
         yield
     finally:
-        for s, old in previous.items():
-            signal.signal(s, old)
+        _put_back(list(previous.items()))
         if held:
             signal.raise_signal(held[0])  # its own handler now: Ctrl-C's KeyboardInterrupt, or Terminated
 
 
+def _put_back(handlers: Sequence[tuple[int, Callable[[int, FrameType | None], object] | int | None]]) -> None:
+    """Each handler put back, even when a signal raises as the one before is (Ctrl-C the moment SIGINT's handler was
+    back left SIGTERM's holding, and every later SIGTERM was swallowed)."""
+    if handlers:
+        (signum, handler), *rest = handlers
+        try:
+            signal.signal(signum, handler)
+        finally:
+            _put_back(rest)
+
+
+def _resume(procs: Sequence[subprocess.Popen[str] | subprocess.Popen[bytes]], frozen: Sequence[Process]) -> None:
+    """Never leave a process stopped: SIGTERM waits for SIGCONT, and a stopped program is waited on forever."""
+    for p in frozen:
+        p.resume()
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGCONT)
+
+
 def end_trees(procs: Sequence[subprocess.Popen[str] | subprocess.Popen[bytes]], grace: float = 5.0) -> None:
     """:func:`end_tree` for several programs at once: every tree is frozen (:func:`freeze`), then each process gets
-    SIGTERM and is let go on (SIGCONT), all before any is waited for, so their grace periods overlap."""
+    SIGTERM and is let go on (SIGCONT), all before any is waited for, so their grace periods overlap. What is left
+    after ``grace`` seconds is frozen again, with what it has started since (a program that forks on SIGTERM), and
+    gets SIGKILL."""
     with signals_held():  # the whole teardown: a second Ctrl-C waits for it, as a second SIGTERM does
         everything: list[Process] = []
         try:
@@ -387,23 +447,25 @@ def end_trees(procs: Sequence[subprocess.Popen[str] | subprocess.Popen[bytes]], 
                 if proc.poll() is None:
                     with contextlib.suppress(ProcessLookupError):
                         proc.terminate()
-        finally:  # never leave a process stopped: SIGTERM waits for SIGCONT, and a stopped program is waited on forever
-            for p in everything:
-                p.resume()
-            for proc in procs:
-                if proc.poll() is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        proc.send_signal(signal.SIGCONT)
-        wait_gone(everything, grace)
+        finally:
+            _resume(procs, everything)
         deadline = time.monotonic() + grace
+        wait_gone(everything, grace)
         for proc in procs:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
+        try:
+            for p in everything:
+                p.stop()
+            freeze(procs, everything)
+            for proc in procs:
                 proc.kill()
-                proc.wait()
-        for p in everything:
-            p.kill()
+            for p in everything:
+                p.kill()
+        finally:
+            _resume(procs, everything)
+        for proc in procs:
+            proc.wait()
         wait_gone(everything, 5.0, reaped=True)
 
 

@@ -153,3 +153,91 @@ def test_an_interrupt_while_trees_are_ended_waits_for_the_teardown(tmp_path: Pat
     assert ended != [None]
     assert len(ended) == 1
     assert sleeps_of(tmp_path) == []
+
+
+def test_a_program_that_forks_on_sigterm_leaves_nothing(tmp_path: Path) -> None:
+    """It ignores SIGTERM and starts a sleep when it gets one: SIGKILL went to the tree read before SIGTERM, and the
+    sleep born after it outlived the shell. What outlives SIGTERM is frozen again, and read again, before SIGKILL."""
+    trap = script(tmp_path / "trap.sh", f"trap 'sleep 300 &' TERM\ntouch {tmp_path}/up\nwhile :; do sleep 0.1; done\n")
+    proc = subprocess.Popen([trap])
+    try:
+        while not (tmp_path / "up").exists():
+            assert proc.poll() is None
+            time.sleep(0.02)
+        command.end_tree(proc, grace=1.0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    left = sleeps_of(tmp_path)
+    for p in left:
+        p.kill()
+    assert left == []
+
+
+class SignalledAsItStarts(subprocess.Popen[str]):
+    """A program that this process gets a signal the moment after it starts (``signum``, set by the test)."""
+
+    signum = signal.SIGTERM
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[call-overload]
+        os.kill(os.getpid(), self.signum)
+
+
+@pytest.mark.parametrize("together", [False, True])
+def test_sigterm_as_a_program_starts_ends_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, together: bool) -> None:
+    """A SIGTERM between the program's start and its being known to the caller left it running."""
+    hang = script(tmp_path / "hang.sh", "sleep 300\n")
+    monkeypatch.setenv("ONEBIT_TEST_TAG", str(tmp_path))  # the shell's own: it may not have started its sleep yet
+    monkeypatch.setattr(subprocess, "Popen", SignalledAsItStarts)
+    with command.signals_as_interrupt(), pytest.raises(command.Terminated):
+        command.run_together([[hang], [hang]], timeout=120, quiet=True) if together else command.run([hang], timeout=120, quiet=True)
+    monkeypatch.undo()
+    left = sleeps_of(tmp_path)
+    for p in left:
+        p.kill()
+    assert left == []
+
+
+def test_a_finished_programs_pid_taken_by_another_process_is_left_alone(tmp_path: Path) -> None:
+    """A program reaped already (run_together's programs that ended before Ctrl-C) may have its pid reused: its tree
+    was read by pid, and another process's children were stopped and killed. The reuse is played here by the pid."""
+    stranger = subprocess.Popen([script(tmp_path / "stranger.sh", "sleep 300 &\nwait\n")])
+    try:
+        while not command.descendants(stranger.pid):
+            time.sleep(0.02)
+        finished = subprocess.Popen(["true"])
+        finished.wait()
+        finished.pid = stranger.pid
+        command.end_trees([finished], grace=1.0)
+        assert [p.status() for p in sleeps_of(tmp_path) if p.name() == "sleep"] == [psutil.STATUS_SLEEPING]
+    finally:
+        stranger.kill()
+        stranger.wait()
+        for p in sleeps_of(tmp_path):
+            p.kill()
+
+
+def test_a_signal_as_held_signals_are_put_back_leaves_no_handler_holding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C the moment SIGINT's handler was put back raised there, and SIGTERM's and SIGHUP's stayed the holding
+    ones: every later SIGTERM was swallowed."""
+    real = signal.signal
+
+    def put_back(signum: int, handler: object) -> object:
+        old = real(signum, handler)  # type: ignore[arg-type]
+        if signum == signal.SIGINT and handler is signal.default_int_handler:
+            os.kill(os.getpid(), signal.SIGINT)
+        return old
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    monkeypatch.setattr(signal, "signal", put_back)
+    try:
+        with pytest.raises(KeyboardInterrupt), command.signals_held():
+            pass
+        monkeypatch.undo()
+        after = {s: signal.getsignal(s) for s in before}
+    finally:
+        for s, handler in before.items():
+            real(s, handler)
+    assert after == before
