@@ -31,7 +31,7 @@ import psutil
 import requests
 
 from ci import defaults
-from ci.command import Process, descendants, resolve, wait_gone
+from ci.command import Process, descendants, resolve, signals_held, wait_gone
 from ci.errors import ServerFailed, describe_returncode
 from ci.gates.route import process_bytecode, with_bytecode
 from ci.schema import parse_json
@@ -139,8 +139,8 @@ class LlamaServer:
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
     def __enter__(self) -> LlamaServer:
-        self.start()
-        try:
+        try:  # the start too: a Ctrl-C as it returns would leave the server, in a session of its own, running
+            self.start()
             self.wait_healthy()
         except BaseException:
             self.stop()
@@ -173,15 +173,16 @@ class LlamaServer:
         self._started = time.monotonic()
         # the launcher runs its source, not bytecode left in serve/__pycache__ (route.process_bytecode)
         env = with_bytecode({**os.environ, **dict(self.launch.env)}, process_bytecode())
-        self._proc = subprocess.Popen(
-            argv,
-            cwd=self.cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: the launcher and llama-server are stopped together
-        )
+        with signals_held():  # a Ctrl-C as it starts is raised once the server is known here, so stop() ends it
+            self._proc = subprocess.Popen(
+                argv,
+                cwd=self.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: the launcher and llama-server are stopped together
+            )
 
     def wait_healthy(self) -> None:
         """Poll /health until it answers 200; :class:`ServerFailed` with the log's tail if it dies or times out."""
@@ -248,6 +249,9 @@ class LlamaServer:
         """SIGTERM to the launcher, SIGKILL to what is left after ``stop_grace`` s, reap; safe to call twice."""
         proc = self._proc
         if proc is None:
+            if self._log is not None:  # it failed to start
+                self._log.close()
+                self._log = None
             return self.returncode
         try:
             self._track()

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from ci.errors import ServerFailed
@@ -50,3 +54,31 @@ def test_the_launchers_bytecode_is_written_to_its_folder_even_under_pythondontwr
     folder = Path(route.process_bytecode()[route.BYTECODE_FOLDER])
     assert [p.name for p in folder.rglob("written.*.pyc")] != []
     assert not (source / "__pycache__").exists()  # the tree is not written
+
+
+class InterruptedAsItStarts(subprocess.Popen[bytes]):
+    """Ctrl-C reaches this process the moment after the server starts (the server, in a session of its own, does not get it)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[call-overload]
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_ctrl_c_as_the_server_starts_stops_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start was outside the block that stops the server on an error, and the server was not known yet: it ran on."""
+    argv = (sys.executable, "-c", "import time; time.sleep(300)")
+    launch = ServerLaunch("baseline", argv, "127.0.0.1", free_ports(1)[0], env=(("ONEBIT_TEST_TAG", str(tmp_path)),))
+    monkeypatch.setattr(subprocess, "Popen", InterruptedAsItStarts)
+    with pytest.raises(KeyboardInterrupt), LlamaServer(launch, tmp_path / "server.log"):
+        pass
+    monkeypatch.undo()
+    left = [p for p in psutil.process_iter() if tagged(p, tmp_path)]
+    for p in left:
+        p.kill()
+    assert left == []
+
+
+def tagged(p: psutil.Process, tag: Path) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return p.environ().get("ONEBIT_TEST_TAG") == str(tag) and p.status() != psutil.STATUS_ZOMBIE
+    return False
