@@ -22,16 +22,15 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 from common import profile_options, run_main  # noqa: E402 -- the benchmarks' own helpers
 
-from ci import command, defaults  # noqa: E402 -- after the path set-up, so the checkout's ci/ is measured
+from ci import defaults  # noqa: E402 -- after the path set-up, so the checkout's ci/ is measured
 from ci.errors import ConfigError  # noqa: E402
 from ci.gates import archs  # noqa: E402
 
 
 def main() -> None:
     args, profile, server, binary = profile_options(__doc__, rounds=5)
-    listing = command.run([str(server), "--list-devices"], timeout=60, check=False, quiet=True).output
     try:
-        archs_plan = archs.plan(binary, defaults.ARCHS, archs.device_rows(profile.device, listing))
+        archs_plan = archs.plan_on(binary, server, profile.device, defaults.ARCHS)
     except ConfigError as exc:
         raise SystemExit(f"benchmark: {exc}") from None
     ways = {"in turn": replace(archs_plan, together=False), "together": replace(archs_plan, together=True)}

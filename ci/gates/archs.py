@@ -21,7 +21,7 @@ from ci.files import write_atomic
 from ci.gates.archs_judge import GATE, THRESHOLD, ArchRun, DeviceRows, complete, judge
 from ci.gates.results import GateResult
 
-__all__ = ["DEFAULT_ARCHS", "GATE", "ArchsPlan", "device_rows", "plan", "run_gate"]
+__all__ = ["DEFAULT_ARCHS", "GATE", "ArchsPlan", "device_rows", "plan", "plan_on", "run_gate"]
 
 DEFAULT_ARCHS = defaults.ARCHS
 SEED = 42
@@ -144,8 +144,12 @@ def gate(
     test_llama_archs: Path, llama_server: Path, device: str, archs: Sequence[str], timeout: float, out: Path, build_key: str = ""
 ) -> GateResult:
     """The registry's entry: the build's binaries, the profile's device, pins.yaml's list; logs under ``out``."""
+    return run_gate(plan_on(test_llama_archs, llama_server, device, archs, timeout), out / "archs-logs", (("build_key", build_key),))
+
+
+def plan_on(test_llama_archs: Path, llama_server: Path, device: str, archs: Sequence[str], timeout: float = TIMEOUT) -> ArchsPlan:
+    """:func:`plan` on ``device`` as the build's llama-server lists it (the gate, and benchmarks/archs_together.py)."""
     if not llama_server.is_file():
         raise ConfigError(f"{llama_server}: no llama-server in the build to list its devices; rebuild")
     listing = command.run([str(llama_server), "--list-devices"], timeout=60, check=False, quiet=True).output
-    archs_plan = plan(test_llama_archs, archs, device_rows(device, listing), timeout=timeout)
-    return run_gate(archs_plan, out / "archs-logs", (("build_key", build_key),))
+    return plan(test_llama_archs, archs, device_rows(device, listing), timeout=timeout)

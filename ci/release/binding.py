@@ -56,10 +56,10 @@ def orchestration_sha256() -> str:
     return route.launcher_sha256(orchestration_dir())
 
 
-def current_criteria(pins: Pins, gate: str, profile: str) -> dict[str, Any]:
+def current_criteria(pins: Pins, gate: str, profile: str, ci_sha256: str | None = None) -> dict[str, Any]:
     """What ``gate`` must have judged against for a build of ``pins`` and ``profile``, now: its own criteria and the
-    orchestration's digest."""
-    return {**_gate_criteria(pins, gate, profile), "ci_sha256": orchestration_sha256()}
+    orchestration's digest (``ci_sha256`` when the caller has worked it out already)."""
+    return {**_gate_criteria(pins, gate, profile), "ci_sha256": ci_sha256 or orchestration_sha256()}
 
 
 def _gate_criteria(pins: Pins, gate: str, profile: str) -> dict[str, Any]:
@@ -96,7 +96,8 @@ CriteriaNow = Callable[[str], Mapping[str, Any]]
 def criteria_now(pins: Pins, profile: str) -> CriteriaNow:
     """:func:`current_criteria` of each gate, worked out once: ship judges every record of a gate against the same
     criteria, and some read files (the launcher's digest, the committed faults)."""
-    return functools.cache(lambda gate: current_criteria(pins, gate, profile))
+    ci_sha256 = orchestration_sha256()  # one read of ci/ for every gate, not one per gate
+    return functools.cache(lambda gate: current_criteria(pins, gate, profile, ci_sha256))
 
 
 def spec_type_of(pins: Pins) -> str:
