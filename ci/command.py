@@ -15,7 +15,6 @@ import signal
 import subprocess
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,7 +97,6 @@ class _Started:
         self.ended: float | None = None
         self.timed_out = False
         self.lines: list[str] = []
-        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
         self.broken: list[OSError] = []  # the log's write error, raised once the program is gone
         self.reader = threading.Thread(target=self._pump, args=(on_line,), daemon=True)
         try:
@@ -114,13 +112,12 @@ class _Started:
             return
         for line in self.proc.stdout:
             self.lines.append(line)
-            self.tail.append(line)
             if self.log_file is not None and not self.broken:
                 try:
                     self.log_file.write(line)
                 except OSError as exc:
                     self.broken.append(exc)
-                    end_tree(self.proc, grace=2.0)  # the reader keeps draining, so nothing blocks on the pipe meanwhile
+                    end_tree(self.proc, grace=2.0)  # this reader ends it, then drains what is left; a full pipe waits 2 s at most
             if on_line is not None:
                 on_line(line.rstrip("\n"))
 
@@ -161,7 +158,7 @@ class _Started:
         seconds = (self.ended or time.monotonic()) - self.started
         done = Completed(tuple(self.args), self.proc.returncode, "".join(self.lines), self.timed_out, seconds)
         if check and (self.timed_out or self.proc.returncode != 0):
-            raise CommandFailed(self.args, self.proc.returncode, "".join(self.tail), what=what or self.program)
+            raise CommandFailed(self.args, self.proc.returncode, "".join(self.lines[-TAIL_LINES:]), what=what or self.program)
         return done
 
 
