@@ -9,12 +9,18 @@ With ``ONEBIT_LEDGER_KEY`` set (a runner others share), each record carries an H
 number included) and so does the head, and every reader checks them, so only a holder of the key can write a record
 or a head that counts; a signed ledger read without the key is refused. An old signed head put back with the
 records after it removed is caught by the witness (``ONEBIT_LEDGER_WITNESS``, a copy of the last head kept outside
-build/). docs/release.md says what this protects against and what not.
+build/), which keeps one entry per ledger (its resolved path), so ledgers on one runner can share it.
+
+A full disk never leaves a ledger that cannot be read: an append whose line the disk took only part of (a short
+write), or whose fsync found no room, takes its line back and says so in one line (:data:`APPEND_FAILED`); a line it
+could not take back is one the head announced (``pending``), which a reader sets aside or counts, never calls
+tampering. docs/release.md says what this protects against and what not.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import hmac
@@ -61,8 +67,19 @@ HEAD_NOT_MOVED = (
 )
 HEAD_MISMATCH = "{path}: the last record does not match the ledger's head (edited or removed?)"
 LEDGER_GONE = "{path}: missing, but its head {head} names records (removed?); restore it from a backup"
-NOT_A_WITNESS = "{witness} ({var}): not a ledger witness (count, sha256); restore it or remove it to start a new ledger"
+NOT_A_WITNESS = "{witness} ({var}): not a ledger witness (an entry per ledger: count, sha256); restore it or remove it to start a new ledger"
 REWOUND = "{path}: rewound: it holds {held} records, but {witness} ({var}) saw {seen}; restore the ledger from a backup (records were removed)"
+# an append the disk did not take (a full disk: a short write, or fsync with no room); an OSError's strerror, its filename the ledger
+APPEND_FAILED = "the {gate} record ({verdict}) was not appended: {error}; the ledger keeps its {count} records, readable"
+APPEND_NOT_TAKEN_BACK = (
+    "the {gate} record ({verdict}) was not appended: {error}, and its line could not be taken back ({why}); the head "
+    "announced it, so readers take it as a crash (a partial line set aside, a whole one counted)"
+)
+HEAD_NOT_WRITTEN = (
+    "the {gate} record ({verdict}) was appended as record {seq}, but the head was not moved to it: {error}; "
+    "it counts (the head announced it), and the next append moves the head"
+)
+WITNESS_NOT_WRITTEN = "the {gate} record ({verdict}) was appended as record {seq}, but {witness} ({var}) was not moved to it: {error}"
 
 
 @dataclass(frozen=True)
@@ -258,25 +275,97 @@ def read(path: Path, key: bytes | None = None, witness: Path | None = None) -> L
     return Ledger(path, tuple(records), tuple(notes), len(complete))
 
 
+def _witness_key(path: Path) -> str:
+    """A ledger's entry in a witness: its resolved path, so ledgers on one runner share a witness file."""
+    return os.path.realpath(path)
+
+
+def _read_witness(witness: Path) -> tuple[dict[str, tuple[int, str]], tuple[int, str] | None]:
+    """The witness's entries by ledger, and a witness of one unnamed ledger as written before entries (which any
+    ledger reading it is held to, as it was then)."""
+    try:
+        data = parse_json(read_regular(witness, CONFIG_LIMIT))
+    except OSError as exc:
+        raise ConfigError(f"{witness} ({WITNESS_VAR}): cannot be read: {exc.strerror}") from None
+    except (ValueError, RecursionError):
+        raise ConfigError(NOT_A_WITNESS.format(witness=witness, var=WITNESS_VAR)) from None
+
+    def entry(value: object) -> tuple[int, str]:
+        if not isinstance(value, dict):
+            raise ValueError
+        count, sha = value["count"], value["sha256"]
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0 or not isinstance(sha, str) or len(sha) != 64:
+            raise ValueError
+        return count, sha
+
+    try:
+        if isinstance(data, dict) and "ledgers" in data and isinstance(data["ledgers"], dict):
+            return {str(k): entry(v) for k, v in data["ledgers"].items()}, None
+        return {}, entry(data)
+    except (ValueError, KeyError, TypeError):
+        raise ConfigError(NOT_A_WITNESS.format(witness=witness, var=WITNESS_VAR)) from None
+
+
 def _check_witness(path: Path, records: Sequence[Record], witness: Path | None) -> None:
     if witness is None or not os.path.lexists(witness):
         return
-    try:
-        data = parse_json(read_regular(witness, CONFIG_LIMIT))
-        count, sha = int(data["count"]), str(data["sha256"])
-    except OSError as exc:
-        raise ConfigError(f"{witness} ({WITNESS_VAR}): cannot be read: {exc.strerror}") from None
-    except (ValueError, KeyError, TypeError):
-        raise ConfigError(NOT_A_WITNESS.format(witness=witness, var=WITNESS_VAR)) from None
+    entries, unnamed = _read_witness(witness)
+    seen = entries.get(_witness_key(path), unnamed)
+    if seen is None:
+        return
+    count, sha = seen
     if count > len(records):
         raise ConfigError(REWOUND.format(path=path, held=len(records), witness=witness, var=WITNESS_VAR, seen=count))
     if count and records[count - 1].sha256 != sha:
         raise ConfigError(f"{path}:{count}: not the record {witness} ({WITNESS_VAR}) saw there (sha256 {sha[:12]}); the ledger was rewritten")
 
 
-def _advance_witness(witness: Path | None, count: int, sha: str) -> None:
-    if witness is not None:
-        write_atomic(witness, json.dumps({"count": count, "sha256": sha}) + "\n")
+def _advance_witness(witness: Path | None, path: Path, count: int, sha: str) -> None:
+    """This ledger's entry moved to (count, sha), the other ledgers' kept; under the witness's own lock, since
+    ledgers with locks of their own share it. A witness of one unnamed ledger becomes this ledger's entry: the
+    append read and checked this ledger against it."""
+    if witness is None:
+        return
+    with _locked(witness):
+        entries = _read_witness(witness)[0] if os.path.lexists(witness) else {}
+        entries[_witness_key(path)] = (count, sha)
+        doc = {"ledgers": {k: {"count": c, "sha256": s} for k, (c, s) in sorted(entries.items())}}
+        write_atomic(witness, json.dumps(doc, indent=1) + "\n")
+
+
+def _write_line(path: Path, line: bytes, keep: int) -> None:
+    """``line`` at the end of the ledger, fsync'd, or an OSError with nothing of it left where it can be helped: a
+    short write is carried on until the disk refuses, and then the file is cut back to ``keep`` bytes."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            view = memoryview(line)
+            while view:
+                written = os.write(fd, view)
+                if written <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                view = view[written:]
+            os.fsync(fd)
+        except OSError as exc:
+            try:
+                os.ftruncate(fd, keep)
+            except OSError as undo:
+                raise _NotTakenBack(exc, undo) from None
+            with contextlib.suppress(OSError):  # a crash before this lands reads as one the head announced
+                os.fsync(fd)
+            raise
+    finally:
+        os.close(fd)
+
+
+class _NotTakenBack(Exception):
+    def __init__(self, error: OSError, undo: OSError) -> None:
+        super().__init__(error)
+        self.error, self.undo = error, undo
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or str(exc)
 
 
 def append(
@@ -285,7 +374,8 @@ def append(
     """Add one record at the end (an O_APPEND write, fsync'd), then move the head to it, under a lock; signed
     with ``key`` (default: ONEBIT_LEDGER_KEY) when there is one. The head first announces the line (``pending``),
     so a crash between the line and the head is told from an edit; a line cut short by an earlier crash is removed
-    first. The witness (default: ONEBIT_LEDGER_WITNESS) moves with the head."""
+    first. The witness (default: ONEBIT_LEDGER_WITNESS) moves this ledger's entry with the head. An append the disk
+    does not take is one OSError naming the ledger (:data:`APPEND_FAILED`), its line taken back."""
     key = key if key is not None else signing_key()
     witness = witness if witness is not None else witness_path()
     with _locked(path):
@@ -316,15 +406,22 @@ def append(
             data["sig"] = _signature(key, data)
         line = json.dumps(data, sort_keys=True).encode()
         digest = hashlib.sha256(line).hexdigest()
-        Head(n - 1, prev, pending=digest).write(path, key)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        said = {"gate": result.gate, "verdict": result.status.value}
         try:
-            os.write(fd, line + b"\n")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        Head(n, digest).write(path, key)
-        _advance_witness(witness, n, digest)
+            Head(n - 1, prev, pending=digest).write(path, key)
+            _write_line(path, line + b"\n", ledger.size)
+        except _NotTakenBack as exc:
+            raise OSError(exc.error.errno, APPEND_NOT_TAKEN_BACK.format(**said, error=_why(exc.error), why=_why(exc.undo)), str(path)) from None
+        except OSError as exc:
+            raise OSError(exc.errno, APPEND_FAILED.format(**said, error=_why(exc), count=n - 1), str(path)) from None
+        try:
+            Head(n, digest).write(path, key)
+        except OSError as exc:
+            raise OSError(exc.errno, HEAD_NOT_WRITTEN.format(**said, seq=n, error=_why(exc)), str(path)) from None
+        try:
+            _advance_witness(witness, path, n, digest)
+        except OSError as exc:
+            raise OSError(exc.errno, WITNESS_NOT_WRITTEN.format(**said, seq=n, witness=witness, var=WITNESS_VAR, error=_why(exc)), str(path)) from None
         return Record(n, data, digest)
 
 

@@ -48,7 +48,7 @@ def test_an_old_signed_head_put_back_is_caught_by_the_witness(tmp_path: Path) ->
     old_head = ledger.head_path(path).read_bytes()
     two_lines = path.read_bytes()
     ledger.append(path, result("backend_ops", Status.FAILED), CONTEXT, key=KEY, witness=witness)
-    assert json.loads(witness.read_text())["count"] == 3
+    assert json.loads(witness.read_text())["ledgers"][str(path.resolve())]["count"] == 3  # this ledger's entry
     path.write_bytes(two_lines)  # the replay: every file is one the key holder wrote
     ledger.head_path(path).write_bytes(old_head)
     assert len(ledger.read(path, KEY, witness=tmp_path / "no-witness").records) == 2  # what a head alone cannot tell
