@@ -68,3 +68,31 @@ def units(args: Sequence[str]) -> list[tuple[str, ...]]:
 def flags_in(args: Iterable[str]) -> set[str]:
     """The canonical flags a command line has."""
     return {canonical(t) for t in args if is_flag(t)}
+
+
+# Flags that change where llama-server listens, what it loads (and from where) or where it writes (upstream
+# common/arg.cpp, the server's options): a recipe never gives one (serve.recipes.args_problem). serve's own -m,
+# --host and --port are given by serve; the rest only by the user, after --.
+LAUNCH_SHAPING: frozenset[str] = frozenset(
+    (
+        # where it listens, and who may talk to it
+        "--host", "--port", "--reuse-port", "--path", "--api-prefix", "--api-key", "--api-key-file",
+        "--ssl-key-file", "--ssl-cert-file", "--webui", "--no-webui",
+        # what it loads, and from where
+        "-m", "--model", "-mu", "--model-url", "-dr", "--docker-repo", "-hf", "-hfr", "--hf-repo", "-hff", "--hf-file",
+        "-hfv", "-hfrv", "--hf-repo-v", "-hffv", "--hf-file-v", "-hft", "--hf-token", "-hfd", "-hfrd", "--hf-repo-draft",
+        "-md", "--model-draft", "--spec-draft-model", "-mv", "--model-vocoder", "-mm", "--mmproj", "-mmu", "--mmproj-url",
+        "--lora", "--lora-scaled", "--control-vector", "--control-vector-scaled", "--rpc", "--chat-template-file",
+        "--grammar-file", "-jf", "--json-schema-file", "-f", "--file", "-bf", "--binary-file", "--models-dir",
+        "--models-preset", "--media-path", "--tools",
+        # where it writes
+        "--log-file", "--slot-save-path", "-lcs", "--lookup-cache-static", "-lcd", "--lookup-cache-dynamic",
+        "--prompt-cache", "-o", "--output", "--output-file",
+    )
+)  # fmt: skip
+
+
+def shapes_launch(flag: str) -> bool:
+    """Whether ``flag`` (any spelling, ``--x=v`` included) is one of :data:`LAUNCH_SHAPING`."""
+    name = flag.split("=", 1)[0] if flag.startswith("--") else flag
+    return name in LAUNCH_SHAPING or canonical(name) in LAUNCH_SHAPING

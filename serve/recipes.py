@@ -56,6 +56,12 @@ EMPTY_MATCH_LIST = "is an empty list, which matches nothing; omit the key to mat
 ENV_NOT_AN_OBJECT = 'env is {value}, not an object ({{"NAME": "value"}})'
 NOT_A_VARIABLE_NAME = "{value} is not an environment variable name"
 ENV_REFUSED = "not a variable a recipe may set: recipes set knobs ({prefixes}), never a loader's or a library path"
+ENV_IS_A_FLAG = (
+    "is one of llama-server's flags as a variable (LLAMA_ARG_*), which serve never sees: a recipe gives flags in args, "
+    "and never one that changes where llama-server listens, what it loads or where it writes"
+)
+ENV_SHAPES_LAUNCH = "changes where llama-server listens, what it loads or where it writes: a recipe sets knobs, never that"
+ARG_SHAPES_LAUNCH = "{flag} changes where llama-server listens, what it loads or where it writes: a recipe never gives it (give it after -- yourself)"
 # a note on a recipe that matched but found some of its settings given: what it still adds
 ALREADY_GIVEN = "recipe {id} matches, but {given} is already given: {rest}"
 ADDS_NO_MORE = "adds nothing"
@@ -235,6 +241,8 @@ def _recipe(r: _Reader, item: object, index: int) -> Recipe:
         raise r.error(ADDS_NOTHING, where)
     if args and not flags.is_flag(args[0]):
         raise r.error(ARGS_NOT_A_FLAG.format(value=_describe(args[0])), where)
+    if (why := args_problem(args)) is not None:
+        raise r.error(why, f"{where}: args")
     if "measured" not in item:
         raise r.error(NO_MEASURED, where)
     measured = r.text(item["measured"], f"{where}: measured")
@@ -280,12 +288,35 @@ def _match(r: _Reader, value: object, where: str) -> Match:
 # points a loader somewhere (LD_PRELOAD once ran a shared library inside llama-server), even under those prefixes.
 ENV_PREFIXES = ("GGML_", "LLAMA_", "RADV_", "AMD_", "HSA_", "HIP_", "ROCBLAS_", "HIPBLASLT_", "MIOPEN_", "CUDA_", "ONEBIT_")
 ENV_LOADS_CODE = re.compile(r"LIB|PATH|PRELOAD|AUDIT|TOOLS|FILES|LAYER|ICD|DRIVER|PLUGIN|DEBUG_AGENT|OVERRIDE")
+# llama-server reads each of its own flags from LLAMA_ARG_<FLAG> as well (common/arg.cpp, set_env): LLAMA_ARG_RPC,
+# LLAMA_ARG_HOST and LLAMA_ARG_MODEL loaded, listened and served past serve's own flags, which it never saw. A
+# recipe gives flags in args, where serve sees them, refuses those below, and the user's own flag wins.
+ENV_FLAG_PREFIX = "LLAMA_ARG_"
+# a name part that says where a program listens or connects, what it fetches, or where it writes (LLAMA_LOG_FILE,
+# LLAMA_CACHE for downloads, AMD_LOG_LEVEL_FILE, MIOPEN_CUSTOM_CACHE_DIR, ...), under any prefix. Not HOST: a part of
+# knobs such as GGML_VK_PREFER_HOST_MEMORY; llama-server's --host is LLAMA_ARG_HOST, refused above.
+ENV_SHAPES = re.compile(
+    r"(?:^|_)(?:PORT|ADDR|ADDRESS|LISTEN|SOCKET|URL|URI|ENDPOINT|RPC|REMOTE|FILE|DIR|CACHE|SAVE|DUMP|OUTPUT|OUT|LOG_TO|TOKEN|KEY|CERT)(?:_|$)"
+)
 
 
 def env_problem(name: str) -> str | None:
     """Why a recipe may not set ``name``, or None."""
+    if name.startswith(ENV_FLAG_PREFIX):
+        return ENV_IS_A_FLAG
     if not name.startswith(ENV_PREFIXES) or ENV_LOADS_CODE.search(name):
         return ENV_REFUSED.format(prefixes=", ".join(p + "*" for p in ENV_PREFIXES))
+    if ENV_SHAPES.search(name):
+        return ENV_SHAPES_LAUNCH
+    return None
+
+
+def args_problem(args: Sequence[str]) -> str | None:
+    """Why a recipe may not give ``args``, or None: a flag that changes where llama-server listens, what it loads
+    or where it writes (serve.flags.LAUNCH_SHAPING)."""
+    for token in args:
+        if flags.is_flag(token) and flags.shapes_launch(token):
+            return ARG_SHAPES_LAUNCH.format(flag=token.split("=", 1)[0])
     return None
 
 
