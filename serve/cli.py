@@ -35,6 +35,7 @@ from serve.errors import (
     ServeError,
     UsageError,
     did_you_mean,
+    printable,
 )
 from serve.facts import read_facts
 from serve.route import DEVICE_CHOICES, EMPTY_PATH, RouteDecision, RouteOptions, check_options, route
@@ -61,6 +62,8 @@ RECIPE_APPLIED = SERVE + ": recipe {id}: {added}"
 WOULD_RUN = SERVE + ": would run: {command}"
 RUNNING = SERVE + ": running: {command}"
 STARTED = SERVE + ": llama-server pid {pid}, http://{host}:{port} (Ctrl-C stops it)"
+INTERNAL_ERROR = "internal error: {error} (a bug in serve; --debug shows where)"
+INTERNAL_EXIT = 70  # EX_SOFTWARE: serve's own fault, not the input's
 
 
 class _Parser(argparse.ArgumentParser):
@@ -130,16 +133,16 @@ def _options(p: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[argparse.
 
 
 def _summary(decision: RouteDecision, facts_lines: Sequence[str], source: str, dry_run: bool, err: TextIO) -> None:
-    for line in facts_lines:
-        print(f"{SERVE}: {line}", file=err)
-    print(DECIDED.format(device=decision.device, profile=decision.profile, source=source), file=err)
-    for applied in decision.recipes_applied:
-        print(RECIPE_APPLIED.format(id=applied.id, added=applied.added()), file=err)
-    for note in decision.notes:
-        print(f"{SERVE}: note: {note}", file=err)
-    for name, value in decision.env_added:
-        print(f"{SERVE}: env {name}={value}", file=err)
-    print((WOULD_RUN if dry_run else RUNNING).format(command=shlex.join(decision.argv)), file=err)
+    """Every line with its control characters escaped: recipe values, the user's arguments and GGUF strings are
+    shown, never acted on by the terminal."""
+    lines = [f"{SERVE}: {line}" for line in facts_lines]
+    lines.append(DECIDED.format(device=decision.device, profile=decision.profile, source=source))
+    lines += [RECIPE_APPLIED.format(id=applied.id, added=applied.added()) for applied in decision.recipes_applied]
+    lines += [f"{SERVE}: note: {note}" for note in decision.notes]
+    lines += [f"{SERVE}: env {name}={value}" for name, value in decision.env_added]
+    lines.append((WOULD_RUN if dry_run else RUNNING).format(command=shlex.join(decision.argv)))
+    for line in lines:
+        print(printable(line), file=err)
 
 
 def check_paths(ns: argparse.Namespace) -> None:
@@ -207,7 +210,7 @@ def serve(argv: Sequence[str], environ: Mapping[str, str], cwd: Path, out: TextI
             decision = decision.with_note(LAUNCH_WOULD_STOP.format(problem=exc.problem))
     decision = decision.with_program(found.program)
     if found.warning:
-        print(STALE_WARNING.format(stale=found.warning), file=err)
+        print(printable(STALE_WARNING.format(stale=found.warning)), file=err)
     judged = _gated(found, environ, ns.require_gated, err)
 
     facts_lines = [f"{model.path}: {model.describe()}"]
@@ -236,7 +239,7 @@ def _gated(found: server.Server, environ: Mapping[str, str], require: bool, err:
     if judged.state == "not gated":
         if require:
             raise Refused(NOT_GATED_REFUSED.format(detail=judged.detail), "--require-gated")
-        print(NOT_GATED_WARNING.format(detail=judged.detail), file=err)
+        print(printable(NOT_GATED_WARNING.format(detail=judged.detail)), file=err)
     elif judged.state == "no release" and require:
         raise Refused(NO_RELEASE_REFUSED.format(detail=judged.detail, variable=gated.RELEASE_VAR), "--require-gated")
     return judged
@@ -257,5 +260,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ServeError as exc:
         if debug:
             traceback.print_exc()
-        print(ERROR.format(prog=SERVE, problem=exc.line), file=sys.stderr)
+        print(ERROR.format(prog=SERVE, problem=printable(exc.line)), file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:  # before llama-server started (after, serve forwards the signal and waits)
+        return 130
+    except Exception as exc:  # a bug: still one line; the traceback with --debug
+        if debug:
+            traceback.print_exc()
+        error = printable(f"{type(exc).__name__}: {exc}"[:300])
+        print(ERROR.format(prog=SERVE, problem=INTERNAL_ERROR.format(error=error)), file=sys.stderr)
+        return INTERNAL_EXIT

@@ -1,12 +1,13 @@
 """The errors of ``1bit serve``: its own small family, so that serve/ ships without ci/.
 
 Only :func:`serve.cli.main` catches these; it prints one line, ``1bit serve: error: <where>: <problem>``,
-and exits with the class's code.
+and exits with the class's code. Each is one line of visible characters (:func:`printable`), whatever a file put in it.
 """
 
 from __future__ import annotations
 
 import difflib
+import unicodedata
 from collections.abc import Iterable
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
@@ -26,6 +27,8 @@ class ServeError(Exception):
     exit_code = 1
 
     def __init__(self, message: str, where: str | None = None) -> None:
+        # one line of visible characters, whatever a file put in it (a GGUF key, a recipes file's key, a path)
+        message, where = printable(message), printable(where) if where is not None else None
         super().__init__(AT.format(where=where, problem=message) if where else message)
         self.where = where
         self.problem = message
@@ -67,3 +70,23 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """`` (did you mean "x"?)`` for the closest choice, or nothing."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return DID_YOU_MEAN.format(choice=close[0]) if close else ""
+
+
+# what a terminal acts on, or str.splitlines splits at: controls (C0, DEL, C1), format characters (the bidirectional
+# overrides that reorder what is shown, zero-width ones), line and paragraph separators, and lone surrogates
+_UNPRINTABLE = frozenset(("Cc", "Cf", "Zl", "Zp", "Cs"))
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on escaped as Python writes it (``\\x1b``, ``\\n``,
+    ``\\u202e``): a string read from a file (a GGUF's architecture or keys, a recipes file's keys) reaches the
+    terminal as one line of visible characters."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch != " " and unicodedata.category(ch) in _UNPRINTABLE:
+            out.append(repr(ch)[1:-1] if ch not in "'\"" else ch)
+        else:
+            out.append(ch)
+    return "".join(out)

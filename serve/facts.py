@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from serve import bounded
-from serve.errors import A_GGUF_FILE, NO_SUCH_FILE, NOT_A_FILE, FileProblem
+from serve.errors import A_GGUF_FILE, NO_SUCH_FILE, NOT_A_FILE, FileProblem, printable
 
 
 def _gguf_constants() -> ModuleType:
@@ -61,6 +61,8 @@ IN_KEY = "key {number} of {count}"
 IN_VALUE = 'the value of "{key}"'
 NO_ARCHITECTURE = "has no general.architecture key; not a model GGUF llama-server can load"
 NOT_AN_INTEGER = "{key} is a {type}, expected an integer"
+NESTED_TOO_DEEP = "{what} nests arrays more than {limit} deep"
+MAX_ARRAY_NESTING = 64  # llama.cpp's own reader takes no array of arrays at all; 100,000 deep was a RecursionError here
 
 Scalar = int | float | bool | str
 
@@ -101,7 +103,9 @@ class GGUFFacts:
         return self.expert_count > 0
 
     def describe(self) -> str:
-        parts = [self.architecture]
+        """What the header says, for the terminal: the architecture as read, its control characters escaped."""
+        arch = printable(self.architecture)
+        parts = [arch]
         if self.moe:
             parts.append(f"MoE ({self.expert_count} experts)")
         else:
@@ -109,9 +113,9 @@ class GGUFFacts:
         if self.hadamard_q4_0:
             parts.append(f"Hadamard-rotated ({HADAMARD_KEY} = {HADAMARD_GROUP})")
         if self.block_size is not None:
-            parts.append(f"{self.architecture}.block_size {self.block_size}")
+            parts.append(f"{arch}.block_size {self.block_size}")
         if self.nextn_layers:
-            parts.append(f"{self.architecture}.nextn_predict_layers {self.nextn_layers}")
+            parts.append(f"{arch}.nextn_predict_layers {self.nextn_layers}")
         return ", ".join(parts)
 
 
@@ -167,7 +171,7 @@ class _Header:
         except ValueError:
             raise self.corrupt(f"{what} has unknown value type {code}") from None
 
-    def value(self, vtype: ValueType, what: str) -> Scalar | None:
+    def value(self, vtype: ValueType, what: str, depth: int = 0) -> Scalar | None:
         """A scalar or string; an array is stepped over (None): serve needs none of them."""
         if vtype == gguf.GGUFValueType.STRING:
             return self.string(what)
@@ -183,8 +187,10 @@ class _Header:
                 if self.pos > self.size:
                     raise self.truncated(what)
             elif etype == gguf.GGUFValueType.ARRAY:
+                if depth >= MAX_ARRAY_NESTING:
+                    raise self.corrupt(NESTED_TOO_DEEP.format(what=what, limit=MAX_ARRAY_NESTING))
                 for _ in range(count):
-                    self.value(etype, what)
+                    self.value(etype, what, depth + 1)
             else:
                 self.skip(count * struct.calcsize(_SCALAR_FORMATS[etype]), what)
             return None

@@ -35,6 +35,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 RECIPE = 'recipe "{id}"'
 NOT_UTF8 = "is not UTF-8 (byte {byte})"
 NOT_JSON = "not JSON: {error} at line {line} column {column}"
+NOT_READABLE_JSON = "not JSON this reader takes: {error}"
 KEY_TWICE = 'key "{key}" is given twice in one object'
 NOT_A_RECIPES_OBJECT = '{value} is not an object; expected {{"about": ..., "recipes": [...]}}'
 NO_RECIPES_LIST = 'has no "recipes" list'
@@ -197,6 +198,8 @@ def parse(text: str, name: str) -> RecipeSet:
         raise r.error(KEY_TWICE.format(key=exc.key)) from None
     except json.JSONDecodeError as exc:
         raise r.error(NOT_JSON.format(error=exc.msg, line=exc.lineno, column=exc.colno)) from None
+    except ValueError as exc:  # a number of more digits than Python converts (sys.get_int_max_str_digits)
+        raise r.error(NOT_READABLE_JSON.format(error=str(exc).split(";")[0])) from None
     except RecursionError:
         raise r.error("nested too deeply to be a recipes file") from None
     if not isinstance(doc, dict):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from serve import flags
-from serve.errors import A_GGUF_FILE, Refused, UsageError, did_you_mean
+from serve.errors import A_GGUF_FILE, Refused, UsageError, did_you_mean, printable
 from serve.facts import HADAMARD_GROUP, HADAMARD_KEY, GGUFFacts
 from serve.recipes import DEVICES, Applied, LaunchFacts, RecipeSet, apply
 
@@ -284,7 +284,7 @@ def _drafter_args(drafter: GGUFFacts | None, o: RouteOptions, device: str, notes
     ngld = "0" if device == "cpu" else "99"
     if o.dflash:
         if drafter.architecture != DFLASH_ARCH:
-            raise Refused(NOT_DFLASH.format(architecture=drafter.architecture, expected=DFLASH_ARCH, hint=MTP_HINT), drafter.path)
+            raise Refused(NOT_DFLASH.format(architecture=printable(drafter.architecture), expected=DFLASH_ARCH, hint=MTP_HINT), drafter.path)
         args = ["--spec-type", "draft-dflash", "-md", o.dflash, "-ngld", ngld]
         if o.mtp_max is not None:
             n, why = o.mtp_max, "--mtp-max"
