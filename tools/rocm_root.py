@@ -7,15 +7,23 @@ own distribution has no ROCm >= 6.1 (docs/build.md, "gfx1151 in a Debian unstabl
 ``make`` creates ROOT with debootstrap (skipped when ROOT already holds a Debian system), installs the packages with
 apt-get, copies this project's committed HEAD to /src/onebit-ci inside it (a fetch and checkout when it is already
 there: its build/ stays, and so does a change made inside, a bump_pin's, unless the new HEAD changes that file), a clone of a local fork (``--fork-git``) to /src/fork.git, and nox in a venv at
-/opt/onebit-nox. ``run`` runs ``nox -s SESSION -- ARGS`` in /src/onebit-ci inside the root. Both need root (chroot,
-mount); /proc and /dev are bound for the time of the command and unbound after, on failure too. ``--dry-run``
-prints the plan, one command a line, and runs nothing.
+/opt/onebit-nox. ``run`` runs ``nox -s SESSION -- ARGS`` in /src/onebit-ci inside the root and exits with its status
+(nox's: 1 for a failed session). Both need root (chroot, mount); /proc and /dev are bound for the time of the command
+and unbound after, on failure too. ``--dry-run`` prints the plan, one command a line, and runs nothing.
+
+ROOT is refused, before anything runs, when it is or resolves (a link, ``..``) into this machine's own system
+(/usr, /etc, /var, /bin, /sbin, /lib*, /boot, /proc, /sys, /dev, /run, and what is in them), or is / or a directory
+whose top holds others' things (/home, /opt, /srv, /mnt, /media, /tmp, /root, /var/lib/machines, /var/tmp: a folder
+of its own inside them is fine). ``make`` takes a new or empty directory, or a root it made: it writes
+``.onebit-rocm-root`` into ROOT before debootstrap, and a root made before that file existed is known by its Debian
+system and the project's copy.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import fnmatch
 import os
 import shlex
 import shutil
@@ -45,11 +53,24 @@ INTERRUPTED = "rocm_root: interrupted"  # Ctrl-C
 EMPTY_ROOT = "ROOT is empty; name a directory of its own for the Debian root (e.g. /srv/rocm-root)"
 HOST_ROOT = "ROOT {root} is this machine's own /; name a directory of its own for the Debian root"
 HOLDS_PROJECT = "ROOT {root} {relation} the project checkout {project}; name a directory outside it"
+SYSTEM_DIRECTORY = (
+    "ROOT {root} {relation} a system directory of this machine; name a directory of its own for the Debian root (e.g. /srv/rocm-root)"
+)
+IS = "is"  # SYSTEM_DIRECTORY's relations
+IS_INSIDE = "is inside {system},"
+SHARED_PLACE = "ROOT {root} is {place}, whose top holds others' things; name a folder of its own inside it (e.g. {example})"
+RESOLVES_TO = "{given} (resolves to {path})"  # a ROOT through a link or ..: both, so the user sees where it went
+NOT_EMPTY = (
+    "ROOT {root} holds files and is no root this tool made (it has no {marker}); name a new or empty directory for the "
+    "Debian root, or one that tools/rocm_root.py make made"
+)
+NOT_A_DIRECTORY = "ROOT {root} is not a directory; name a new or empty directory for the Debian root"
 NOTHING_AFTER_DASHES = "make takes no arguments after --: {args}"
 
 try:
     from ci.command import Terminated, run, signals_as_interrupt  # the project's one way to run a program, from a checkout
-    from ci.errors import ConfigError, OnebitError
+    from ci.errors import CommandFailed, ConfigError, OnebitError
+    from ci.files import write_atomic
 except ImportError as exc:  # a Python without the project's dependencies: one line, not a traceback
     sys.exit(ERROR.format(message=LACKS.format(module=exc.name)))
 
@@ -75,6 +96,21 @@ FORK_IN_ROOT = "/src/fork.git"
 VENV_IN_ROOT = "/opt/onebit-nox"
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")  # pip inside the root trusts what this machine trusts
 BINDS = ("proc", "dev")
+# What make writes into ROOT first, before debootstrap: how a later make knows the directory for a root it made (a
+# Debian system alone does not say it: this machine's own / has etc/debian_version too)
+MARKER = ".onebit-rocm-root"
+MARKER_TEXT = "a Debian root made by onebit-ci's tools/rocm_root.py make; nox sessions run in it (docs/build.md)\n"
+MADE_BEFORE_MARKER = ("etc/debian_version", PROJECT_IN_ROOT.lstrip("/") + "/.git")  # a root made before MARKER existed
+# This machine's own system, where debootstrap, apt-get, chroot and the binds of /proc and /dev must never go: the
+# programs, libraries, configuration, kernel and live state (lib* is /lib, /lib32, /lib64, /libx32 and
+# /lib.usr-is-merged), the directory and everything in it
+SYSTEM_TREES = ("bin", "boot", "dev", "etc", "lib*", "proc", "run", "sbin", "sys", "usr", "var")
+# ... but under /var, where an OS tree may live: systemd-nspawn keeps them in /var/lib/machines, /var/tmp is scratch
+# that survives a reboot
+OWN_PLACES_IN_SYSTEM = ("/var/lib/machines", "/var/tmp")
+# Directories that hold others' things at their top (every user's home, the host's /opt/rocm, a site's data, mounts,
+# temporary files): the directory itself is refused, a folder of its own inside it is a fine ROOT (/srv/rocm-root)
+SHARED_PLACES = ("/home", "/opt", "/srv", "/mnt", "/media", "/tmp", "/root")
 
 
 @dataclass(frozen=True)
@@ -170,6 +206,8 @@ def _show(line: str) -> None:
 
 def execute(root: Path, steps: Sequence[Step]) -> None:
     for step in steps:
+        if step.name == "debootstrap":  # ROOT says it is this tool's before anything goes in, so a make after a failed one goes on
+            mark(root)
         if step.skip_when and (root / step.skip_when).exists():
             print(SKIPPED.format(step=step.name, path=step.skip_when), flush=True)
             continue
@@ -209,9 +247,27 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
+def mark(root: Path) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    if not (root / MARKER).is_file():
+        write_atomic(root / MARKER, MARKER_TEXT)
+
+
+def made_here(root: Path) -> bool:
+    """``root`` is a root that ``make`` made (or began): it holds MARKER, or, made before MARKER, a Debian system with
+    the project's copy in it."""
+    return (root / MARKER).is_file() or all((root / path).exists() for path in MADE_BEFORE_MARKER)
+
+
+def shown_root(given: str, root: Path) -> str:
+    """ROOT as given, and where it resolves to when that is elsewhere (a relative path, a link, a ``..``)."""
+    return given if given.rstrip("/") == str(root) else RESOLVES_TO.format(given=given, path=root)
+
+
 def root_problem(given: str, root: Path, project: Path) -> str | None:
     """Why ``root`` (as given, and resolved) cannot be the Debian root: steps write into it, chroot into it and bind
-    /proc and /dev under it, so it must be a directory of its own, neither / nor the project nor around it."""
+    /proc and /dev under it, so it must be a directory of its own, neither / nor the project nor around it, and
+    nowhere in this machine's own system."""
     if not given.strip():
         return EMPTY_ROOT
     if root == Path(root.anchor):
@@ -220,7 +276,36 @@ def root_problem(given: str, root: Path, project: Path) -> str | None:
         return HOLDS_PROJECT.format(root=given, relation="is" if root == project else "holds", project=project)
     if project in root.parents:
         return HOLDS_PROJECT.format(root=given, relation="is inside", project=project)
+    shown = shown_root(given, root)
+    for place in (*SHARED_PLACES, *OWN_PLACES_IN_SYSTEM):
+        if root == Path(place):
+            return SHARED_PLACE.format(root=shown, place=place, example=f"{place}/rocm-root")
+    if any(Path(place) in root.parents for place in OWN_PLACES_IN_SYSTEM):
+        return None
+    top = root.parts[1]
+    if any(fnmatch.fnmatchcase(top, tree) for tree in SYSTEM_TREES):
+        relation = IS if len(root.parts) == 2 else IS_INSIDE.format(system=f"/{top}")
+        return SYSTEM_DIRECTORY.format(root=shown, relation=relation)
     return None
+
+
+def make_problem(given: str, root: Path) -> str | None:
+    """Why ``make`` cannot put a Debian root at ``root``: only a new or empty directory, or a root it made, takes one
+    (debootstrap into a directory of someone's files mixes a system into them)."""
+    shown = shown_root(given, root)
+    try:
+        if not root.exists() or (root.is_dir() and (made_here(root) or next(root.iterdir(), None) is None)):
+            return None
+    except OSError as exc:
+        return f"ROOT {shown}: {exc.strerror}"
+    if not root.is_dir():
+        return NOT_A_DIRECTORY.format(root=shown)
+    return NOT_EMPTY.format(root=shown, marker=MARKER)
+
+
+def exit_status(returncode: int) -> int:
+    """A program's status as a shell gives it: a signal's 128 + its number."""
+    return 128 - returncode if returncode < 0 else returncode
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -228,8 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     root = Path(args.root).resolve()
     project = (args.project if args.command == "make" else Path(__file__).parents[1]).resolve()
     problem = root_problem(args.root, root, project)
-    if problem is None and args.command == "make" and args.args:
-        problem = NOTHING_AFTER_DASHES.format(args=" ".join(args.args))
+    if problem is None and args.command == "make":
+        problem = NOTHING_AFTER_DASHES.format(args=" ".join(args.args)) if args.args else make_problem(args.root, root)
     if problem is not None:
         print(ERROR.format(message=problem), file=sys.stderr)
         return 2
@@ -252,6 +337,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with signals_as_interrupt():  # SIGTERM and SIGHUP unbind /proc and /dev as Ctrl-C does
             execute(root, steps)
+    except CommandFailed as exc:
+        print(ERROR.format(message=exc.message), file=sys.stderr)
+        # run: the session's own status (nox's), as nox -s SESSION outside a root would give it; make: a step's
+        return exit_status(exc.returncode) if args.command == "run" else exc.exit_code
     except OnebitError as exc:
         print(ERROR.format(message=exc.message), file=sys.stderr)
         return exc.exit_code

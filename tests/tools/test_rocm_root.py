@@ -234,3 +234,25 @@ def test_a_root_that_is_not_a_directory_of_its_own_is_refused_even_on_a_dry_run(
 def test_make_refuses_arguments_after_the_double_dash(capsys: pytest.CaptureFixture[str]) -> None:
     assert rocm_root.main(["make", "/srv/sid", "--dry-run", "--", "--mirror", "x"]) == 2
     assert capsys.readouterr().err == rocm_root.ERROR.format(message=rocm_root.NOTHING_AFTER_DASHES.format(args="--mirror x")) + "\n"
+
+
+@pytest.mark.parametrize("status", [1, 3, 130])
+def test_a_failed_session_exits_with_the_sessions_own_status(
+    status: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``run`` exited 6 (a failed step's code) for every failed session; now as ``nox -s SESSION`` itself exits."""
+    (tmp_path / "src" / "onebit-ci").mkdir(parents=True)
+    session = rocm_root.Step("nox -s build", (sys.executable, "-c", f"raise SystemExit({status})"))  # a real process, no chroot
+    monkeypatch.setattr(rocm_root, "run_plan", lambda root, name, args: [session])
+    monkeypatch.setattr(rocm_root.os, "geteuid", lambda: 0)
+    assert rocm_root.main(["run", str(tmp_path), "build"]) == status
+    exited = rocm_root.CommandFailed([sys.executable], status, "", what="nox -s build").message
+    assert capsys.readouterr().err == rocm_root.ERROR.format(message=exited) + "\n"
+
+
+def test_a_session_killed_by_a_signal_exits_as_a_shell_says_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "src" / "onebit-ci").mkdir(parents=True)
+    session = rocm_root.Step("nox -s build", (sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"))
+    monkeypatch.setattr(rocm_root, "run_plan", lambda root, name, args: [session])
+    monkeypatch.setattr(rocm_root.os, "geteuid", lambda: 0)
+    assert rocm_root.main(["run", str(tmp_path), "build"]) == 128 + 9
