@@ -1,9 +1,10 @@
 """``nox -s build``'s CMake part: the plan (pure: flags, argv, key) apart from running it.
 
 A build whose key matches its manifest, with every recorded binary and library as recorded, is a no-op;
-otherwise CMake is configured again only when the configure part of the key changed. The manifest is written,
-atomically, only after a successful build, and removed before one starts, so a failed or interrupted build never
-leaves a manifest claiming success.
+otherwise CMake is configured again only when the configure part of the key changed, from an empty cache. The
+manifest is written, atomically, only after a successful build, and removed before the compile starts, so a failed or
+interrupted compile never leaves a manifest claiming success; a refused or failed configure compiles nothing and
+keeps the last good one.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from ci.pin.pins import cmake_flag_name as flag_name
 log = logging.getLogger("onebit-ci")
 
 CONFIGURED = ".onebit-configured"
+CACHE = "CMakeCache.txt"
 LOG = "build.log"
 BUILD_TYPES = ("Release", "RelWithDebInfo", "Debug", "MinSizeRel")
 UNUSED_RE = re.compile(r"Manually-specified variables were not used by the project:\s*\n((?:\s*\n)*(?:[ \t]+\S[^\n]*\n)+)")
@@ -150,7 +152,7 @@ def plan(
 def decide(plan: BuildPlan, old: Manifest | None) -> Decision:
     """Up to date, or what changed; and whether CMake must be configured again."""
     stamp = plan.build_dir / CONFIGURED
-    configured = stamp.read_text().strip() if stamp.is_file() and (plan.build_dir / "CMakeCache.txt").is_file() else ""
+    configured = stamp.read_text().strip() if stamp.is_file() and (plan.build_dir / CACHE).is_file() else ""
     reconfigure = configured != plan.key.configure
     if old is None:
         return Decision(False, reconfigure, (NEVER_BUILT,))
@@ -211,9 +213,6 @@ def _deprecation(output: str, name: str) -> str:
 
 def execute(plan: BuildPlan, decision: Decision, say: Callable[[str], None]) -> Manifest:
     plan.build_dir.mkdir(parents=True, exist_ok=True)
-    plan.manifest_path.unlink(missing_ok=True)
-    for path in decision.stale:
-        path.unlink(missing_ok=True)
     env = {**os.environ, **dict(plan.env)}
     started = time.monotonic()
     log_path = plan.build_dir / LOG
@@ -221,6 +220,9 @@ def execute(plan: BuildPlan, decision: Decision, say: Callable[[str], None]) -> 
         with log_path.open("w") as log_file:
             if decision.reconfigure:
                 (plan.build_dir / CONFIGURED).unlink(missing_ok=True)
+                # CMake keeps every -D in its cache: a flag dropped since the last configure, or given to a refused
+                # one, stayed and built binaries the key does not describe (what cmake --fresh does, for CMake < 3.24)
+                (plan.build_dir / CACHE).unlink(missing_ok=True)
                 t = time.monotonic()
                 done = _step(plan.configure_argv, env, log_file, "configure", None)
                 ignored = ignored_flags(done, plan.cmake_flags)
@@ -231,6 +233,11 @@ def execute(plan: BuildPlan, decision: Decision, say: Callable[[str], None]) -> 
                 say(CONFIGURE_DONE.format(seconds=time.monotonic() - t))
             else:
                 say(CONFIGURE_REUSED)
+            # from here binaries change: until the new manifest is written there is none (a refused or failed
+            # configure above compiled nothing, so the last good one still describes the binaries and stays)
+            plan.manifest_path.unlink(missing_ok=True)
+            for path in decision.stale:
+                path.unlink(missing_ok=True)
             t = time.monotonic()
             _step(plan.build_argv, env, log_file, "build", Progress(say))
             say(f"build: done in {time.monotonic() - t:.1f} s")

@@ -172,6 +172,17 @@ def test_a_flag_change_configures_again(build_project: Project) -> None:
     assert run_binary(build_project, "llama-server") == "llama-server hello\n"
 
 
+def test_a_flag_dropped_since_the_last_configure_is_gone_from_the_next(build_project: Project) -> None:
+    """CMake keeps a -D in CMakeCache.txt: a build without the flag configured again and kept it, so the binaries said
+    hello while build.json's flags did not have it."""
+    assert build_cpu(build_project, "-DFIXTURE_GREETING=hello").code == 0
+    r = build_cpu(build_project)
+    assert r.code == 0, r.err
+    assert cmake.KEY_PART_CHANGED.format(part="flags") in r.out
+    assert run_binary(build_project, "llama-server") == "llama-server fixture\n"
+    assert "FIXTURE_GREETING=hello" not in " ".join(manifest(build_project)["flags"])
+
+
 def test_a_replaced_binary_is_stale_and_made_again(build_project: Project) -> None:
     assert build_cpu(build_project).code == 0
     server = build_project.root / "build" / "cpu" / "bin" / "llama-server"
@@ -295,15 +306,19 @@ def test_deprecated_and_unused_flags_are_caught_in_real_cmake_output() -> None:
     ]
 
 
-def test_a_full_disk_is_one_line_naming_the_log_and_leaves_no_manifest(build_project: Project) -> None:
+def test_a_full_disk_is_one_line_naming_the_log_and_compiles_nothing(build_project: Project) -> None:
     assert build_cpu(build_project).code == 0
+    build_json = build_project.root / "build" / "cpu" / "build.json"
+    before = build_json.read_bytes()
     log = build_project.root / "build" / "cpu" / "build.log"
     log.unlink()
     log.symlink_to("/dev/full")  # every write answers ENOSPC, as a full disk does
     r = build_cpu(build_project, "-DFIXTURE_GREETING=again")
     assert r.code == 74
     assert r.err == cli.ERROR.format(message=cli.AT_FILE.format(path=log, reason=os.strerror(errno.ENOSPC))) + "\n"
-    assert not (build_project.root / "build" / "cpu" / "build.json").exists()
+    # the configure's first line could not be logged: nothing was compiled, and the last good build.json stays
+    assert build_json.read_bytes() == before
+    assert run_binary(build_project, "llama-server") == "llama-server fixture\n"
 
 
 @pytest.mark.parametrize("bad", ["=ON", "FOO BAR=1", "NOEQUALS", "X:BOOL"])
