@@ -9,6 +9,7 @@ keeps the last good one.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import platform
@@ -29,11 +30,16 @@ from ci.compile.toolchain import Toolchain
 from ci.errors import CommandFailed, ConfigError, OnebitError
 from ci.files import write_atomic
 from ci.pin.pins import cmake_flag_name as flag_name
+from ci.schema import load_json
 
 log = logging.getLogger("onebit-ci")
 
 CONFIGURED = ".onebit-configured"
 CACHE = "CMakeCache.txt"
+# How long the build directory's whole compile took: written by a build that began with nothing compiled in it and
+# kept by every later one, whose own seconds are build.json's (a 3.5 s rebuild's had stood for the compile's)
+WHOLE_COMPILE = ".onebit-whole-compile.json"
+NINJA_LOG = ".ninja_log"
 LOG = "build.log"
 BUILD_TYPES = ("Release", "RelWithDebInfo", "Debug", "MinSizeRel")
 UNUSED_RE = re.compile(r"Manually-specified variables were not used by the project:\s*\n((?:\s*\n)*(?:[ \t]+\S[^\n]*\n)+)")
@@ -89,6 +95,38 @@ class BuildPlan:
     @property
     def manifest_path(self) -> Path:
         return self.build_dir / MANIFEST
+
+
+@dataclass(frozen=True)
+class WholeCompile:
+    """The build that compiled the build directory from nothing: configure and every step, in one build."""
+
+    seconds: float
+    steps: int  # ninja's steps
+    built_at: str  # as its build.json says it, so a record can tell that build from a later one
+
+    def write(self, build_dir: Path) -> None:
+        body = {"seconds": round(self.seconds, 1), "steps": self.steps, "built_at": self.built_at}
+        write_atomic(build_dir / WHOLE_COMPILE, json.dumps(body) + "\n")
+
+
+def whole_compile(build_dir: Path) -> WholeCompile | None:
+    """The build directory's whole compile, None when none was timed (a directory built before it was kept, or whose
+    first compile failed or was stopped and went on in a later build) or its record is damaged."""
+    try:
+        data = load_json(build_dir / WHOLE_COMPILE)
+        return WholeCompile(float(data["seconds"]), int(data["steps"]), str(data["built_at"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def nothing_compiled(build_dir: Path) -> bool:
+    """No object was ever made in ``build_dir``: ninja's log (one line an output) names none."""
+    try:
+        text = (build_dir / NINJA_LOG).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return True
+    return not any(line.split("\t")[3].endswith((".o", ".obj")) for line in text.splitlines() if line.count("\t") >= 4)
 
 
 @dataclass(frozen=True)
@@ -177,12 +215,14 @@ class Progress:
     def __init__(self, say: Callable[[str], None]) -> None:
         self.say = say
         self.shown = -1
+        self.total = 0  # the steps ninja ran
 
     def __call__(self, line: str) -> None:
         m = PROGRESS_RE.match(line)
         if not m:
             return
         n, total = int(m.group(1)), int(m.group(2))
+        self.total = total
         tenth = (10 * n) // total
         if tenth > self.shown:
             self.shown = tenth
@@ -215,6 +255,8 @@ def execute(plan: BuildPlan, decision: Decision, say: Callable[[str], None]) -> 
     plan.build_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **dict(plan.env)}
     started = time.monotonic()
+    whole = nothing_compiled(plan.build_dir)
+    progress = Progress(say)
     log_path = plan.build_dir / LOG
     try:
         with log_path.open("w") as log_file:
@@ -239,7 +281,7 @@ def execute(plan: BuildPlan, decision: Decision, say: Callable[[str], None]) -> 
             for path in decision.stale:
                 path.unlink(missing_ok=True)
             t = time.monotonic()
-            _step(plan.build_argv, env, log_file, "build", Progress(say))
+            _step(plan.build_argv, env, log_file, "build", progress)
             say(f"build: done in {time.monotonic() - t:.1f} s")
     except OSError as exc:  # a full disk: the log is what could not be written, whichever write saw it first
         raise OSError(exc.errno, exc.strerror, exc.filename or str(log_path)) from None
@@ -266,6 +308,8 @@ def execute(plan: BuildPlan, decision: Decision, say: Callable[[str], None]) -> 
         host=platform.node(),
         ccache=plan.toolchain.ccache,
     )
+    if whole:
+        WholeCompile(manifest.seconds, progress.total, manifest.built_at).write(plan.build_dir)
     manifest.write(plan.manifest_path)
     return manifest
 
