@@ -1,0 +1,280 @@
+"""The oracle gate, planned and run: compile the driver (``driver.c``) against the build's ggml headers and link it
+with the build's own libraries, once per build; then, for each case, write its inputs, run the driver on the device
+through :func:`ci.command.run`, read the op's result back, split it into the output and the snapshot slots, and
+judge it against the float64 reference (:mod:`ci.gates.oracle.judge`).
+
+Plan apart from run: :func:`plan_driver` and :func:`encode` / :func:`split` are pure but for reading the files they
+name; :func:`compile_driver`, :func:`run_case` and :func:`run_gate` run programs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import struct
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from ci import command
+from ci.errors import CommandFailed, ToolchainError
+from ci.files import sha256_cached, sha256_file
+from ci.gates.oracle import cases as oracle_cases
+from ci.gates.oracle.cases import Case, Inputs, Shape, draw
+from ci.gates.oracle.judge import GATE, Floors, Measured, Outcome, Score, judge, judge_case
+from ci.gates.oracle.reference import gated_delta_net
+from ci.gates.results import CaseResult, GateResult, Status
+
+__all__ = ["CaseRun", "DriverBuild", "compile_driver", "encode", "plan_driver", "run_case", "run_cases", "run_gate", "split"]
+
+SOURCE = Path(__file__).with_name("driver.c")
+HEADERS = ("ggml.h", "ggml-backend.h", "ggml-alloc.h")  # what driver.c includes
+LIBRARIES = ("ggml", "ggml-base")  # what it links; the backends come through libggml, or are loaded from the same folder
+CFLAGS = ("-O2", "-std=c11", "-Wall")
+EXECUTABLE = "oracle-driver"
+MAGIC = b"GDNCASE1"
+HEADER = struct.Struct("<8s8q")  # driver.c's case_header after the magic: S, H_k, H_v, T, B, K, gate width, permuted
+TIMEOUT = 300.0  # seconds per case; the engine's case took about a second on 2 CPU cores
+UNSUPPORTED_EXIT = 5  # driver.c's EXIT_UNSUPPORTED
+_Float = TypeVar("_Float", bound=np.floating[Any])
+_CASE_MS = re.compile(r"^case_ms: (\S+) ([0-9.]+)$", re.MULTILINE)
+
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+NO_LIBRARY = "{folder}: no lib{name}.so: the oracle gate links the build's shared ggml libraries (a build with BUILD_SHARED_LIBS=OFF has none)"
+NO_HEADER = "{folder}: no {name}: the oracle gate compiles its driver against the build's own ggml headers"
+DRIVER_EXITED = "exit {code}: {tail}"
+DRIVER_TIMED_OUT = "no result in {timeout:g} s"
+SHORT_OUTPUT = "{count} floats written, {expected} expected"
+COMPILE_FAILED = "the oracle driver did not compile against {include}: {tail}"
+
+
+# -- the driver, compiled per build -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DriverBuild:
+    """The driver compiled for one build: the build's headers and libraries, the compiler, and the folder the key
+    names (a changed driver, header, library or compiler is another key, so another folder)."""
+
+    source: Path
+    include_dir: Path
+    lib_dir: Path
+    libraries: tuple[Path, ...]
+    compiler: str
+    key: str
+    folder: Path
+
+    @property
+    def executable(self) -> Path:
+        return self.folder / EXECUTABLE
+
+    def argv(self, output: Path) -> tuple[str, ...]:
+        # the rpath is the build's folder, absolute: never the current directory, whatever the caller's
+        lib_dir = str(self.lib_dir.resolve())
+        return (self.compiler, *CFLAGS, "-I", str(self.include_dir), str(self.source), "-o", str(output), *map(str, self.libraries), f"-Wl,-rpath,{lib_dir}", "-lm")
+
+
+def _library(folder: Path, name: str) -> Path:
+    """``lib{name}.so`` in ``folder``, else its versioned file (a wheel ships those alone)."""
+    plain = folder / f"lib{name}.so"
+    if plain.is_file():
+        return plain
+    versioned = sorted(folder.glob(f"lib{name}.so.*"), key=lambda p: (len(p.name), p.name))
+    if not versioned:
+        raise ToolchainError(NO_LIBRARY.format(folder=folder, name=name))
+    return versioned[0]
+
+
+def plan_driver(lib_dir: Path, include_dir: Path, cache_root: Path, compiler: str = "cc", source: Path = SOURCE) -> DriverBuild:
+    """The driver's compile for the build whose shared libraries are in ``lib_dir`` and headers in ``include_dir``,
+    into a folder of ``cache_root`` named by the key of all that goes into it."""
+    for name in HEADERS:
+        if not (include_dir / name).is_file():
+            raise ToolchainError(NO_HEADER.format(folder=include_dir, name=name))
+    libraries = tuple(_library(lib_dir, name) for name in LIBRARIES)
+    resolved = command.resolve(compiler)
+    identity = {
+        "source": sha256_file(source),
+        "headers": {name: sha256_file(include_dir / name) for name in HEADERS},
+        "libraries": {p.name: sha256_cached(p) for p in libraries},
+        "lib_dir": str(lib_dir.resolve()),  # the rpath the executable carries
+        "compiler": [resolved, sha256_cached(Path(resolved))],
+        "flags": CFLAGS,
+    }
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+    return DriverBuild(source, include_dir, lib_dir, libraries, resolved, key, cache_root / f"{EXECUTABLE}-{key[:16]}")
+
+
+def compiler_errors(output: str) -> str:
+    """The compiler's error lines, on one line (its last lines when it printed none: a linker's message)."""
+    lines = output.strip().splitlines()
+    errors = [ln.strip() for ln in lines if "error:" in ln]
+    return " | ".join(errors[:3] or lines[-3:])
+
+
+def compile_driver(build: DriverBuild, timeout: float = 300.0) -> Path:
+    """The driver's executable: compiled unless this key's folder has it already (written under another name and
+    renamed, so a compile cut short leaves nothing that looks done)."""
+    if build.executable.is_file():
+        return build.executable
+    build.folder.mkdir(parents=True, exist_ok=True)
+    partial = build.folder / f".{EXECUTABLE}.{os.getpid()}.tmp"
+    try:
+        command.run(build.argv(partial), timeout=timeout, what="cc (the oracle driver)")
+        os.replace(partial, build.executable)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            partial.unlink()
+    return build.executable
+
+
+# -- a case, to the driver and back ------------------------------------------------------------------------------
+
+
+def encode(shape: Shape, inputs: Inputs) -> bytes:
+    """A case file of driver.c: the header, then q, k, v, g, beta and state, each in the memory order of the tensor
+    the driver loads it into (a permuted case's q, k, v as ``[B, H, T, S]``, what ggml_permute(0, 2, 1, 3) views as
+    ``[B, T, H, S]``)."""
+    header = HEADER.pack(
+        MAGIC, shape.head_size, shape.qk_heads, shape.v_heads, shape.tokens, shape.seqs, shape.snapshots, shape.gate_width, int(shape.permuted)
+    )
+    heads = [inputs.q, inputs.k, inputs.v]
+    if shape.permuted:
+        heads = [a.transpose(0, 2, 1, 3) for a in heads]
+    parts = [np.ascontiguousarray(a, dtype="<f4").tobytes() for a in (*heads, inputs.g, inputs.beta, inputs.state)]
+    return header + b"".join(parts)
+
+
+def split(shape: Shape, result: npt.NDArray[_Float]) -> tuple[npt.NDArray[_Float], npt.NDArray[_Float]]:
+    """The op's whole result as the output ``[B, T, H_v, S]`` and the written slots ``[min(T, K), B, H_v, S, S]``; the
+    slots past min(T, K) are the caller's and are left out (ggml.h 2588-2590)."""
+    if result.size != shape.dst_count:
+        raise ValueError(SHORT_OUTPUT.format(count=result.size, expected=shape.dst_count))
+    output = result[: shape.output_count].reshape(shape.seqs, shape.tokens, shape.v_heads, shape.head_size)
+    slots = result[shape.output_count :].reshape(shape.snapshots, shape.seqs, shape.v_heads, shape.head_size, shape.head_size)
+    return output, slots[: shape.written_slots]
+
+
+def default_threads(device: str) -> int:
+    """The CPU backend's threads: one per core (its own default is 4, which oversubscribes a 2-core runner); 0 (the
+    backend's own choice) for a GPU."""
+    return (os.cpu_count() or 1) if device.upper() == "CPU" else 0
+
+
+def run_case(
+    driver: Path,
+    device: str,
+    case: Case,
+    work_dir: Path,
+    *,
+    lib_dir: Path | None = None,
+    threads: int = 0,
+    bench: int = 0,
+    timeout: float = TIMEOUT,
+    keep: bool = False,
+    inputs: Inputs | None = None,
+) -> Measured:
+    """Run one case on ``device`` (its inputs drawn unless given) and read back what the op wrote; the case's files
+    are removed unless ``keep``."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    given, result = work_dir / f"{case.id}.in", work_dir / f"{case.id}.out"
+    given.write_bytes(encode(case.shape, draw(case) if inputs is None else inputs))
+    argv: list[str] = [str(driver), "--threads", str(threads)]
+    if lib_dir is not None:
+        argv += ["--backend-dir", str(lib_dir.resolve())]
+    if bench:
+        argv += ["--bench-mode", str(bench)]
+    argv += [device, case.id, str(given), str(result)]
+    try:
+        done = command.run(argv, timeout=timeout, check=False, quiet=True, what="the oracle driver")
+        if done.timed_out:
+            return Measured(case.id, Outcome.FAILED, why=DRIVER_TIMED_OUT.format(timeout=timeout), seconds=done.seconds)
+        if done.returncode == UNSUPPORTED_EXIT:
+            return Measured(case.id, Outcome.UNSUPPORTED, why=done.output.strip(), seconds=done.seconds)
+        if done.returncode != 0:
+            tail = " | ".join(done.output.strip().splitlines()[-3:])
+            return Measured(case.id, Outcome.FAILED, why=DRIVER_EXITED.format(code=done.returncode, tail=tail), seconds=done.seconds)
+        raw = np.fromfile(result, dtype="<f4")
+        try:
+            output, slots = split(case.shape, raw)
+        except ValueError as exc:
+            return Measured(case.id, Outcome.FAILED, why=str(exc), seconds=done.seconds)
+        timed = {m.group(1): float(m.group(2)) for m in _CASE_MS.finditer(done.output)}
+        return Measured(case.id, Outcome.RAN, output, slots, seconds=done.seconds, case_ms=timed.get(case.id))
+    finally:
+        if not keep:
+            for path in (given, result):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+
+
+@dataclass(frozen=True)
+class CaseRun:
+    """A case as it ran and as it was judged."""
+
+    case: Case
+    measured: Measured
+    result: CaseResult
+    score: Score | None
+
+
+def run_cases(
+    driver: Path,
+    device: str,
+    floors: Floors,
+    work_dir: Path,
+    cases: Sequence[Case] = oracle_cases.CASES,
+    *,
+    lib_dir: Path | None = None,
+    threads: int | None = None,
+    bench: int = 0,
+    timeout: float = TIMEOUT,
+) -> list[CaseRun]:
+    """Every case run on ``device``, its reference computed here in float64, and judged."""
+    runs = []
+    for case in cases:
+        n = default_threads(device) if threads is None else threads
+        x = draw(case)
+        measured = run_case(driver, device, case, work_dir, lib_dir=lib_dir, threads=n, bench=bench, timeout=timeout, inputs=x)
+        reference = None
+        if measured.outcome is Outcome.RAN:
+            reference = gated_delta_net(x.q, x.k, x.v, x.g, x.beta, x.state, case.shape.snapshots)
+        result, score = judge_case(measured, reference, floors, device, case.group)
+        runs.append(CaseRun(case, measured, result, score))
+    return runs
+
+
+def run_gate(
+    lib_dir: Path,
+    include_dir: Path,
+    device: str,
+    floors: Floors,
+    work_dir: Path,
+    cases: Sequence[Case] = oracle_cases.CASES,
+    *,
+    cache_root: Path | None = None,
+    compiler: str = "cc",
+    timeout: float = TIMEOUT,
+    properties: Sequence[tuple[str, str]] = (),
+) -> GateResult:
+    """Compile the driver for the build (cached under ``cache_root``, default ``work_dir``), run every case on
+    ``device``, judge. A driver that does not compile against the build's headers is the gate's error: the header
+    is the contract, and it changed."""
+    t0 = time.monotonic()
+    build = plan_driver(lib_dir, include_dir, cache_root or work_dir, compiler)
+    try:
+        driver = compile_driver(build, timeout)
+    except CommandFailed as exc:
+        message = COMPILE_FAILED.format(include=include_dir, tail=compiler_errors(exc.tail))
+        return GateResult(GATE, Status.ERROR, message, problems=(message,), seconds=time.monotonic() - t0)
+    runs = run_cases(driver, device, floors, work_dir, cases, lib_dir=lib_dir, timeout=timeout)
+    props = (("driver_key", build.key[:16]), *properties)
+    return judge([(r.result, r.score) for r in runs], floors, device, time.monotonic() - t0, props)
