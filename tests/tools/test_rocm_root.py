@@ -256,3 +256,41 @@ def test_a_session_killed_by_a_signal_exits_as_a_shell_says_it(tmp_path: Path, m
     monkeypatch.setattr(rocm_root, "run_plan", lambda root, name, args: [session])
     monkeypatch.setattr(rocm_root.os, "geteuid", lambda: 0)
     assert rocm_root.main(["run", str(tmp_path), "build"]) == 128 + 9
+
+
+def _documented_steps() -> list[list[str]]:
+    """The command lines of docs/build.md's steps into a root, each split as a shell would, comments dropped."""
+    import shlex
+
+    text = (PROJECT / "docs" / "build.md").read_text()
+    section = text[text.index("## gfx1151 in a Debian unstable root") :]
+    section = section[: section.index("\nMeasured here")]
+    blocks = section.split("```")[1::2]
+    return [shlex.split(line, comments=True) for block in blocks for line in block.strip().splitlines() if line.strip()]
+
+
+def test_the_documented_steps_install_debootstrap_name_git_and_compile_once_at_the_jobs_asked() -> None:
+    """docs/build.md's steps on a fresh Debian machine: debootstrap installed before make; bump_pin with --no-compile,
+    so the one compile is the build's with its -j (the bump had compiled at ninja's default, and build -j 2 after it
+    did nothing); git given a name and an address in the root before a commit there. Each line parses."""
+    from ci import cli
+    from ci.parser import parser
+
+    steps = _documented_steps()
+    sessions: list[tuple[str, list[str]]] = []
+    for i, argv in enumerate(steps):
+        if "tools/rocm_root.py" in argv:
+            args = rocm_root.parse(argv[argv.index("tools/rocm_root.py") + 1 :])
+            if args.command == "make":
+                assert any(s[:3] == ["apt-get", "install", "-y"] and "debootstrap" in s for s in steps[:i]), steps[:i]
+            else:
+                name = args.session.replace("_", "-")
+                parser({n: lambda a: 0 for n in cli.COMMANDS}).parse_args([name, *args.args])
+                sessions.append((name, args.args))
+        if argv[-4:-1] == ["git", "commit", "-F"]:
+            configured = [s[-2] for s in steps[:i] if s[-4:-2] == ["config", "--global"]]
+            assert {"user.name", "user.email"} <= set(configured), steps[:i]
+    names = [name for name, _ in sessions]
+    assert names.index("bump-pin") < names.index("build")
+    assert "--no-compile" in dict(sessions)["bump-pin"]
+    assert "-j" in dict(sessions)["build"]
