@@ -41,11 +41,11 @@ def ran(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Path, object]]:
 
 def _system(root: str, inside: str = "") -> str:
     relation = rocm_root.IS_INSIDE.format(system=inside) if inside else rocm_root.IS
-    return rocm_root.SYSTEM_DIRECTORY.format(root=root, relation=relation)
+    return str(rocm_root.SYSTEM_DIRECTORY.format(root=root, relation=relation))
 
 
 def _shared(root: str) -> str:
-    return rocm_root.SHARED_PLACE.format(root=root, place=root, example=f"{root}/rocm-root")
+    return str(rocm_root.SHARED_PLACE.format(root=root, place=root, example=f"{root}/rocm-root"))
 
 
 SYSTEM = ["/usr", "/etc", "/var", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/proc", "/sys", "/dev", "/run"]
