@@ -9,6 +9,13 @@ Each artifact keeps its (size, mtime_ns, inode, ctime_ns) beside its sha256, as 
 re-hashes only a file whose stat data changed, so a no-op build reads no binary. The ctime is in it because size,
 mtime and inode can all be put back after an edit in place (``touch -d``, the same inode); the ctime cannot, short of
 setting the clock. ``nox -s ship`` hashes every artifact again whatever its stat data says (:meth:`Manifest.reprove`).
+
+Binaries and their libraries are one unit (:func:`link_closure`): the libraries are exactly those the binaries load
+from the build, found by reading each ELF file's DT_NEEDED and search path as ld.so does (serve.elf; not ``ldd``,
+which runs the loader and answers with the caller's LD_LIBRARY_PATH and current directory), keyed by the name ld.so
+looks for (``libllama.so.0``), with ``loads`` saying which binary loads which. A binary whose search path reaches the
+current directory or outside the build is refused, named, and so is a ``libggml-*.so`` beside the binaries that none
+of them loads: ggml opens every one it finds there.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,15 +31,28 @@ from typing import Any
 from ci.errors import ConfigError, Refused
 from ci.files import sha256_file, write_atomic
 from ci.schema import load_json
+from serve import elf
 
 MANIFEST = "build.json"
-SCHEMA = 3
-READABLE = (1, 2, 3)  # schema 1 had no stat data, 2 no ctime: their artifacts are hashed once more
+SCHEMA = 4
+# schema 1 had no stat data, 2 no ctime: their artifacts are hashed once more; 3 recorded every lib*.so in bin/ by
+# its file name, not what the binaries load (no ``loads``): build again to record it
+READABLE = (1, 2, 3, 4)
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 IS_MISSING = "is missing"
 DIFFERS = "differs from its recorded sha256"
 NO_SUCH_BINARY = "the {profile} build has no {name}; add it to pins.yaml build.targets and build again"
+UNSAFE_SEARCH_PATH = (
+    "{file}: {problem}; a binary of the build finds its libraries in the build alone "
+    "(link with RUNPATH $ORIGIN: -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON)"
+)
+STRAY_LIBRARY = (
+    "{file}: no binary of the build loads it, and ggml opens every libggml-*.so beside its binaries; "
+    "remove it (a build's binaries and the libraries they load are one unit)"
+)
+NOT_A_BINARY = "{file}: {problem}"
+STRAY_PATTERN = "libggml-*.so"  # what ggml's backend loader opens beside the program (ggml-backend-reg.cpp)
 
 
 @dataclass(frozen=True)
@@ -119,6 +139,54 @@ class Artifact:
 
 
 @dataclass(frozen=True)
+class LinkClosure:
+    """The libraries the binaries load from the build, by the name ld.so looks for, and which binary loads which."""
+
+    libraries: dict[str, Artifact]
+    loads: dict[str, tuple[str, ...]]
+
+
+def link_closure(build_dir: Path, binaries: Mapping[str, Path]) -> LinkClosure:
+    """Every library ``binaries`` load from ``build_dir``, each hashed where ld.so finds it (a link's target's bytes
+    under the link's name). Refused, naming the file: a search path reaching the current directory or outside the
+    build (an empty, ``.``, relative or ``$ORIGIN/..``-escaping entry; a directory anyone may write), a library named
+    by a path, a ``libggml-*.so`` beside a binary that no binary loads."""
+    libraries: dict[str, Artifact] = {}
+    loads: dict[str, tuple[str, ...]] = {}
+    for name, path in binaries.items():
+        try:
+            found = elf.closure(path, build_dir)
+        except (elf.NotElf, OSError) as exc:
+            raise Refused(NOT_A_BINARY.format(file=_shown(path, build_dir), problem=exc)) from None
+        for file, problem in found.problems:
+            where = path if file == path.name else next(lib.path for lib in found.libraries if lib.name == file)
+            raise Refused(UNSAFE_SEARCH_PATH.format(file=_shown(where, build_dir), problem=problem))
+        loads[name] = found.names
+        for lib in found.libraries:
+            if lib.name not in libraries:
+                libraries[lib.name] = Artifact.of(build_dir, lib.path)
+    stray = strays(build_dir, binaries.values(), libraries.values())
+    if stray:
+        raise Refused(STRAY_LIBRARY.format(file=_shown(stray[0], build_dir)))
+    return LinkClosure(libraries, loads)
+
+
+def strays(build_dir: Path, binaries: Iterable[Path], libraries: Iterable[Artifact]) -> list[Path]:
+    """The ``libggml-*.so`` files beside the binaries that are not, nor link to, a library they load."""
+    loaded = {os.path.realpath(build_dir / art.path) for art in libraries}
+    out: list[Path] = []
+    for directory in sorted({p.parent for p in binaries}):
+        for candidate in sorted(directory.glob(STRAY_PATTERN)):
+            if os.path.realpath(candidate) not in loaded:
+                out.append(candidate)
+    return out
+
+
+def _shown(path: Path, build_dir: Path) -> str:
+    return os.path.relpath(path, build_dir.parent) if not os.path.relpath(path, build_dir.parent).startswith("..") else str(path)
+
+
+@dataclass(frozen=True)
 class Manifest:
     key: str
     configure_key: str
@@ -132,6 +200,7 @@ class Manifest:
     targets: tuple[str, ...]
     binaries: dict[str, Artifact]
     libraries: dict[str, Artifact] = field(default_factory=dict)
+    loads: dict[str, tuple[str, ...]] = field(default_factory=dict)  # binary -> the libraries it loads (by name)
     key_parts: dict[str, str] = field(default_factory=dict)
     local_flags: tuple[str, ...] = ()  # the machine's own (ONEBIT_CMAKE_ARGS, the local flags file)
     one_off_flags: tuple[str, ...] = ()  # given to this build alone with -D
@@ -139,6 +208,7 @@ class Manifest:
     built_at: str = ""
     host: str = ""
     ccache: str | None = None
+    schema: int = SCHEMA  # as read: below 4, ``libraries`` is not what the binaries load, and ``loads`` is empty
 
     @property
     def pin_commit(self) -> str:
@@ -165,6 +235,7 @@ class Manifest:
             "targets": list(self.targets),
             "binaries": {k: a.to_json() for k, a in self.binaries.items()},
             "libraries": {k: a.to_json() for k, a in self.libraries.items()},
+            "loads": {k: list(v) for k, v in self.loads.items()},
             "key_parts": self.key_parts,
             "seconds": round(self.seconds, 1),
             "built_at": self.built_at,
@@ -192,11 +263,13 @@ class Manifest:
             targets=tuple(data["targets"]),
             binaries=artifacts(data["binaries"]),
             libraries=artifacts(data.get("libraries", {})),
+            loads={str(k): tuple(str(n) for n in v) for k, v in (data.get("loads") or {}).items()},
             key_parts=dict(data.get("key_parts", {})),
             seconds=float(data.get("seconds", 0.0)),
             built_at=data.get("built_at", ""),
             host=data.get("host", ""),
             ccache=data.get("ccache"),
+            schema=int(data.get("schema", SCHEMA)),
         )
 
     def binary(self, manifest_dir: Path, name: str) -> Path:
@@ -210,12 +283,19 @@ class Manifest:
         """The sha256 of what this manifest vouches for: the key and every binary's and library's sha256. Each gate
         record carries it (``manifest_sha256``), and ship compares it with the build.json it reads: a binary swapped
         and its sha256 rewritten in build.json no longer matches the records."""
-        body = {
+        body: dict[str, Any] = {
             "key": self.key,
             "binaries": {k: a.sha256 for k, a in sorted(self.binaries.items())},
             "libraries": {k: a.sha256 for k, a in sorted(self.libraries.items())},
         }
+        if self.loads:  # which binary loads which library: a record judged the unit, not the files apart
+            body["loads"] = {k: list(v) for k, v in sorted(self.loads.items())}
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+    def strays(self, manifest_dir: Path) -> list[Path]:
+        """The ``libggml-*.so`` files beside the binaries now that none of them loads (:func:`strays`): what ggml
+        would open in a gate that this manifest does not vouch for."""
+        return strays(manifest_dir, [manifest_dir / a.path for a in self.binaries.values()], self.libraries.values())
 
     def reproved(self, manifest_dir: Path) -> list[tuple[str, str]]:
         """(artifact, what is wrong) for every binary and library whose bytes are not as recorded, each hashed now."""
