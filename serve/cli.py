@@ -17,11 +17,11 @@ import shlex
 import shutil
 import sys
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn, TextIO
 
-from serve import gated, launch, recipes, server
+from serve import flags, gated, launch, recipes, server
 from serve.bounded import not_a_file
 from serve.errors import (
     A_GGUF_FILE,
@@ -226,7 +226,32 @@ def serve(argv: Sequence[str], environ: Mapping[str, str], cwd: Path, out: TextI
         print(STARTED.format(pid=pid, host=options.host, port=options.port), file=err)
         err.flush()
 
-    return launch.run(decision.argv, {**environ, **decision.env}, on_start=started)
+    if not ns.require_gated:
+        return launch.run(decision.argv, {**environ, **decision.env}, on_start=started)
+    return _run_gated(judged, decision, {**environ, **decision.env}, cwd, err, started)
+
+
+def _run_gated(
+    judged: gated.Gated, decision: RouteDecision, environ: Mapping[str, str], cwd: Path, err: TextIO, started: Callable[[int], None]
+) -> int:
+    """Run exactly what was judged: a private copy of llama-server and its libraries (serve.launch.private_copy), in
+    that directory, with it as the only library path and the user's loader variables dropped; paths made absolute."""
+    unit, release = judged.unit, judged.judged
+    if unit is None or release is None:  # judge() returns both whenever it says "gated"
+        raise Refused(NOT_GATED_REFUSED.format(detail=judged.detail), "--require-gated")
+    program = launch.Judged(unit.program, gated.PROGRAM, release.llama_server)
+    libraries = [launch.Judged(lib.path, lib.name, (release.libraries or {})[lib.name]) for lib in unit.libraries]
+    with launch.private_copy(program, libraries, environ) as directory:
+        problems = launch.shadowing(directory, gated.root_of(unit.program), [lib.name for lib in libraries])
+        if problems:
+            raise Refused(problems[0], "--require-gated")
+        env, dropped = launch.gated_env(environ, directory)
+        if dropped:
+            print(printable(f"{SERVE}: note: " + launch.DROPPED.format(names=", ".join(dropped))), file=err)
+        print(printable(f"{SERVE}: note: " + launch.PRIVATE.format(count=len(libraries), directory=directory)), file=err)
+        err.flush()
+        argv = [str(directory / gated.PROGRAM), *flags.absolute_paths(decision.argv[1:], str(cwd))]
+        return launch.run(argv, env, on_start=started, cwd=directory)
 
 
 def _gated(found: server.Server, environ: Mapping[str, str], require: bool, err: TextIO) -> gated.Gated:

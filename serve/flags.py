@@ -6,6 +6,7 @@ A command line is read as units: a flag and the values up to the next flag. A fl
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 
 # Spellings of one llama-server option (upstream common/arg.cpp and the ROCmFPX fork); the first is canonical.
@@ -96,3 +97,41 @@ def shapes_launch(flag: str) -> bool:
     """Whether ``flag`` (any spelling, ``--x=v`` included) is one of :data:`LAUNCH_SHAPING`."""
     name = flag.split("=", 1)[0] if flag.startswith("--") else flag
     return name in LAUNCH_SHAPING or canonical(name) in LAUNCH_SHAPING
+
+
+# Options whose (first) value is a file or directory: a gated llama-server runs in a private directory, so serve
+# makes these absolute against the directory the user ran it in (serve's own -m and -md, and yours after --).
+PATH_VALUED: frozenset[str] = frozenset(
+    (
+        "-m", "--model", "-md", "--model-draft", "--spec-draft-model", "-mv", "--model-vocoder", "-mm", "--mmproj",
+        "--lora", "--lora-scaled", "--control-vector", "--control-vector-scaled", "--chat-template-file",
+        "--grammar-file", "-jf", "--json-schema-file", "-f", "--file", "-bf", "--binary-file", "--log-file",
+        "--slot-save-path", "-lcs", "--lookup-cache-static", "-lcd", "--lookup-cache-dynamic", "--path",
+        "--ssl-key-file", "--ssl-cert-file", "--api-key-file", "--models-dir", "--models-preset", "--media-path",
+        "--prompt-cache", "-o", "--output", "--output-file",
+    )
+)  # fmt: skip
+
+
+def absolute_paths(args: Sequence[str], cwd: str) -> list[str]:
+    """``args`` with the value of each :data:`PATH_VALUED` option made absolute against ``cwd`` (``--x=v`` too)."""
+    out: list[str] = []
+    take = False
+    for token in args:
+        if take:
+            out.append(_absolute(token, cwd))
+            take = False
+            continue
+        if is_flag(token) and token.startswith("--") and "=" in token:
+            name, value = token.split("=", 1)
+            out.append(f"{name}={_absolute(value, cwd)}" if (name in PATH_VALUED or canonical(name) in PATH_VALUED) else token)
+            continue
+        take = is_flag(token) and (token in PATH_VALUED or canonical(token) in PATH_VALUED)
+        out.append(token)
+    return out
+
+
+def _absolute(value: str, cwd: str) -> str:
+    if not value or value.startswith("/") or "://" in value:
+        return value
+    return os.path.join(cwd, value)
