@@ -1,9 +1,9 @@
 """Compile evidence: a HIP build on a machine with no AMD GPU is a real build (manifest, key, binaries), and
 ``gpu_tests`` there records it as a ``compile`` record in the ledger instead of failing every device gate.
 
-The record names the profile, the HIP compiler, the build's time and the HIP units compiled, the fork's own among
-them. It is not a gate ship requires (ci/gates/registry.py): ship for gfx1151 still wants the device gates, run on
-a Strix Halo.
+The record names the profile, the HIP compiler, the HIP units compiled, the fork's own among them, how long the build
+directory's whole compile took and, when a later build was the last, that build's time. It is not a gate ship
+requires (ci/gates/registry.py): ship for gfx1151 still wants the device gates, run on a Strix Halo.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ci.compile.cmake import whole_compile
 from ci.compile.stage import CurrentBuild
 from ci.gates import devices
 from ci.gates.results import CaseResult, GateResult, Status
@@ -25,6 +26,11 @@ BACKEND = {"hip": "ROCm", "cuda": "CUDA", "vulkan": "Vulkan"}
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 COMPILED = "{profile} compiled by {compiler} in {seconds:.1f} s: {units} HIP units, {own} of them the fork's own ({names})"
+LAST_BUILD = "; the last build {seconds:.1f} s"  # after COMPILED, when a build after the whole compile was the last
+COMPILED_UNTIMED = (
+    "{profile} compiled by {compiler}: {units} HIP units, {own} of them the fork's own ({names}); the last build "
+    "{seconds:.1f} s, the whole compile not timed (no build of an empty build directory ran it to the end)"
+)
 UNIT_NOT_COMPILED = "{source}: no {object}"
 NO_DEVICE = (
     "gpu_tests: no {device} device here (the {profile} build's llama-server lists none): recorded the compile "
@@ -78,29 +84,32 @@ def result(build: CurrentBuild) -> GateResult:
     problems = tuple(UNIT_NOT_COMPILED.format(source=u.source, object=u.object) for u in missing[:10])
     if not units:
         problems = (f"{build.build_dir / 'build.ninja'} has no HIP unit: not a HIP build",)
+    what = {"profile": manifest.profile, "compiler": compiler, "units": len(compiled), "own": len(own)}
+    what["names"] = ", ".join(sorted(u.name for u in own)) or "none"
+    whole = whole_compile(build.build_dir)
+    if whole is None:
+        summary = COMPILED_UNTIMED.format(**what, seconds=manifest.seconds)
+    else:
+        summary = COMPILED.format(**what, seconds=whole.seconds)
+        if whole.built_at != manifest.built_at:
+            summary += LAST_BUILD.format(seconds=manifest.seconds)
     return GateResult(
         gate=GATE,
         status=status,
-        summary=COMPILED.format(
-            profile=manifest.profile,
-            compiler=compiler,
-            seconds=manifest.seconds,
-            units=len(compiled),
-            own=len(own),
-            names=", ".join(sorted(u.name for u in own)) or "none",
-        ),
+        summary=summary,
         cases=tuple(
             CaseResult(u.name, Status.PASSED if u.compiled else Status.FAILED, classname=f"{GATE}.hip", message=u.source) for u in units
         ),
         problems=problems,
-        counts=(("hip_units", len(compiled)), ("fork_units", len(own)), ("missing", len(missing))),
+        counts=(("hip_units", len(compiled)), ("fork_units", len(own)), ("missing", len(missing)))
+        + ((("compile_steps", whole.steps),) if whole else ()),
         properties=(
             ("profile", manifest.profile),
             ("compiler", compiler),
             ("fork_units", " ".join(sorted(u.name for u in own))),
             ("built_at", manifest.built_at),
         ),
-        metrics=(("build_seconds", manifest.seconds),),
+        metrics=(("build_seconds", manifest.seconds),) + ((("compile_seconds", whole.seconds),) if whole else ()),
     )
 
 
