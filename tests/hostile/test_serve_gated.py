@@ -51,10 +51,11 @@ def _own_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     for var in ("ONEBIT_SERVE_DEVICE", "GGML_W4A4_TENSORS", "ONEBIT_CI_ROOT", "ONEBIT_SERVE_RELEASE", "LD_PRELOAD", "LD_LIBRARY_PATH"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("PLANT_MARKER", str(tmp_path / "planted"))
-    yield
     places = {Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()), Path(tempfile.gettempdir())}
-    leftovers = [p for place in places for p in place.glob(launch.PRIVATE_PREFIX + "*") if p.stat().st_mtime > time.time() - 60]
-    assert leftovers == [], "a private directory was left behind"
+    before = {p for place in places for p in place.glob(launch.PRIVATE_PREFIX + "*")}
+    yield
+    after = {p for place in places for p in place.glob(launch.PRIVATE_PREFIX + "*")}
+    assert after - before == set(), "a private directory was left behind"
 
 
 def release(path: Path, server: Path, libraries: dict[str, Path] | None, key: str = "k" * 64) -> Path:
