@@ -65,6 +65,7 @@ NOT_EMPTY = (
     "Debian root, or one that tools/rocm_root.py make made"
 )
 NOT_A_DIRECTORY = "ROOT {root} is not a directory; name a new or empty directory for the Debian root"
+UNRESOLVABLE = "ROOT {root} cannot be resolved: {problem}"  # a link loop
 NOTHING_AFTER_DASHES = "make takes no arguments after --: {args}"
 
 try:
@@ -310,7 +311,11 @@ def exit_status(returncode: int) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    root = Path(args.root).resolve()
+    try:
+        root = Path(args.root).resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a link loop, before Python 3.13
+        print(ERROR.format(message=UNRESOLVABLE.format(root=args.root, problem=exc)), file=sys.stderr)
+        return 2
     project = (args.project if args.command == "make" else Path(__file__).parents[1]).resolve()
     problem = root_problem(args.root, root, project)
     if problem is None and args.command == "make":

@@ -152,3 +152,14 @@ def test_make_marks_the_root_before_anything_goes_in(tmp_path: Path, capsys: pyt
     rocm_root.execute(root, rocm_root.make_plan(root, tmp_path)[:1])
     assert (root / rocm_root.MARKER).read_text() == rocm_root.MARKER_TEXT
     assert rocm_root.made_here(root)
+
+
+def test_a_root_through_a_link_loop_is_one_line(tmp_path: Path, ran: list[tuple[Path, object]], capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    given = str(tmp_path / "a" / "root")
+    assert rocm_root.main(["make", given]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(rocm_root.ERROR.format(message=rocm_root.UNRESOLVABLE.format(root=given, problem=""))), err
+    assert err.count("\n") == 1
+    assert ran == []
