@@ -88,7 +88,7 @@ def build(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def gpu_tests(session: nox.Session) -> None:
-    """Every gate ship requires (route, test-backend-ops, greedy equivalence, perf) on the current build: -- --profile P."""
+    """Every gate ship requires (the registry, ci/gates/registry.py) on the current build: -- --profile P [--gate G]."""
     _install(session, "plot")  # the perf gate's chart
     _ci(session, "gpu-tests")
 

@@ -24,7 +24,7 @@ from common import profile_options, run_main  # noqa: E402 -- the benchmarks' ow
 
 from ci import defaults  # noqa: E402 -- after the path set-up, so the checkout's ci/ is measured
 from ci.errors import ConfigError  # noqa: E402
-from ci.gates import archs  # noqa: E402
+from ci.gates.archs import run as archs  # noqa: E402
 
 
 def main() -> None:

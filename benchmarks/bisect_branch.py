@@ -4,7 +4,7 @@
 
 Writes ``OUT/fork.git`` (a bare repository with the mirror's branches, its objects borrowed from the mirror) with a branch ``bisect/planted``: the range GOOD..BAD holds the
 mirror's own 60 commits (merges and side branches as they are) plus one commit F that plants a fault of
-ci/gates/faults.yaml after the commit AT; every commit descending from AT is rewritten to carry the fault (its tree
+ci/gates/selftest/faults.yaml after the commit AT; every commit descending from AT is rewritten to carry the fault (its tree
 with the fault's search replaced, its parents mapped, its author, committer, dates and message kept), the others
 stay as they are. Nothing depends on the clock or the machine, so the same mirror gives the same shas: the first
 bad commit bisect must name is F. ``OUT/bisect-branch.json`` records GOOD, BAD, F and the command to run.
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, at_least_one, mirror_from_env, run_main
 
 sys.path.insert(0, str(ROOT))
-from ci.gates.selftest import load_faults
+from ci.gates.selftest.run import load_faults
 
 BRANCH = "bisect/planted"
 IDENT = "onebit-ci bisect benchmark <bisect@example.invalid>"
@@ -86,13 +86,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True, help="where fork.git and bisect-branch.json go")
     ap.add_argument("--branch", default="main", help="the mirror's branch the commits come from (default main)")
     ap.add_argument("--commits", type=at_least_one, default=60, help="real commits in the range (default 60)")
-    ap.add_argument("--fault", default="vulkan-gdn-decay", help="the fault of ci/gates/faults.yaml to plant (default vulkan-gdn-decay)")
+    ap.add_argument("--fault", default="vulkan-gdn-decay", help="the fault of ci/gates/selftest/faults.yaml to plant (default vulkan-gdn-decay)")
     ap.add_argument("--at", type=at_least_one, default=23, help="plant it after the AT-th commit of the range, oldest first (default 23)")
     args = ap.parse_args()
     mirror = mirror_from_env()
     fault = next((f for f in load_faults() if f.id == args.fault), None)
     if fault is None:
-        sys.exit(f"bisect_branch: --fault {args.fault}: not in ci/gates/faults.yaml")
+        sys.exit(f"bisect_branch: --fault {args.fault}: not in ci/gates/selftest/faults.yaml")
     fork = args.out / "fork.git"
     shutil.rmtree(fork, ignore_errors=True)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -115,7 +115,7 @@ def main() -> None:
         scratch = Path(tmp)
         date = git(fork, "show", "-s", "--format=%ct", at).strip()
         message = (
-            f"ggml: planted fault {fault.id}\n\n{fault.why}\n\nPlanted by benchmarks/bisect_branch.py (ci/gates/faults.yaml {fault.id}).\n"
+            f"ggml: planted fault {fault.id}\n\n{fault.why}\n\nPlanted by benchmarks/bisect_branch.py (ci/gates/selftest/faults.yaml {fault.id}).\n"
         )
         planted = f"tree {faulted_tree(fork, at, fault.file, fault.search, fault.replace, scratch)}\nparent {at}\n"
         planted += f"author {IDENT} {int(date) + 60} +0000\ncommitter {IDENT} {int(date) + 60} +0000\n\n{message}"

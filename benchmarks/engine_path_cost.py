@@ -4,7 +4,7 @@ the budget of 30 s.
     python benchmarks/engine_path_cost.py [--profile cpu|cuda|vulkan|...] [--llama-server PATH] [--rounds 3]
 
 Before: the equivalence gate as it was, on the llama tiny models (target and near drafter, one pair of servers).
-After: the equivalence gate as it runs now (ci/gates/engine_path.py: the qwen35 target's near, dflash, dflash-whole
+After: the equivalence gate as it runs now (ci/gates/equivalence/engine_path.py: the qwen35 target's near, dflash, dflash-whole
 and mtp legs, the first three on one baseline server, then the llama leg) and the archs gate (``llama-server
 --list-devices``, then test-llama-archs for each of pins.yaml's default architectures), both on the profile's device.
 Rounds alternate before/after so that a busy machine slows both alike; the medians, the seconds each leg's prompts
@@ -26,9 +26,12 @@ sys.path.insert(1, str(Path(__file__).resolve().parent))
 from common import profile_options, run_main  # noqa: E402 -- the benchmarks' own helpers
 
 from ci import defaults  # noqa: E402 -- after the path set-up, so the checkout's ci/ is measured
-from ci.gates import archs, engine_path, tiny_qwen35  # noqa: E402
-from ci.gates import equivalence as eq  # noqa: E402
-from ci.gates.tinymodels import write_tiny_models  # noqa: E402
+from ci.gates.archs import run as archs  # noqa: E402
+from ci.gates.equivalence import engine_path  # noqa: E402
+from ci.gates.equivalence import plan as eq_plan  # noqa: E402
+from ci.gates.equivalence import run as eq  # noqa: E402
+from ci.gates.tiny import models as tinymodels  # noqa: E402
+from ci.gates.tiny.models import write_tiny_models  # noqa: E402
 
 BUDGET = 30.0  # seconds the new gate and models may add to gpu_tests on the H200 (issue 22)
 
@@ -39,9 +42,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         llama = write_tiny_models(work / "llama")
-        qwen = tiny_qwen35.write_qwen35_models(work / "qwen35")
-        before_plan = eq.plan(
-            model=llama.target, drafter=llama.near_drafter, llama_server=server, spec_type="draft-simple", device=device, models=eq.TINY_MODELS
+        qwen = tinymodels.write_qwen35_models(work / "qwen35")
+        before_plan = eq_plan.plan(
+            model=llama.target, drafter=llama.near_drafter, llama_server=server, spec_type="draft-simple", device=device, models=eq_plan.TINY_MODELS
         )
         legs = engine_path.plans(qwen, server, device=device, llama=llama)
         before: list[float] = []

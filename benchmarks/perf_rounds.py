@@ -26,8 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 from common import at_least_one, llama_server, non_negative, run_main
 
-from ci.gates import perf, perf_run
-from ci.gates.tinymodels import NEAR_DRAFTER, TARGET, write_model
+from ci.gates.perf import judge as perf
+from ci.gates.perf import run as perf_run
+from ci.gates.tiny.models import NEAR_DRAFTER, TARGET, write_model
 from ci.pin import pins as pins_file
 
 

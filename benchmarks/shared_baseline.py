@@ -2,7 +2,7 @@
 
     python benchmarks/shared_baseline.py [--llama-server PATH] [--device cpu|cuda|vulkan|...] [--rounds 3]
 
-Apart: each leg of ci/gates/engine_path.py started and judged alone (``equivalence.run``, its own pair of servers),
+Apart: each leg of ci/gates/equivalence/engine_path.py started and judged alone (``equivalence.run``, its own pair of servers),
 as the gate ran before. Shared: ``engine_path.run``, where the near, dflash and mtp legs share one baseline server
 (started with their drafter servers at once on a GPU, in turn on the CPU) and a request it has answered is not asked
 again. Rounds alternate so that a busy machine slows both alike; the medians and their ratio are printed. Both must
@@ -23,9 +23,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 from common import at_least_one, llama_server, run_main  # noqa: E402 -- the benchmarks' own helpers
 
-from ci.gates import engine_path, tiny_qwen35  # noqa: E402 -- after the path set-up, so the checkout's ci/ is measured
-from ci.gates import equivalence as eq  # noqa: E402
+from ci.gates.equivalence import engine_path  # noqa: E402
+from ci.gates.equivalence import run as eq  # noqa: E402
 from ci.gates.results import GateResult  # noqa: E402
+from ci.gates.tiny import models as tinymodels  # noqa: E402
 from serve.recipes import DEVICES  # noqa: E402
 
 COMPARED = ("compared", "draft_n", "draft_n_accepted", "near_ties")  # per leg and prompt: what both ways must agree on
@@ -44,7 +45,7 @@ def main() -> None:
     server = llama_server(args.llama_server)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        legs = engine_path.plans(tiny_qwen35.write_qwen35_models(work / "qwen35"), server, device=args.device)
+        legs = engine_path.plans(tinymodels.write_qwen35_models(work / "qwen35"), server, device=args.device)
         apart: list[float] = []
         shared: list[float] = []
         for r in range(1, args.rounds + 1):

@@ -330,7 +330,7 @@ def wait_gone(processes: Iterable[Process], seconds: float, reaped: bool = False
 def end_tree(proc: subprocess.Popen[str] | subprocess.Popen[bytes], grace: float = 5.0) -> None:
     """End ``proc`` and every process below it: SIGTERM to all, SIGKILL to what is left after ``grace`` seconds;
     ``proc`` is reaped. The tree is frozen (:func:`freeze`) before anything is signalled, so a child orphaned by its
-    parent's death is still found, and no child is born unseen. The server's stop (:class:`ci.gates.llama.LlamaServer`) ends its tree with the same parts, and
+    parent's death is still found, and no child is born unseen. The server's stop (:class:`ci.gates.serving.llama.LlamaServer`) ends its tree with the same parts, and
     the tree it saw over the server's life."""
     end_trees([proc], grace)
 

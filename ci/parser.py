@@ -73,7 +73,7 @@ def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpa
 
     p = command("gpu-tests", "every gate against the current build's binaries; results to the ledger")
     _profile(p, "whose build to test")
-    p.add_argument("--gate", action="append", default=[], help="run only this gate (route, backend_ops, equivalence, perf); repeatable")
+    p.add_argument("--gate", action="append", default=[], help="run only this gate (a name of the registry, ci/gates/registry.py; an unknown one lists them); repeatable")
     p.add_argument("--from-log", metavar="FILE", help="judge a saved test-backend-ops console log with the profile's device and the pin; run nothing")
     p.add_argument("--from-sql", metavar="FILE", help="with --from-log: its --output sql output")
     _timeout(p)
@@ -92,7 +92,7 @@ def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpa
 
     p = command("gate-selftest", "plant known faults in copies of the pinned fork, each on its own, and expect each gate to catch its own")
     _profile(p, "whose build to start from")
-    p.add_argument("--faults", metavar="FILE", help="the faults (default: ci/gates/faults.yaml)")
+    p.add_argument("--faults", metavar="FILE", help="the faults (default: ci/gates/selftest/faults.yaml)")
     p.add_argument("--fault", action="append", default=[], metavar="ID", help="only this fault; repeatable")
     p.add_argument("--jobs", type=int, default=0, metavar="N", help="faults rebuilt and judged at once (default 0: one per 4 cores)")
     p.add_argument("--keep", action="store_true", help="keep each fault's copies of the checkout and the build (build/selftest/)")
@@ -140,7 +140,7 @@ def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpa
     _timeout(p)
     _out(p, "backend_ops.json, backend_ops.junit.xml and the logs (default: build/gates)")
 
-    p = command("tiny-models", "write the tiny GGUF models of the gates' CPU tier (target, drafter, other target)")
+    p = command("tiny-models", "write the gates' tiny GGUF models: the llama set (target, near and far drafters, other target) and the engine's qwen35 class (target, near, DFlash and MTP drafters)")
     p.add_argument("--out", required=True, help="directory to write them in")
 
     p = command("equivalence", "greedy output with the drafter must equal the output without it, and the drafter must draft")

@@ -12,8 +12,8 @@ from pathlib import Path
 from ci.commands import a_folder, given, job_of, say
 from ci.commands.job import Job
 from ci.errors import ConfigError
-from ci.gates import backend_ops
-from ci.gates.backend_ops_output import OP_RE
+from ci.gates.backend_ops import run as backend_ops
+from ci.gates.backend_ops.output import OP_RE
 from ci.release import records
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)

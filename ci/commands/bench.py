@@ -17,7 +17,10 @@ from ci.commands import a_folder, absolute, given, job_of, root_or_cwd, say
 from ci.commands.job import current
 from ci.errors import ConfigError, GateFailed
 from ci.files import kind_of
-from ci.gates import bench, equivalence, perf
+from ci.gates.equivalence import plan as eq_plan
+from ci.gates.perf import judge as perf
+from ci.gates.serving import bench
+from ci.gates.serving import bench_plan as plans
 from ci.pin.claims import Check, parse_check
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
@@ -50,15 +53,15 @@ def check_outputs(logs: Path, json_out: Path | None) -> None:
 
 def main(args: argparse.Namespace) -> int:
     target = recipe_target(args.recipe, absolute(args.recipes), args.check) if args.recipe else None
-    configs = recipe_configs(args.recipe, args.args or "", absolute(args.recipes)) if args.recipe else [bench.parse_config(c) for c in args.config]
+    configs = recipe_configs(args.recipe, args.args or "", absolute(args.recipes)) if args.recipe else [plans.parse_config(c) for c in args.config]
     if args.llama_server:
         llama_server, device, root = Path(resolve(args.llama_server)), args.device or "auto", root_or_cwd(args)
     else:
         llama_server, profile_device, root = llama_server_of(args, args.profile)
         device = args.device or profile_device
     if not Path(args.model).is_file():
-        raise ConfigError(equivalence.NO_SUCH_MODEL.format(option="-m", path=args.model))
-    bench_plan = bench.plan(
+        raise ConfigError(eq_plan.NO_SUCH_MODEL.format(option="-m", path=args.model))
+    bench_plan = plans.plan(
         model=Path(args.model).resolve(), llama_server=llama_server, configs=configs, device=device,
         rounds=args.rounds, prompt_reps=args.prompt_reps, decode_reps=args.decode_reps, decode_tokens=args.decode_tokens,
         prompt_tokens=args.prompt_tokens, context=args.ctx_size, warmup_tokens=args.warmup_tokens,
@@ -111,20 +114,20 @@ def recipe_target(recipe_id: str, recipes_file: Path | None, check: bool) -> Rec
     return RecipeTarget(recipe_id, parse_check(recipe.check, recipe.measured, 0.1, f'recipe "{recipe_id}": check', configs=("with", "without")))
 
 
-def recipe_configs(recipe_id: str, args: str, recipes_file: Path | None) -> list[bench.BenchConfig]:
+def recipe_configs(recipe_id: str, args: str, recipes_file: Path | None) -> list[plans.BenchConfig]:
     """The recipe's launch with and without it: ``with`` is serve with every recipe that matches (this one among
     them), ``without`` the same with ``--skip-recipe ID``; ``args`` (the drafter, a device) go to both."""
     own = f"--recipes {shlex.quote(str(recipes_file))} " if recipes_file else ""
-    return [bench.parse_config(f"without={own}--skip-recipe {recipe_id} {args}".strip()), bench.parse_config(f"with={own}{args}".strip())]
+    return [plans.parse_config(f"without={own}--skip-recipe {recipe_id} {args}".strip()), plans.parse_config(f"with={own}{args}".strip())]
 
 
 def recipe_session(
-    bench_plan: bench.BenchPlan, target: RecipeTarget, logs: Path, lock: Path | None, json_out: Path | None, command: str
+    bench_plan: plans.BenchPlan, target: RecipeTarget, logs: Path, lock: Path | None, json_out: Path | None, command: str
 ) -> int:
     """``nox -s bench -- --recipe ID -m MODEL``: with and without the recipe, interleaved; a ``measured:`` line ready
     to paste into the recipe; with ``--check``, its claim re-judged (exit 7 when it no longer holds)."""
     applied: dict[str, tuple[str, ...]] = {}
-    bench.check_configs(bench_plan, applied)
+    plans.check_configs(bench_plan, applied)
     if target.id not in applied.get("with", ()):  # the two configs would be one: a measured line of noise
         raise ConfigError(DOES_NOT_APPLY.format(recipe=target.id, applied=", ".join(applied.get("with", ())) or APPLIES_NONE))
     result, figures = bench.measure(bench_plan, logs, lock, json_out, say)

@@ -33,7 +33,8 @@ from ci.compile.cmake import BuildRequest
 from ci.compile.stage import current_build, run_build
 from ci.errors import CommandFailed, ConfigError, OnebitError, Refused
 from ci.files import shown, write_atomic
-from ci.gates import perf, registry
+from ci.gates import registry
+from ci.gates.protocol import Gate
 from ci.gates.results import GateResult, Status
 from ci.gates.target import GateOptions
 from ci.git import Git
@@ -66,7 +67,7 @@ FIRST_BAD_FILES = "  files: {files}"
 FIRST_BAD_PROBLEM = "  {gate}: {problem}"
 LAST_GOOD_LINE = "  last good: {commit} {subject}"
 # why a step is a skip
-PERF_INCONCLUSIVE = "perf inconclusive after re-measuring with more rounds: {summary}"
+INCONCLUSIVE_STEP = "{gate} inconclusive after re-measuring with more rounds: {summary}"
 SERIES_DOES_NOT_APPLY = "the series does not apply: {problems}"  # SeriesPlan.not_applying()
 # the report (markdown)
 FIRST_BAD_HEADING = "**First bad commit: `{sha}`** {subject}"
@@ -83,7 +84,7 @@ LOG_BLOCK = "<details><summary>git bisect log</summary>\n\n```\n{log}\n```\n\n</
 REPORT_NOT_UTF8 = "{report}: not UTF-8 text (byte 0x{byte:02x}); give the report bump_pin wrote, or --good and --bad"
 NO_BAD = "no --bad given and no bump report at {report} names a target (- To: `SHA`); give --bad SHA"
 NOT_ANCESTOR = "--good {good} is not an ancestor of --bad {bad} ({relation}); give a good commit older than the bad one"
-NO_GATE = "no --gate given and the ledger has no failed gate record for profile {profile}; give --gate backend_ops|equivalence|perf|route"
+NO_GATE = "no --gate given and the ledger has no failed gate record for profile {profile}; give --gate {gates}"  # gates: the registry's, joined by "|"
 UNDER_WAY = "a git bisect is already under way in {name}'s store; end it with git -C {name} bisect reset, then retry"
 GOOD_END_FAILS = "--check-good: the good end {commit} is {outcome} for {gate} ({reason}); give an older --good"
 MAX_STEPS_TOO_FEW = "--max-steps {max_steps}: must be 1 or more"
@@ -187,16 +188,15 @@ def expected_steps(commits: int) -> int:
 
 
 def outcome_of(result: GateResult) -> tuple[Outcome, str]:
-    """A pass is good; a failure bad; a gate that could not judge (ERROR, SKIPPED) skips. A perf check still
-    inconclusive after the gate's own re-measurement with more rounds skips too, unless another check fails outright."""
+    """A pass is good; a failure bad; a gate that could not judge (ERROR, SKIPPED) skips. A case still inconclusive
+    (a perf check, after the gate's own re-measurement with more rounds) skips too, unless another case fails outright."""
     if result.status is Status.PASSED:
         return Outcome.GOOD, result.summary
     if result.status is not Status.FAILED:
         return Outcome.SKIP, f"{result.gate} could not judge: {result.summary}"
-    if result.gate == perf.GATE:
-        decisive = [c for c in result.cases if c.status is Status.FAILED and not c.message.endswith(perf.INCONCLUSIVE)]
-        if not decisive and any(c.message.endswith(perf.INCONCLUSIVE) for c in result.cases):
-            return Outcome.SKIP, PERF_INCONCLUSIVE.format(summary=result.summary)
+    decisive = [c for c in result.cases if c.status is Status.FAILED and not c.inconclusive]
+    if not decisive and any(c.inconclusive for c in result.cases):
+        return Outcome.SKIP, INCONCLUSIVE_STEP.format(gate=result.gate, summary=result.summary)
     return Outcome.BAD, result.summary
 
 
@@ -285,7 +285,7 @@ class _Job:
     store: ForkStore
     good: str
     bad: str
-    gate: registry.Gate
+    gate: Gate
     results: Path
 
 
@@ -329,7 +329,7 @@ def default_gate(root: Path, profile: str, bad: str) -> str:
     at_bad = [r for r in failed if r.data.get("pin") == bad]
     chosen = (at_bad or failed)[-1] if failed else None
     if chosen is None or chosen.gate not in registry.runnable():
-        raise ConfigError(NO_GATE.format(profile=profile))
+        raise ConfigError(NO_GATE.format(profile=profile, gates="|".join(registry.runnable())))
     return chosen.gate
 
 

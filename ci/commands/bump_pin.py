@@ -21,7 +21,7 @@ from ci.compile.cmake import BuildRequest
 from ci.compile.stage import CurrentBuild
 from ci.errors import ConfigError, GitError, OnebitError, Refused, ToolchainError
 from ci.files import all_or_nothing, shown, write_atomic
-from ci.gates.selftest import stale_lines
+from ci.gates.selftest.run import stale_lines
 from ci.git import is_checked_out
 from ci.pin import pins as pins_mod
 from ci.pin.project import GITLINK_MODE, Project, find_project, read_gitmodules, set_gitmodules_value
@@ -164,7 +164,7 @@ class BumpPlan:
             lines += [REPORT_DROPPED.format(patch=v.patch, fate=v.fate.value, detail=v.detail) for v in self.dropped_verdicts]
             lines.append("")
         if self.stale_faults:
-            lines += [STALE_FAULTS_HEADING, "", "Re-aim them in this PR (ci/gates/faults.yaml; docs/gates.md):", ""]
+            lines += [STALE_FAULTS_HEADING, "", "Re-aim them in this PR (ci/gates/selftest/faults.yaml; docs/gates.md):", ""]
             lines += [REPORT_FAULT.format(fault=line) for line in self.stale_faults]
             lines.append("")
         expected = self.pins.expected_cases()

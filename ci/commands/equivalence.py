@@ -1,5 +1,5 @@
 """``nox -s equivalence``: the greedy-equivalence gate alone, on a llama-server and two models (JSON and JUnit, no
-ledger). ``tiny-models``: the generated models the gate runs when pins.yaml names none."""
+ledger). ``tiny-models``: the generated models the gate runs when pins.yaml names none, both sets, from one command."""
 
 from __future__ import annotations
 
@@ -7,15 +7,16 @@ import argparse
 from pathlib import Path
 
 from ci.commands import a_folder, given, root_or_cwd, say
-from ci.gates import equivalence
-from ci.gates.tinymodels import write_tiny_models
+from ci.gates.equivalence import plan as eq_plan
+from ci.gates.equivalence import run as equivalence
+from ci.gates.tiny.models import write_qwen35_models, write_tiny_models
 from ci.release import records
 
 
 def main(args: argparse.Namespace) -> int:
     out = a_folder(given(args.out) or root_or_cwd(args) / "build" / "gates", "--out", "the gate's JSON, JUnit and server logs")
-    prompts = equivalence.load_prompts(Path(args.prompts)) if args.prompts else None
-    equivalence_plan = equivalence.plan(
+    prompts = eq_plan.load_prompts(Path(args.prompts)) if args.prompts else None
+    equivalence_plan = eq_plan.plan(
         model=Path(args.model), drafter=Path(args.drafter), llama_server=args.llama_server, spec_type=args.spec_type,
         prompts=prompts, tokens=args.tokens, near_tie=args.near_tie, device=args.device, context=args.ctx_size, build_key=args.build_key,
     )  # fmt: skip
@@ -23,7 +24,11 @@ def main(args: argparse.Namespace) -> int:
 
 
 def tiny_models(args: argparse.Namespace) -> int:
-    models = write_tiny_models(a_folder(Path(args.out), "--out", "the tiny models"))
+    folder = a_folder(Path(args.out), "--out", "the tiny models")
+    models = write_tiny_models(folder)
+    qwen35 = write_qwen35_models(folder)
     say(f"tiny-models: wrote {models.target.name}, {models.near_drafter.name} (the default drafter), {models.drafter.name} and {models.other_target.name} in {args.out}")
     say(models.describe())
+    say(f"tiny-models: wrote {qwen35.target.name} with {qwen35.near_drafter.name}, {qwen35.dflash.name} and {qwen35.mtp.name} (the engine's class) in {args.out}")
+    say(qwen35.describe())
     return 0

@@ -19,8 +19,9 @@ from ci.compile.cmake import BuildRequest
 from ci.compile.stage import CurrentBuild, current_build
 from ci.errors import ConfigError, GateFailed
 from ci.files import shown, write_json
-from ci.gates import registry, selftest
+from ci.gates import registry
 from ci.gates.results import Status
+from ci.gates.selftest import run as selftest
 from ci.gates.target import GateOptions
 from ci.release import binding, ledger, records
 

@@ -13,7 +13,8 @@ from ci.commands import absolute, folder, given, job_of, say
 from ci.commands.job import Job, current
 from ci.compile.stage import CurrentBuild
 from ci.errors import ConfigError
-from ci.gates import backend_ops, results
+from ci.gates import results
+from ci.gates.backend_ops import run as backend_ops
 from ci.gates.registry import select
 from ci.gates.results import GateResult
 from ci.gates.target import BuildUnderTest, GateOptions
@@ -83,7 +84,7 @@ def run_gates(job: Job, build: CurrentBuild, request: GpuTestsRequest, say: Call
             build=binding.context_of(job.pins, manifest), root=job.root,
         )  # fmt: skip
         say(GATE_DONE.format(gate=gate.name, status=result.status.value, summary=result.summary, line=line.line if line else "?"))
-        if getattr(gate, "shows_cases", False):  # the perf gate: each check's figures, and where its chart is
+        if gate.flags.shows_cases:  # each case's figures (the perf checks), and where its chart is
             for case in result.cases:
                 say(f"  {case.message}")
             say(f"  chart: {dict(result.properties).get('chart', '?')}")

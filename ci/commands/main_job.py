@@ -21,7 +21,7 @@ from ci.compile.profiles import DEFAULT_PROFILE
 from ci.compile.stage import current_build
 from ci.errors import GateFailed, ToolchainError
 from ci.gates.registry import SELFTEST, required
-from ci.gates.route import route_gate
+from ci.gates.route.run import route_gate
 from ci.pin.verify import verify
 from ci.release import ledger, records
 

@@ -1,2 +1,3 @@
-"""Stage 4, the gates: each judges the current build (route, test-backend-ops, greedy equivalence) into a
-GateResult; the registry runs them and writes each record in one place."""
+"""Stage 4, the gates: each a package (``NAME/gate.py`` under :mod:`ci.gates.protocol`) that judges the current build
+into a GateResult; :mod:`ci.gates.registry` lists them, and what they share to serve models is in ``serving/`` and
+``tiny/``."""

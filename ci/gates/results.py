@@ -40,9 +40,12 @@ class CaseResult:
     classname: str = ""
     detail: str = ""
     seconds: float = 0.0
+    inconclusive: bool = False  # failed for want of evidence (a perf interval straddling its floor): more may settle it
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "status": self.status.value}
+        if self.inconclusive:
+            out["inconclusive"] = True
         if self.message:
             out["message"] = self.message
         if self.detail:

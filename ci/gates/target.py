@@ -15,7 +15,7 @@ from ci.files import sha256_cached
 
 if TYPE_CHECKING:  # the types alone: resolving a job must not import the gates' servers and numpy
     from ci.compile.stage import CurrentBuild
-    from ci.gates import perf
+    from ci.gates.perf import judge as perf
     from ci.pin.pins import Pins
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
@@ -54,11 +54,12 @@ class BuildUnderTest:
 def equivalence_models(target: BuildUnderTest, options: GateOptions) -> tuple[Path, Path, str]:
     """The target and drafter the equivalence gate runs, and what they are: ``--model``/``--drafter``, else the
     release models pins.yaml names (each checked against its sha256), else the tiny generated ones (the near drafter)."""
-    from ci.gates import equivalence, tinymodels
+    from ci.gates.equivalence import plan as eq_plan
+    from ci.gates.tiny import models as tinymodels
 
     config = target.pins.equivalence
     if options.model is not None and options.drafter is not None:
-        return options.model, options.drafter, equivalence.GIVEN_MODELS
+        return options.model, options.drafter, eq_plan.GIVEN_MODELS
     if config.model is not None and config.drafter is not None:
         paths = []
         for key, ref in (("model", config.model), ("drafter", config.drafter)):
@@ -68,6 +69,6 @@ def equivalence_models(target: BuildUnderTest, options: GateOptions) -> tuple[Pa
             if ref.sha256 is not None and (digest := sha256_cached(path)) != ref.sha256:
                 raise Refused(MODEL_OTHER_FILE.format(key=key, path=ref.path, sha256=digest[:12], pinned=ref.sha256[:12]))
             paths.append(path)
-        return paths[0], paths[1], equivalence.RELEASE_MODELS
+        return paths[0], paths[1], eq_plan.RELEASE_MODELS
     models = tinymodels.write_tiny_models(target.build.build_dir / "tiny-models")
-    return models.target, models.near_drafter, equivalence.TINY_MODELS
+    return models.target, models.near_drafter, eq_plan.TINY_MODELS

@@ -1,5 +1,5 @@
 """The perf claims pins.yaml declares (``expect.perf``): ``METRIC(CONFIG[, PROMPT]) [/ METRIC(CONFIG[, PROMPT])] >=
-FLOOR``, parsed when pins.yaml loads. They belong to the pin: the perf gate (:mod:`ci.gates.perf`) measures and
+FLOOR``, parsed when pins.yaml loads. They belong to the pin: the perf gate (:mod:`ci.gates.perf.judge`) measures and
 judges them."""
 
 from __future__ import annotations

@@ -20,26 +20,18 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ci import defaults
 from ci.compile.manifest import Manifest
-from ci.gates import route
-from ci.gates.archs import SEED as ARCHS_SEED
-from ci.gates.archs_judge import GATE as GATE_ARCHS
-from ci.gates.archs_judge import THRESHOLD as ARCHS_THRESHOLD
-from ci.gates.equivalence import GATE as GATE_EQUIVALENCE
-from ci.gates.perf import GATE as GATE_PERF
-from ci.gates.registry import SELFTEST
+from ci.gates import registry
 from ci.gates.results import GateResult
+from ci.gates.serving.launcher import launcher_sha256
 from ci.pin.pins import Pins
 from ci.release import ledger
-
-BACKEND_OPS = "backend_ops"
 
 # Messages, shared with the tests that match on them (tests/support/messages.py): why a record does not count
 OTHER_BINARIES = "it judged other binaries (manifest {recorded}, build.json now {current})"
 OTHER_CRITERIA = "it judged other criteria than pins.yaml's and the committed faults' ({changes})"
+NO_SUCH_GATE = "no gate of this checkout is called {gate}"
 CRITERION_CHANGED = "{criterion} {judged}, now {current}"  # OTHER_CRITERIA's changes, joined by "; "
-ENOUGH_ROUNDS = "at least {rounds}"  # the perf gate's rounds as a criterion
 
 
 def orchestration_dir() -> Path:
@@ -50,44 +42,19 @@ def orchestration_dir() -> Path:
 
 
 def orchestration_sha256() -> str:
-    """One digest of the ci package's files (as the launcher's are read, :func:`route.launcher_sha256`): every record
+    """One digest of the ci package's files (as the launcher's are read, :func:`launcher_sha256`): every record
     is bound to the code that ran and judged it, so a judge weakened for a gate run and put back afterwards leaves
     records that do not count (a hostile pass on ship, 2026-12-05)."""
-    return route.launcher_sha256(orchestration_dir())
+    return launcher_sha256(orchestration_dir())
 
 
 def current_criteria(pins: Pins, gate: str, profile: str, ci_sha256: str | None = None) -> dict[str, Any]:
-    """What ``gate`` must have judged against for a build of ``pins`` and ``profile``, now: its own criteria and the
-    orchestration's digest (``ci_sha256`` when the caller has worked it out already)."""
-    return {**_gate_criteria(pins, gate, profile), "ci_sha256": ci_sha256 or orchestration_sha256()}
-
-
-def _gate_criteria(pins: Pins, gate: str, profile: str) -> dict[str, Any]:
-    if gate == route.GATE:  # the launcher its tests judged is the one ship puts in the wheel, by the tests there now
-        return {"launcher_sha256": route.launcher_sha256(), "route_tests_sha256": route.route_tests_sha256()}
-    if gate == BACKEND_OPS:
-        return {"expected": dict(sorted(pins.expected_cases().items()))}
-    if gate == GATE_EQUIVALENCE:
-        config = pins.equivalence
-        return {
-            "tokens": str(config.tokens),
-            "floors": config.floors.describe(),
-            "near_tie_nats": f"{config.near_tie_nats:g}",
-            "spec_type": spec_type_of(pins),
-            "prompts_sha256": committed_prompts_sha256(),  # an easier prompt set is a lower bar, like fewer tokens
-            "launcher_sha256": route.launcher_sha256(),  # the legs run through 1bit serve
-        }
-    if gate == GATE_ARCHS:
-        return {"archs": ",".join(dict.fromkeys(pins.archs)), "seed": str(ARCHS_SEED), "threshold": f"{ARCHS_THRESHOLD:g}"}
-    if gate == GATE_PERF:
-        checks = {models: [[c.text, c.floor, c.tolerance] for c in checks] for models, checks in pins.perf}
-        # its figures are of llama-servers started through 1bit serve, with the launcher's recipes
-        return {"checks": checks, "rounds": ENOUGH_ROUNDS.format(rounds=defaults.PERF_ROUNDS), "launcher_sha256": route.launcher_sha256()}
-    if gate == SELFTEST:
-        from ci.gates.selftest import committed_faults_sha256
-
-        return {"faults_sha256": committed_faults_sha256(profile)}
-    return {}
+    """What ``gate`` must have judged against for a build of ``pins`` and ``profile``, now: its own criteria (the
+    gate's :meth:`~ci.gates.protocol.Gate.criteria`) and the orchestration's digest (``ci_sha256`` when the caller has
+    worked it out already). A name no gate has wants what no record can give."""
+    found = registry.by_name(gate)
+    own = found.criteria(pins, profile) if found is not None else {"gate": NO_SUCH_GATE.format(gate=gate)}
+    return {**own, "ci_sha256": ci_sha256 or orchestration_sha256()}
 
 
 CriteriaNow = Callable[[str], Mapping[str, Any]]
@@ -100,40 +67,13 @@ def criteria_now(pins: Pins, profile: str) -> CriteriaNow:
     return functools.cache(lambda gate: current_criteria(pins, gate, profile, ci_sha256))
 
 
-def spec_type_of(pins: Pins) -> str:
-    """pins.yaml's ``equivalence.spec_type`` as a criterion: the drafting the gate's llama (or release) leg ran."""
-    return pins.equivalence.spec_type or "the gate's default"
-
-
-def committed_prompts_sha256() -> str:
-    """The sha256 of the committed prompts (ci/prompts), the set the equivalence gate runs when given none."""
-    from ci.gates.equivalence import load_prompts, prompts_sha256
-
-    return prompts_sha256(load_prompts())
-
-
 def judged_criteria(pins: Pins, result: GateResult, profile: str) -> dict[str, Any]:
     """What ``result`` was judged against: from the result itself where the gate says (the equivalence run's tokens
     and floors, the architectures archs ran, the self-test's fault set), else from the pins.yaml it ran under and, for
     the route and equivalence gates, the launcher (and the route tests) as they are when the record is written, right
     after the gate."""
-    return {**_judged_gate_criteria(pins, result, profile), "ci_sha256": orchestration_sha256()}
-
-
-def _judged_gate_criteria(pins: Pins, result: GateResult, profile: str) -> dict[str, Any]:
-    props = dict(result.properties)
-    if result.gate == GATE_EQUIVALENCE:  # the spec type is pins.yaml's, which no option overrides
-        judged = {k: props.get(k, "") for k in ("tokens", "floors", "near_tie_nats", "prompts_sha256")}
-        return {**judged, "spec_type": spec_type_of(pins), "launcher_sha256": route.launcher_sha256()}
-    if result.gate == GATE_PERF:  # the rounds it measured: enough, or how few
-        rounds = props.get("rounds", "")
-        enough = rounds.isdigit() and int(rounds) >= defaults.PERF_ROUNDS
-        return {**_gate_criteria(pins, result.gate, profile), "rounds": ENOUGH_ROUNDS.format(rounds=defaults.PERF_ROUNDS) if enough else rounds}
-    if result.gate == GATE_ARCHS:  # the architectures it ran, with its seed and threshold
-        return {k: props.get(k, "") for k in ("archs", "seed", "threshold")}
-    if result.gate == SELFTEST:
-        return {"faults_sha256": props.get("faults_sha256", "")}
-    return _gate_criteria(pins, result.gate, profile)
+    found = registry.by_name(result.gate)  # none for a record ship never counts (the gfx1151 compile record)
+    return {**(found.judged(result, pins, profile) if found is not None else {}), "ci_sha256": orchestration_sha256()}
 
 
 def context_of(pins: Pins, manifest: Manifest) -> ledger.BuildContext:
@@ -156,10 +96,11 @@ def why_not_counted(record: ledger.Record, manifest: Manifest, pins: Pins, now: 
         return "it names no binaries (recorded before records did): run the gate again"
     if recorded != manifest.digest:
         return OTHER_BINARIES.format(recorded=recorded[:12], current=manifest.digest[:12])
-    props = data.get("properties") or {}
-    server = manifest.binaries.get("llama-server")
-    if record.gate == GATE_EQUIVALENCE and server is not None and props.get("llama_server_sha256") != server.sha256:
-        return f"it ran llama-server {str(props.get('llama_server_sha256', ''))[:12]}, not the build's {server.sha256[:12]}"
+    gate = registry.by_name(record.gate)
+    if gate is None:
+        return NO_SUCH_GATE.format(gate=record.gate)
+    if (why := gate.why_not_counted(data.get("properties") or {}, manifest)) is not None:
+        return why
     want = (now or criteria_now(pins, manifest.profile))(record.gate)
     got = data.get("criteria")
     if not isinstance(got, Mapping) or data.get("criteria_sha256") != ledger.criteria_digest(got):

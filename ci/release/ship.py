@@ -22,13 +22,14 @@ from ci.compile.manifest import MANIFEST, Manifest
 from ci.compile.stage import CurrentBuild
 from ci.errors import GateFailed, Refused, ToolchainError
 from ci.files import shown, write_atomic
-from ci.gates import perf, route
-from ci.gates.equivalence import GATE as GATE_EQUIVALENCE
-from ci.gates.equivalence import RELEASE_MODELS, TINY_MODELS
-from ci.gates.perf import GATE as GATE_PERF
+from ci.gates import registry
+from ci.gates.equivalence.plan import RELEASE_MODELS, TINY_MODELS
+from ci.gates.perf import judge as perf
+from ci.gates.protocol import Flags
 from ci.gates.registry import always, required
 from ci.gates.results import GateResult, Status
-from ci.gates.route import SOURCE_ROOT
+from ci.gates.serving import launcher as launcher_files
+from ci.gates.serving.launcher import SOURCE_ROOT
 from ci.pin.pins import EquivalenceConfig, Pins
 from ci.release import binding
 from ci.release import ledger as ledger_mod
@@ -87,7 +88,10 @@ class ShipCheck:
         return all(s.state is Standing.PASSED for s in self.standings)
 
 
-MODEL_GATES = (GATE_EQUIVALENCE, GATE_PERF)  # gates whose records say which models they ran on
+def flags_of(gate: str) -> Flags:
+    """The registry's flags of ``gate`` (a record's gate name); a name no gate has is flagged with nothing."""
+    found = registry.by_name(gate)
+    return found.flags if found is not None else Flags()
 
 
 def counted_models(release: EquivalenceConfig | None) -> str:
@@ -112,7 +116,7 @@ def standings(
         mine = [r for r in ledger.records if r.gate == gate and r.build_key == key]
         reasons: dict[int, str] = {}
         for r in mine:
-            if gate in MODEL_GATES and not _on_models(r, models, release):
+            if flags_of(gate).on_models and not _on_models(r, models, release):
                 reasons[r.line] = OTHER_MODELS.format(models=_models_of(r))
             elif why_not is not None and (why := why_not(r)) is not None:
                 reasons[r.line] = why
@@ -129,12 +133,12 @@ def standings(
             problems = list(rec.data.get("problems", []))
             why = f": {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "") if state is Standing.FAILED and problems else ""
             detail = f"{rec.data.get('summary', '')}{why} (ledger line {rec.line}, {rec.data.get('time', '')})"
-            if gate in MODEL_GATES:
+            if flags_of(gate).on_models:
                 detail += MODELS_TAG.format(models=models)
             out.append(GateStanding(gate, state, detail + (note if any(r.line > rec.line for r in ignored) else ""), rec))
             continue
         if ignored:
-            what = ON_MODELS.format(models=models) if gate in MODEL_GATES else THAT_COUNTS
+            what = ON_MODELS.format(models=models) if flags_of(gate).on_models else THAT_COUNTS
             out.append(GateStanding(gate, Standing.MISSING, NO_COUNTED_RECORD.format(what=what, note=note)))
             continue
         others = [r for r in ledger.records if r.gate == gate]
@@ -157,7 +161,7 @@ def _on_models(rec: ledger_mod.Record, models: str, release: EquivalenceConfig |
     props = rec.data.get("properties") or {}
     if props.get("models") != models:
         return False
-    if rec.gate != GATE_EQUIVALENCE or release is None or release.model is None or release.drafter is None:
+    if not flags_of(rec.gate).binds_model_files or release is None or release.model is None or release.drafter is None:
         return True
     want = {"model_sha256": release.model.sha256, "drafter_sha256": release.drafter.sha256}
     return all(props.get(k) == v for k, v in want.items() if v is not None)
@@ -188,7 +192,7 @@ def check(build: CurrentBuild, pins: Pins, results_dir: Path, root: Path) -> Shi
 def other_baseline(record: ledger_mod.Record, baseline: perf.Released | None) -> str | None:
     """Why a perf record does not count: it compared the build with another release than the last one now (a release
     shipped since, or none then), so no check held it to the figures in force; None when it compared with this one."""
-    if record.gate != GATE_PERF:
+    if not flags_of(record.gate).compares_with_release:
         return None
     judged = str((record.data.get("properties") or {}).get("released_pin", ""))
     now = baseline.pin if baseline is not None else ""
@@ -243,7 +247,7 @@ def release_manifest(pins: Pins, root: Path, result: ShipCheck, results_dir: Pat
             "toolchain": m.toolchain,
             "binaries": {k: a.sha256 for k, a in m.binaries.items()},
         },
-        "evidence": next((str((s.record.data.get("properties") or {}).get("models", "")) for s in result.standings if s.gate == GATE_EQUIVALENCE and s.record), ""),
+        "evidence": next((str((s.record.data.get("properties") or {}).get("models", "")) for s in result.standings if flags_of(s.gate).on_models and s.record), ""),
         "gates": {
             s.gate: {
                 "verdict": s.state.value,
@@ -317,12 +321,12 @@ def build_distribution(manifest: dict[str, Any], dist: Path, base_version: str) 
 
 def stage_launcher(copy: Path) -> None:
     """Copy the launcher for the wheel, and refuse a copy that is not the launcher its gates judged: the digest
-    (route.launcher_sha256) reads serve/'s files without following a link to a folder, which the copy follows."""
-    launcher = route.launcher_dir()
-    judged = route.launcher_sha256(launcher)
+    (launcher_files.launcher_sha256) reads serve/'s files without following a link to a folder, which the copy follows."""
+    launcher = launcher_files.launcher_dir()
+    judged = launcher_files.launcher_sha256(launcher)
     try:
-        shutil.copytree(launcher, copy, ignore=shutil.ignore_patterns(*route.LAUNCHER_SKIPS))
-        same = route.launcher_sha256(copy) == judged
+        shutil.copytree(launcher, copy, ignore=shutil.ignore_patterns(*launcher_files.LAUNCHER_SKIPS))
+        same = launcher_files.launcher_sha256(copy) == judged
     except OSError as exc:  # shutil.Error too: a dangling link, a file that went away while it was copied
         raise Refused(LAUNCHER_COPY_DIFFERS.format(launcher=launcher, why=COPY_FAILED.format(error=str(exc)[:200]))) from None
     if not same:

@@ -12,13 +12,14 @@ from junitparser import JUnitXml
 from ci import cli
 from ci.commands import gpu_tests
 from ci.compile import cmake, manifest, stage
-from ci.gates import backend_ops_judge, target
+from ci.gates import target
+from ci.gates.backend_ops import judge as backend_ops_judge
 from ci.release import ledger, records
 from tests.support.build import BuildFork, add_fixture_patch, build_cpu
 from tests.support.messages import pattern, said
 from tests.support.project import Project
 
-DATA = Path(__file__).parents[1] / "gates" / "backend_ops" / "data"
+DATA = Path(__file__).parents[1] / "backend_ops" / "data"
 
 
 def test_without_a_build_it_refuses_and_says_how_to_make_one(build_project: Project) -> None:

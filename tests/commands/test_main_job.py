@@ -9,7 +9,7 @@ from ci import cli
 from ci.commands import gpu_tests, main_job
 from ci.commands import ship as ship_command
 from ci.compile import profiles, rocm, stage
-from ci.gates import perf
+from ci.gates.perf import judge as perf
 from ci.pin import verify
 from ci.release import ledger, records
 from tests.support.build import count_calls, manifest, stand_in_flags, stand_in_server_flags

@@ -13,7 +13,8 @@ import psutil
 import pytest
 
 from ci.errors import ServerFailed
-from ci.gates.llama import LlamaServer, ServerLaunch, free_ports
+from ci.gates.serving import launcher as launcher_files
+from ci.gates.serving.llama import LlamaServer, ServerLaunch, free_ports
 from tests.gates.test_route_gate import BAD, GOOD, plant_stale_bytecode
 
 
@@ -32,8 +33,8 @@ def test_a_server_started_by_a_gate_imports_the_source_not_stale_bytecode(tmp_pa
 
 
 def test_the_launchers_bytecode_folder_is_one_per_process_and_goes_with_it(tmp_path: Path) -> None:
-    """Every launcher of a command compiles into one folder (route.process_bytecode), removed when the command exits."""
-    program = "from ci.gates import route; a = route.process_bytecode(); b = route.process_bytecode(); assert a == b; print(a[route.BYTECODE_FOLDER])"
+    """Every launcher of a command compiles into one folder (launcher_files.process_bytecode), removed when the command exits."""
+    program = "from ci.gates.serving import launcher as l; a = l.process_bytecode(); b = l.process_bytecode(); assert a == b; print(a[l.BYTECODE_FOLDER])"
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True, cwd=tmp_path)
     folder = Path(done.stdout.strip())
     assert folder.name.startswith("onebit-bytecode-")
@@ -42,7 +43,6 @@ def test_the_launchers_bytecode_folder_is_one_per_process_and_goes_with_it(tmp_p
 
 def test_the_launchers_bytecode_is_written_to_its_folder_even_under_pythondontwritebytecode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With PYTHONDONTWRITEBYTECODE passed on, nothing reached the folder and every launcher compiled everything again."""
-    from ci.gates import route
 
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     source = tmp_path / "src"
@@ -51,7 +51,7 @@ def test_the_launchers_bytecode_is_written_to_its_folder_even_under_pythondontwr
     argv = (sys.executable, "-c", "import written")
     with pytest.raises(ServerFailed), LlamaServer(ServerLaunch("baseline", argv, "127.0.0.1", free_ports(1)[0]), tmp_path / "server.log", cwd=source):
         pass
-    folder = Path(route.process_bytecode()[route.BYTECODE_FOLDER])
+    folder = Path(launcher_files.process_bytecode()[launcher_files.BYTECODE_FOLDER])
     assert [p.name for p in folder.rglob("written.*.pyc")] != []
     assert not (source / "__pycache__").exists()  # the tree is not written
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from ci.errors import ConfigError
-from ci.gates import bench, perf
+from ci.gates.perf import judge as perf
 from ci.gates.results import GateResult, Status
+from ci.gates.serving import bench
 from ci.pin import claims
 from tests.support.messages import pattern, said
 
@@ -111,9 +112,9 @@ def test_pins_yaml_checks_are_parsed_when_pins_yaml_loads_naming_the_key() -> No
 
 
 def test_tokens_per_step_at_full_acceptance_is_bounded_by_the_draft_length() -> None:
-    """One formula (ci.gates.drafting) for the equivalence gate, the perf gate and the bench: at full acceptance the
+    """One formula (ci.gates.equivalence.drafting) for the equivalence gate, the perf gate and the bench: at full acceptance the
     steps are at least the drafted tokens over the draft length (an earlier formula here gave 256 tokens/step)."""
-    from ci.gates.equivalence_judge import Timings
+    from ci.gates.equivalence.judge import Timings
 
     c = check("tokens_per_step(draft, code) >= 1.0")
     full = [sample(r, "draft", "decode code", 300.0, 256, draft_n=256, draft_n_accepted=256, draft_max=8) for r in (1, 2, 3)]

@@ -9,8 +9,12 @@ from collections.abc import Callable
 
 import pytest
 
-from ci.gates import bench, engine_path, equivalence, perf, perf_run
+from ci.gates.equivalence import engine_path
+from ci.gates.equivalence import plan as eq_plan
+from ci.gates.perf import judge as perf
+from ci.gates.perf import run as perf_run
 from ci.gates.results import GateResult, Status
+from ci.gates.serving import bench
 from ci.pin import claims, pins
 from ci.release import ledger
 from tests.support.build import build_cpu, manifest, stand_in_flags
@@ -114,7 +118,7 @@ def test_a_drop_against_the_last_release_fails_with_both_figures_and_pins(perf_p
     old_key, old_pin = "e" * 64, "b82c8b8" + "0" * 33
     before = ledger.BuildContext(old_key, old_pin, "0" * 64, "cpu", "CPU")
     figures = GateResult(
-        perf.GATE, Status.PASSED, "PASSED", properties=(("models", equivalence.TINY_MODELS), ("pin", old_pin)),
+        perf.GATE, Status.PASSED, "PASSED", properties=(("models", eq_plan.TINY_MODELS), ("pin", old_pin)),
         metrics=(("tokens_per_step(draft, code).median", 10.0),),
     )  # fmt: skip
     ledger.append(book, figures, before)
@@ -125,8 +129,8 @@ def test_a_drop_against_the_last_release_fails_with_both_figures_and_pins(perf_p
     assert said(about_four, printed, before=10.0, released="b82c8b8")
     props = result["properties"]
     assert isinstance(props, dict)
-    assert (props["models"], props["pin"], props["released_pin"]) == (equivalence.TINY_MODELS, manifest(perf_project)["pin"]["commit"], old_pin)
+    assert (props["models"], props["pin"], props["released_pin"]) == (eq_plan.TINY_MODELS, manifest(perf_project)["pin"]["commit"], old_pin)
     # the chart is drawn with the plot extra (the tests install it), titled, with the floors
     chart = perf_project.root / "build" / "results" / manifest(perf_project)["key"][:12] / "perf.svg"
     assert props["chart"] == str(chart)
-    assert said(perf_run.CHART_TITLE, chart.read_text(), profile="cpu", pin=manifest(perf_project)["pin"]["commit"][:7], models=equivalence.TINY_MODELS)
+    assert said(perf_run.CHART_TITLE, chart.read_text(), profile="cpu", pin=manifest(perf_project)["pin"]["commit"][:7], models=eq_plan.TINY_MODELS)

@@ -15,13 +15,15 @@ from pathlib import Path
 import pytest
 
 from ci.errors import ConfigError
-from ci.gates import route
 from ci.gates.results import Status
+from ci.gates.route import run as route
 from tests.support.messages import said
 
 
 def source_with(tmp_path: Path, tests: str) -> Path:
-    """A checkout holding only tests/serve/test_it.py: what the gate runs, without the real suite's seconds."""
+    """A checkout holding only tests/serve/test_it.py (and an empty tests/route): what the gate runs, without the real
+    suite's seconds."""
+    (tmp_path / "src" / "tests" / "route").mkdir(parents=True)
     (tmp_path / "src" / "tests" / "serve").mkdir(parents=True)
     (tmp_path / "src" / "tests" / "serve" / "test_it.py").write_text(tests)
     (tmp_path / "src" / "pyproject.toml").write_text(PROJECT_CONFIG)

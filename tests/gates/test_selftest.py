@@ -16,8 +16,9 @@ import pytest
 from ci import places, schema
 from ci.commands import gate_selftest
 from ci.errors import ConfigError
-from ci.gates import selftest
 from ci.gates.results import Status
+from ci.gates.selftest import faults as fault_set
+from ci.gates.selftest import run as selftest
 from ci.release import ledger
 from tests.support.build import build_cpu, stand_in_flags
 from tests.support.messages import pattern, said
@@ -104,7 +105,7 @@ def test_caught_stale_and_benign_on_the_fixture_fork(
     assert (tree_digest(project.submodule), tree_digest(project.root / "build" / "cpu")) == before  # the user's tree and build untouched
     assert r.code == 7, r.out + r.err  # the stale fault is not as expected
     lines = r.out.splitlines()
-    stale = selftest.STALE_NO_MATCH.format(file="ggml/ggml.c", anchor="return ggml_old_name();")
+    stale = fault_set.STALE_NO_MATCH.format(file="ggml/ggml.c", anchor="return ggml_old_name();")
     assert selftest.FAULT_SAYS.format(fault="moved-away", what=stale) in lines
     row = {
         ln.split()[0]: ln.split()
@@ -145,11 +146,11 @@ def test_caught_stale_and_benign_on_the_fixture_fork(
 def test_faults_file_errors_are_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "faults.yaml"
     bad.write_text(FAULTS.replace("gate: backend_ops", "gate: backendops", 1))
-    not_a_gate = selftest.NOT_A_GATE.format(gate="backendops", known="backend_ops, equivalence, archs, all")
+    not_a_gate = fault_set.NOT_A_GATE.format(gate="backendops", known="backend_ops, equivalence, archs, all")
     with pytest.raises(ConfigError, match=re.escape(schema.AT_KEY.format(file=bad, key="faults[0].gate", problem=not_a_gate))):
         selftest.load_faults(bad)
     bad.write_text(FAULTS.replace("id: comment\n", "id: answer-off-by-one\n"))
-    twice = selftest.ID_TWICE.format(id="answer-off-by-one")
+    twice = fault_set.ID_TWICE.format(id="answer-off-by-one")
     with pytest.raises(ConfigError, match=re.escape(schema.AT_KEY.format(file=bad, key="faults[2].id", problem=twice))):
         selftest.load_faults(bad)
 
@@ -160,7 +161,7 @@ def test_a_fault_id_that_is_a_path_is_refused(tmp_path: Path, fault_id: str) -> 
     once had a directory outside the checkout deleted (issue 24)."""
     bad = tmp_path / "faults.yaml"
     bad.write_text(FAULTS.replace("id: comment\n", f"id: {json.dumps(fault_id)}\n"))
-    problem = selftest.NOT_A_FAULT_ID.format(id=fault_id, why=places.ID_RULE)  # why: ci.places says it
+    problem = fault_set.NOT_A_FAULT_ID.format(id=fault_id, why=places.ID_RULE)  # why: ci.places says it
     with pytest.raises(ConfigError, match=re.escape(schema.AT_KEY.format(file=bad, key="faults[2].id", problem=problem))):
         selftest.load_faults(bad)
 
@@ -178,12 +179,12 @@ def test_the_committed_faults_aim_at_the_real_forks_files() -> None:
 
 def test_a_stale_fault_is_named_with_its_anchor() -> None:
     (fault,) = [f for f in selftest.load_faults() if f.id == "cuda-gdn-decay"]
-    assert selftest.stale(fault, "no kernel here") == selftest.STALE_NO_MATCH.format(file=fault.file, anchor=fault.search)
-    twice = selftest.stale(fault, fault.search + fault.search)
+    assert fault_set.stale(fault, "no kernel here") == fault_set.STALE_NO_MATCH.format(file=fault.file, anchor=fault.search)
+    twice = fault_set.stale(fault, fault.search + fault.search)
     assert twice is not None
-    assert pattern(selftest.STALE_MATCHES, file=fault.file, count=2).match(twice)
-    assert selftest.stale(fault, None) == selftest.STALE_MISSING.format(file=fault.file)
-    assert selftest.stale(fault, "x" + fault.search + "y") is None
+    assert pattern(fault_set.STALE_MATCHES, file=fault.file, count=2).match(twice)
+    assert fault_set.stale(fault, None) == fault_set.STALE_MISSING.format(file=fault.file)
+    assert fault_set.stale(fault, "x" + fault.search + "y") is None
 
 
 def test_missed_by_runs_the_older_checks_too_and_wants_them_passed(tmp_path: Path) -> None:
@@ -205,7 +206,7 @@ def test_missed_by_runs_the_older_checks_too_and_wants_them_passed(tmp_path: Pat
     assert "failed" + selftest.MISSED_BY_PASSED.format(gates="backend_ops, archs") in row
     bad = tmp_path / "faults.yaml"
     bad.write_text(FAULTS.replace("    gate: backend_ops\n", "    gate: backend_ops\n    missed_by: [backend_ops]\n", 1))
-    not_another = selftest.NOT_ANOTHER_GATE.format(gate="backend_ops", known="equivalence, archs")
+    not_another = fault_set.NOT_ANOTHER_GATE.format(gate="backend_ops", known="equivalence, archs")
     with pytest.raises(ConfigError, match=re.escape(schema.AT_KEY.format(file=bad, key="faults[0].missed_by[0]", problem=not_another))):
         selftest.load_faults(bad)
     # a run that stopped after the old checks passed judged only part of the fault: never as expected
@@ -274,19 +275,19 @@ def test_a_fault_whose_gate_fails_the_unplanted_build_is_not_judged_unless_it_is
     fault, fix = selftest.load_faults(path)
     assert (fault.fixes, fix.fixes) == (False, True)
     failing = {"equivalence": "failed: build/results/ledger.jsonl line 4"}
-    blocked = selftest.BLOCKED_BY.format(gate="equivalence", record="failed: build/results/ledger.jsonl line 4")
-    assert selftest.unjudged(fault, failing) == selftest.NOT_JUDGED.format(blocked=blocked)
-    assert selftest.unjudged(fix, failing) is None
-    blocked = selftest.BLOCKED_BY.format(gate="backend_ops", record="error: x")
-    assert selftest.unjudged(fault, {"backend_ops": "error: x"}) == selftest.NOT_JUDGED.format(blocked=blocked)
-    assert selftest.unjudged(fault, {}) is None
+    blocked = fault_set.BLOCKED_BY.format(gate="equivalence", record="failed: build/results/ledger.jsonl line 4")
+    assert fault_set.unjudged(fault, failing) == fault_set.NOT_JUDGED.format(blocked=blocked)
+    assert fault_set.unjudged(fix, failing) is None
+    blocked = fault_set.BLOCKED_BY.format(gate="backend_ops", record="error: x")
+    assert fault_set.unjudged(fault, {"backend_ops": "error: x"}) == fault_set.NOT_JUDGED.format(blocked=blocked)
+    assert fault_set.unjudged(fault, {}) is None
     told: list[str] = []  # every fault blocked: nothing is read from a source, nothing planted
     result, shown = selftest.selftest("k" * 64, None, tmp_path, tmp_path, "cpu", path, ["snapshot-slot"], told.append, failing=failing)  # type: ignore[arg-type]
-    assert (result.status, told) == (Status.FAILED, [selftest.FAULT_SAYS.format(fault="snapshot-slot", what=selftest.unjudged(fault, failing))])
+    assert (result.status, told) == (Status.FAILED, [selftest.FAULT_SAYS.format(fault="snapshot-slot", what=fault_set.unjudged(fault, failing))])
     assert selftest.GOT_NOT_RUN in shown
     assert not (tmp_path / "build").exists()
     path.write_text(PIN_FAILS.replace("    fixes: true\n", "    fixes: yes please\n"))
-    with pytest.raises(ConfigError, match=re.escape(schema.AT_KEY.format(file=path, key="faults[1].fixes", problem=selftest.NOT_A_FLAG))):
+    with pytest.raises(ConfigError, match=re.escape(schema.AT_KEY.format(file=path, key="faults[1].fixes", problem=fault_set.NOT_A_FLAG))):
         selftest.load_faults(path)
 
 

@@ -14,10 +14,11 @@ import pytest
 
 from ci import cli, words
 from ci.errors import ConfigError
-from ci.gates import backend_ops, bench
-from ci.gates import backend_ops_judge as judge
-from ci.gates.backend_ops_output import TAIL_CUT, parse_console
+from ci.gates.backend_ops import judge
+from ci.gates.backend_ops import run as backend_ops
+from ci.gates.backend_ops.output import TAIL_CUT, parse_console
 from ci.gates.results import Status
+from ci.gates.serving import bench_plan as plans
 from ci.pin import claims
 from ci.pin import pins as pins_yaml
 from ci.pin.claims import parse_check
@@ -28,7 +29,7 @@ from tests.support.messages import pattern, said
 from tests.support.project import Project
 from tests.support.route import ERROR_PREFIX as SERVE_ERROR
 
-DATA = Path(__file__).resolve().parents[1] / "gates" / "backend_ops" / "data"
+DATA = Path(__file__).resolve().parents[1] / "backend_ops" / "data"
 
 
 def test_from_log_dev_zero_is_one_line_and_reads_nothing(project: Project) -> None:
@@ -111,9 +112,9 @@ def test_a_recipe_env_knob_is_still_allowed() -> None:
 @pytest.mark.parametrize("config", ["x=-- --host 0.0.0.0", "x=-- --port 9000", "x=-- --port=9000", "x=-- -m other.gguf"])
 def test_a_bench_config_cannot_move_the_server_after_the_double_dash(config: str) -> None:
     flag = config.split()[1].split("=")[0]
-    refused = bench.SERVER_OWNED_FLAG.format(name="x", flag=flag, why=bench.SERVER_OWNED[flag])
+    refused = plans.SERVER_OWNED_FLAG.format(name="x", flag=flag, why=plans.SERVER_OWNED[flag])
     with pytest.raises(ConfigError, match=re.escape(refused)):
-        bench.parse_config(config)
+        plans.parse_config(config)
 
 
 @pytest.mark.parametrize("kind", ["fifo", "device", "directory"])

@@ -15,8 +15,9 @@ import pytest
 
 from ci import cli, schema
 from ci.errors import ServerFailed
-from ci.gates import backend_ops_judge, llama
-from ci.gates.llama import LlamaServer, ServerLaunch
+from ci.gates.backend_ops import judge as backend_ops_judge
+from ci.gates.serving import llama
+from ci.gates.serving.llama import LlamaServer, ServerLaunch
 from ci.pin import project as pin_project
 from ci.release import records
 from ci.source import series as series_file
@@ -282,7 +283,7 @@ def ledger_text(kind: str, good: bytes) -> bytes:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_ledger_lines(project: Project, kind: str) -> None:
-    log = Path(__file__).resolve().parents[1] / "gates" / "backend_ops" / "data" / "cpu.console.txt"
+    log = Path(__file__).resolve().parents[1] / "backend_ops" / "data" / "cpu.console.txt"
     assert project.ci("gpu-tests", "--profile", "cpu", "--from-log", str(log)).code in (0, 7)
     path = project.root / "build" / "results" / "ledger.jsonl"
     content = ledger_text(kind, path.read_bytes())
@@ -307,7 +308,7 @@ def tbo_output(kind: str, good: bytes) -> bytes:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_test_backend_ops_console_log(tmp_path: Path, kind: str) -> None:
-    data = Path(__file__).resolve().parents[1] / "gates" / "backend_ops" / "data"
+    data = Path(__file__).resolve().parents[1] / "backend_ops" / "data"
     path = tmp_path / "hostile.console.txt"
     content = tbo_output(kind, (data / "cpu.console.txt").read_bytes())
     path.write_bytes(content)
@@ -322,7 +323,7 @@ def test_test_backend_ops_console_log(tmp_path: Path, kind: str) -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_test_backend_ops_sql_output(tmp_path: Path, kind: str) -> None:
-    data = Path(__file__).resolve().parents[1] / "gates" / "backend_ops" / "data"
+    data = Path(__file__).resolve().parents[1] / "backend_ops" / "data"
     path = tmp_path / "hostile.sql"
     content = tbo_output(kind, (data / "cpu.sql.txt").read_bytes())
     path.write_bytes(content)
@@ -392,7 +393,7 @@ def test_a_binary_log_from_a_gpu_box_is_judged_and_recorded(project: Project, tm
 @pytest.mark.parametrize("missing", ["--model", "--drafter"])
 def test_equivalence_names_a_missing_model_before_a_missing_llama_server(tmp_path: Path, missing: str) -> None:
     from ci.cli import main
-    from ci.gates import equivalence
+    from ci.gates.equivalence import plan as eq_plan
 
     models = {"--model": tmp_path / "target.gguf", "--drafter": tmp_path / "drafter.gguf"}
     for option, path in models.items():
@@ -403,13 +404,13 @@ def test_equivalence_names_a_missing_model_before_a_missing_llama_server(tmp_pat
         code = main(["equivalence", "--model", str(models["--model"]), "--drafter", str(models["--drafter"]),
                      "--llama-server", "no-such-llama-server-here", "--out", str(tmp_path / "out")])  # fmt: skip
     line = one_error_line(Outcome(code, out.getvalue(), err.getvalue()), cli.ERROR.format(message=""), str(models[missing]))
-    assert line == cli.ERROR.format(message=equivalence.NO_SUCH_MODEL.format(option=missing, path=models[missing]))
+    assert line == cli.ERROR.format(message=eq_plan.NO_SUCH_MODEL.format(option=missing, path=models[missing]))
     assert not (tmp_path / "out").exists()
 
 
 def test_equivalence_names_a_bad_token_count_before_a_missing_llama_server(tmp_path: Path) -> None:
     from ci.cli import main
-    from ci.gates import equivalence
+    from ci.gates.equivalence import plan as eq_plan
 
     for name in ("target.gguf", "drafter.gguf"):
         (tmp_path / name).write_bytes(b"GGUF")  # there; never read, as --tokens is refused first
@@ -418,4 +419,4 @@ def test_equivalence_names_a_bad_token_count_before_a_missing_llama_server(tmp_p
         code = main(["equivalence", "--model", str(tmp_path / "target.gguf"), "--drafter", str(tmp_path / "drafter.gguf"), "--tokens", "0",
                      "--llama-server", "no-such-llama-server-here", "--out", str(tmp_path / "out")])  # fmt: skip
     line = one_error_line(Outcome(code, out.getvalue(), err.getvalue()), cli.ERROR.format(message=""), "--tokens")
-    assert line == cli.ERROR.format(message=equivalence.TOO_FEW_TOKENS.format(tokens=0))
+    assert line == cli.ERROR.format(message=eq_plan.TOO_FEW_TOKENS.format(tokens=0))

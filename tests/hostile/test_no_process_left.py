@@ -14,8 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ci.gates import backend_ops_judge
-from ci.gates.tinymodels import TinyModels
+from ci.gates.backend_ops import judge as backend_ops_judge
+from ci.gates.tiny.models import TinyModels
 from tests.support.binaries import llama_binary
 from tests.support.processes import live_processes_naming
 from tests.support.stand_in import free_port

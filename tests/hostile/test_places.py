@@ -18,8 +18,10 @@ from ci.commands import bench as bench_command
 from ci.commands import gate_selftest
 from ci.compile import stage
 from ci.errors import ConfigError
-from ci.gates import bench, selftest
-from ci.gates.tinymodels import TinyModels
+from ci.gates.selftest import faults as fault_set
+from ci.gates.selftest import run as selftest
+from ci.gates.serving import bench
+from ci.gates.tiny.models import TinyModels
 from ci.pin import project as pin_project
 from ci.source import series, sync
 from ci.source.series import load_series
@@ -47,7 +49,7 @@ def test_a_fault_id_that_is_a_path_is_refused(tmp_path: Path, fault_id: str) -> 
     faults.write_text(FAULT.format(id=f'"{fault_id}"', file="tools/server/server.cpp"))
     with pytest.raises(ConfigError) as exc:
         selftest.load_faults(faults)
-    # the self-test's words (ci/gates/selftest.py) around the rule for ids
+    # the self-test's words (ci/gates/selftest/run.py) around the rule for ids
     problem = f'"{fault_id}" is not a fault id ({places.ID_RULE})'
     assert exc.value.message == schema.AT_KEY.format(file=faults, key="faults[0].id", problem=problem)
 
@@ -63,7 +65,7 @@ def test_an_absolute_fault_id_removes_nothing_outside_the_checkout(build_project
     r = build_project.ci("gate-selftest", "--profile", "cpu", "--faults", str(faults))
     assert r.code == 2, r.err
     assert r.err.count("\n") == 1
-    problem = selftest.NOT_A_FAULT_ID.format(id=victim, why=places.ID_RULE)
+    problem = fault_set.NOT_A_FAULT_ID.format(id=victim, why=places.ID_RULE)
     assert cli.ERROR.format(message=schema.AT_KEY.format(file=faults, key="faults[0].id", problem=problem)) in r.err
     assert (victim / "keep").read_text() == "mine\n"
     assert sorted(p.name for p in victim.iterdir()) == ["keep"]
@@ -73,7 +75,7 @@ def test_an_absolute_fault_id_removes_nothing_outside_the_checkout(build_project
 def test_a_fault_file_outside_the_fork_is_refused(tmp_path: Path, file: str, why: str) -> None:
     faults = tmp_path / "faults.yaml"
     faults.write_text(FAULT.format(id="ok", file=file))
-    # the self-test's words (ci/gates/selftest.py) around the path's problem
+    # the self-test's words (ci/gates/selftest/run.py) around the path's problem
     with pytest.raises(ConfigError, match=re.escape(schema.AT_KEY.format(file=faults, key="faults[0].file", problem=f'"{file}": {why}'))):
         selftest.load_faults(faults)
 
@@ -83,12 +85,12 @@ def test_a_faults_file_that_is_a_symlink_or_a_fifo_is_refused(tmp_path: Path) ->
     real.write_text(FAULT.format(id="ok", file="a.c"))
     link = tmp_path / "link.yaml"
     link.symlink_to(real)
-    # the self-test's words (ci/gates/selftest.py) around the reader's reason
-    with pytest.raises(ConfigError, match=re.escape(selftest.FAULTS_UNREADABLE.format(path=link, reason=bounded.SYMBOLIC_LINK))):
+    # the self-test's words (ci/gates/selftest/run.py) around the reader's reason
+    with pytest.raises(ConfigError, match=re.escape(fault_set.FAULTS_UNREADABLE.format(path=link, reason=bounded.SYMBOLIC_LINK))):
         selftest.load_faults(link)
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)
-    fifo_refused = selftest.FAULTS_UNREADABLE.format(path=fifo, reason=bounded.NOT_REGULAR.format(kind=bounded.A_FIFO))
+    fifo_refused = fault_set.FAULTS_UNREADABLE.format(path=fifo, reason=bounded.NOT_REGULAR.format(kind=bounded.A_FIFO))
     with pytest.raises(ConfigError, match=re.escape(fifo_refused)):
         selftest.load_faults(fifo)  # named at once, never waited on
 

@@ -10,7 +10,7 @@ import pytest
 
 from ci import cli, files
 from ci.commands import bump_pin
-from ci.gates import selftest
+from ci.gates.selftest import faults as fault_set
 from ci.source import store, sync
 from tests.support.messages import said
 from tests.support.project import Project
@@ -219,9 +219,9 @@ def test_the_report_lists_the_gate_selftest_faults_that_no_longer_apply(project:
     r = bump(project, project.fork.c2[:8])
     assert r.code == 0, r.err
     # the committed faults aim at the ROCmFPX fork's files, which the fixture fork does not have
-    cuda = selftest.STALE_LINE.format(fault="cuda-gdn-decay", why=selftest.STALE_MISSING.format(file="ggml/src/ggml-cuda/gated_delta_net.cu"))
+    cuda = fault_set.STALE_LINE.format(fault="cuda-gdn-decay", why=fault_set.STALE_MISSING.format(file="ggml/src/ggml-cuda/gated_delta_net.cu"))
     assert bump_pin.STALE_FAULT.format(fault=cuda) in r.out
     report = (project.root / "build" / "bump-report.md").read_text()
     assert bump_pin.STALE_FAULTS_HEADING in report
-    sampling = selftest.STALE_LINE.format(fault="spec-accept-draft-token", why=selftest.STALE_MISSING.format(file="common/sampling.cpp"))
+    sampling = fault_set.STALE_LINE.format(fault="spec-accept-draft-token", why=fault_set.STALE_MISSING.format(file="common/sampling.cpp"))
     assert bump_pin.REPORT_FAULT.format(fault=sampling) in report

@@ -13,9 +13,12 @@ from ci import cli, schema, words
 from ci.commands import ship as ship_command
 from ci.compile import cmake, stage
 from ci.compile.manifest import Manifest
-from ci.gates import registry, selftest
-from ci.gates.equivalence import GIVEN_MODELS, RELEASE_MODELS, TINY_MODELS
+from ci.gates import registry
+from ci.gates.equivalence.gate import committed_prompts_sha256
+from ci.gates.equivalence.plan import GIVEN_MODELS, RELEASE_MODELS, TINY_MODELS
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
+from ci.gates.selftest import faults as fault_set
+from ci.gates.selftest import run as selftest
 from ci.pin import pins as pins_mod
 from ci.release import binding, ledger
 from ci.release import ship as release_ship
@@ -63,7 +66,7 @@ def as_run_on(r: GateResult, m: dict[str, Any], pins: pins_mod.Pins) -> GateResu
         "tokens": str(config.tokens),
         "floors": config.floors.describe(),
         "near_tie_nats": f"{config.near_tie_nats:g}",
-        "prompts_sha256": binding.committed_prompts_sha256(),
+        "prompts_sha256": committed_prompts_sha256(),
     }
     return dataclasses.replace(r, properties=(*((k, v) for k, v in ran.items() if k not in dict(r.properties)), *r.properties))
 
@@ -281,7 +284,7 @@ def test_pins_yaml_can_require_the_gate_selftest(make_build_project: Callable[..
     r = ship(project, "--check")
     assert r.code == 7
     assert row("gate_selftest", "MISSING", release_ship.NO_RECORD, width=len("gate_selftest")) in r.out
-    committed = selftest.faults_sha256([f for f in selftest.load_faults() if "cpu" in f.profiles])  # what the session records
+    committed = fault_set.faults_sha256([f for f in selftest.load_faults() if "cpu" in f.profiles])  # what the session records
     passed = gate("gate_selftest", Status.PASSED, "PASSED: 4/4 faults caught by their gates, 1/1 benign edits passed every gate")
     record(project, m, dataclasses.replace(passed, properties=(("faults_sha256", committed),)))
     assert ship(project, "--check").code == 0

@@ -16,9 +16,15 @@ from ci import defaults
 from ci.compile import cmake, stage
 from ci.compile.manifest import DIFFERS, Artifact, Manifest, stat_stamp
 from ci.files import sha256_cached
-from ci.gates import archs, archs_judge, perf, route, selftest
-from ci.gates.equivalence import TINY_MODELS
+from ci.gates.archs import judge as archs_judge
+from ci.gates.archs import run as archs
+from ci.gates.equivalence.plan import TINY_MODELS
+from ci.gates.perf import judge as perf
+from ci.gates.perf.gate import ENOUGH_ROUNDS
 from ci.gates.results import GateResult, Status
+from ci.gates.selftest import faults as fault_set
+from ci.gates.selftest import run as selftest
+from ci.gates.serving import launcher as launcher_files
 from ci.pin import pins as pins_mod
 from ci.release import binding
 from ci.release import ship as release_ship
@@ -114,12 +120,12 @@ def test_an_equivalence_run_shorter_than_pins_yaml_does_not_count(build_project:
     assert binding.OTHER_CRITERIA.format(changes=binding.CRITERION_CHANGED.format(criterion="tokens", judged="4", current="256")) in r.out
 
 
-def selftest_result(faults: list[selftest.Fault]) -> GateResult:
+def selftest_result(faults: list[fault_set.Fault]) -> GateResult:
     return GateResult(
         "gate_selftest",
         Status.PASSED,
         f"PASSED: {len(faults)}/{len(faults)} faults",
-        properties=(("faults_sha256", selftest.faults_sha256(faults)),),
+        properties=(("faults_sha256", fault_set.faults_sha256(faults)),),
     )
 
 
@@ -136,7 +142,7 @@ def test_a_selftest_on_a_one_fault_file_does_not_replace_the_committed_faults_fa
     assert mine.exists()
     assert r.code == 7
     assert said(release_ship.TABLE_ROW, r.out, gate="gate_selftest", state="FAILED")
-    judged, now = (selftest.faults_sha256(faults) for faults in (committed[:1], committed))  # each shown as its first 57 characters and ...
+    judged, now = (fault_set.faults_sha256(faults) for faults in (committed[:1], committed))  # each shown as its first 57 characters and ...
     faults = binding.CRITERION_CHANGED.format(criterion="faults_sha256", judged=f"{judged[:57]}...", current=f"{now[:57]}...")
     assert release_ship.NOT_COUNTED.format(why=binding.OTHER_CRITERIA.format(changes=faults), line=5, more="") in r.out
     record(project, m, selftest_result(committed))
@@ -204,11 +210,11 @@ def test_a_launcher_edited_after_the_gates_ran_does_not_ship(build_project: Proj
     """The route tests judged one launcher; ship puts whatever serve/ holds at ship time in the wheel. Before, a
     launcher edited after gpu_tests shipped on the route and equivalence records of the one before."""
     launcher = tmp_path / "serve"
-    shutil.copytree(route.launcher_dir(), launcher, ignore=shutil.ignore_patterns(*route.LAUNCHER_SKIPS))
-    monkeypatch.setattr(route, "launcher_dir", lambda: launcher)
+    shutil.copytree(launcher_files.launcher_dir(), launcher, ignore=shutil.ignore_patterns(*launcher_files.LAUNCHER_SKIPS))
+    monkeypatch.setattr(launcher_files, "launcher_dir", lambda: launcher)
     m = built(build_project)
     record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
-    judged = route.launcher_sha256()
+    judged = launcher_files.launcher_sha256()
     assert ship(build_project, "--check").code == 0
     with (launcher / "route.py").open("a") as f:
         f.write("\nDEVICE_CHOICES = ()  # edited after the gates ran\n")
@@ -216,7 +222,7 @@ def test_a_launcher_edited_after_the_gates_ran_does_not_ship(build_project: Proj
     assert r.code == 7, r.out
     for gate in ("route", "equivalence"):
         assert said(release_ship.TABLE_ROW, r.out, gate=gate.ljust(len("equivalence")), state="MISSING")
-    now = route.launcher_sha256()  # each shown as its first 57 characters and ...
+    now = launcher_files.launcher_sha256()  # each shown as its first 57 characters and ...
     changed = binding.CRITERION_CHANGED.format(criterion="launcher_sha256", judged=f"{judged[:57]}...", current=f"{now[:57]}...")
     assert binding.OTHER_CRITERIA.format(changes=changed) in r.out
     assert not (build_project.root / "dist").exists()
@@ -244,7 +250,7 @@ def test_a_perf_run_of_fewer_rounds_than_the_default_does_not_count(make_build_p
     r = ship(project, "--check")
     assert r.code == 7, r.out
     assert said(release_ship.TABLE_ROW, r.out, gate="perf".ljust(len("equivalence")), state="MISSING")
-    enough = binding.ENOUGH_ROUNDS.format(rounds=defaults.PERF_ROUNDS)
+    enough = ENOUGH_ROUNDS.format(rounds=defaults.PERF_ROUNDS)
     assert binding.OTHER_CRITERIA.format(changes=binding.CRITERION_CHANGED.format(criterion="rounds", judged="1", current=enough)) in r.out
     record(project, m, perf_result(str(2 * defaults.PERF_ROUNDS)))  # more rounds than the default: counts
     assert ship(project, "--check").code == 0
@@ -257,5 +263,5 @@ def test_a_fault_set_that_differs_only_in_missed_by_or_fixes_is_another_fault_se
     with_missed = next(f for f in committed if f.missed_by)
     fewer_gates = [dataclasses.replace(f, missed_by=()) if f is with_missed else f for f in committed]
     a_fix = [dataclasses.replace(f, fixes=True) if f.gate == "equivalence" and not f.fixes else f for f in committed]
-    digests = {selftest.faults_sha256(s) for s in (committed, fewer_gates, a_fix)}
+    digests = {fault_set.faults_sha256(s) for s in (committed, fewer_gates, a_fix)}
     assert len(digests) == 3

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from ci import cli, defaults
-from ci.gates import equivalence, route
+from ci.gates.equivalence import plan as eq_plan
 from ci.gates.results import GateResult, Status
+from ci.gates.route import run as route
+from ci.gates.serving import launcher as launcher_files
 from ci.release import binding, ledger
 from ci.release import ship as release_ship
 from tests.release.test_ship import GATES, built, record, ship
@@ -26,14 +28,14 @@ def test_an_equivalence_run_on_other_prompts_than_the_committed_ones_does_not_co
     """The prompts are the gate's criteria as much as its token count: ci/prompts cut to one short prompt for the
     gpu_tests run, then put back, shipped on the record of the easier run."""
     m = built(build_project)
-    committed = equivalence.load_prompts()
-    easier = equivalence.prompts_sha256(committed[:1])
+    committed = eq_plan.load_prompts()
+    easier = eq_plan.prompts_sha256(committed[:1])
     ran = dataclasses.replace(GATES.equivalence, properties=(*GATES.equivalence.properties, ("prompts_sha256", easier)))
     record(build_project, m, GATES.route, GATES.backend_ops, ran)
     r = ship(build_project)
     assert r.code == 7, r.out
     assert said(release_ship.TABLE_ROW, r.out, gate="equivalence", state="MISSING")
-    now = equivalence.prompts_sha256(committed)  # each shown as its first 57 characters and ...
+    now = eq_plan.prompts_sha256(committed)  # each shown as its first 57 characters and ...
     changed = binding.CRITERION_CHANGED.format(criterion="prompts_sha256", judged=f"{easier[:57]}...", current=f"{now[:57]}...")
     assert binding.OTHER_CRITERIA.format(changes=changed) in r.out
     assert not (build_project.root / "dist").exists()
@@ -47,16 +49,16 @@ def test_a_link_to_a_folder_in_the_launcher_does_not_ship_files_its_digest_never
     """The launcher's digest lists serve/'s files without following a link to a folder; the wheel's copy follows it.
     A package linked in from outside serve/ shipped whatever it held at ship time, never judged by any gate."""
     launcher = tmp_path / "serve"
-    shutil.copytree(route.launcher_dir(), launcher, ignore=shutil.ignore_patterns(*route.LAUNCHER_SKIPS))
+    shutil.copytree(launcher_files.launcher_dir(), launcher, ignore=shutil.ignore_patterns(*launcher_files.LAUNCHER_SKIPS))
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     (outside / "__init__.py").write_text("")
     (launcher / "extras").symlink_to(outside, target_is_directory=True)
-    monkeypatch.setattr(route, "launcher_dir", lambda: launcher)
+    monkeypatch.setattr(launcher_files, "launcher_dir", lambda: launcher)
     m = built(build_project)
     record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
     (outside / "__init__.py").write_text("import os  # after the gates ran\n")
-    assert route.launcher_sha256() == route.launcher_sha256(launcher)  # the digest never read it
+    assert launcher_files.launcher_sha256() == launcher_files.launcher_sha256(launcher)  # the digest never read it
     r = ship(build_project)
     assert r.code == 4, r.out
     why = release_ship.LINKED_FOLDER.format(link="extras")
@@ -111,11 +113,11 @@ def test_route_tests_run_under_a_conftest_edited_for_the_run_do_not_count(
     afterwards: the route record said passed on 5 tests of 180, and shipped."""
     checkout = tmp_path / "checkout"  # the files that decide what the route gate runs, as committed
     for name in route.ROUTE_TESTS:
-        if (route.SOURCE_ROOT / name).is_dir():
-            shutil.copytree(route.SOURCE_ROOT / name, checkout / name, ignore=shutil.ignore_patterns(*route.LAUNCHER_SKIPS))
-        elif (route.SOURCE_ROOT / name).is_file():
+        if (launcher_files.SOURCE_ROOT / name).is_dir():
+            shutil.copytree(launcher_files.SOURCE_ROOT / name, checkout / name, ignore=shutil.ignore_patterns(*launcher_files.LAUNCHER_SKIPS))
+        elif (launcher_files.SOURCE_ROOT / name).is_file():
             (checkout / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(route.SOURCE_ROOT / name, checkout / name)
+            shutil.copy2(launcher_files.SOURCE_ROOT / name, checkout / name)
     monkeypatch.setattr(route, "SOURCE_ROOT", checkout)
     m = built(build_project)
     path = checkout / edited
@@ -141,13 +143,13 @@ def test_route_tests_run_under_a_conftest_edited_for_the_run_do_not_count(
 def test_records_judged_by_an_orchestration_edited_for_the_run_do_not_count(
     build_project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A judge weakened for the gpu_tests run (here a line of ci/gates/route.py) and put back afterwards: every record
+    """A judge weakened for the gpu_tests run (here a line of ci/gates/route/run.py) and put back afterwards: every record
     it wrote counted, although no committed code judged the build."""
     orchestration = tmp_path / "ci"
-    shutil.copytree(binding.orchestration_dir(), orchestration, ignore=shutil.ignore_patterns(*route.LAUNCHER_SKIPS))
+    shutil.copytree(binding.orchestration_dir(), orchestration, ignore=shutil.ignore_patterns(*launcher_files.LAUNCHER_SKIPS))
     monkeypatch.setattr(binding, "orchestration_dir", lambda: orchestration)
     m = built(build_project)
-    judge = orchestration / "gates" / "route.py"
+    judge = orchestration / "gates" / "route" / "run.py"
     committed = judge.read_text()
     judge.write_text(committed.replace("status = Status.PASSED if not problems else Status.FAILED", "status = Status.PASSED"))
     assert judge.read_text() != committed
@@ -170,19 +172,19 @@ def test_a_perf_pass_measured_through_another_launcher_does_not_count(make_build
     """perf measures llama-servers started through 1bit serve, its recipes applied: a pass measured with one launcher
     counted for a launcher edited afterwards (a recipe that slows the server ships on the figures of the one before)."""
     launcher = tmp_path / "serve"
-    shutil.copytree(route.launcher_dir(), launcher, ignore=shutil.ignore_patterns(*route.LAUNCHER_SKIPS))
-    monkeypatch.setattr(route, "launcher_dir", lambda: launcher)
+    shutil.copytree(launcher_files.launcher_dir(), launcher, ignore=shutil.ignore_patterns(*launcher_files.LAUNCHER_SKIPS))
+    monkeypatch.setattr(launcher_files, "launcher_dir", lambda: launcher)
     project = make_build_project(PERF_PINS)
     m = built(project)
     record(project, m, GATES.route, GATES.backend_ops, GATES.equivalence, perf_result(str(defaults.PERF_ROUNDS)))
     assert ship(project, "--check").code == 0
-    judged = route.launcher_sha256()
+    judged = launcher_files.launcher_sha256()
     with (launcher / "recipes.py").open("a") as f:
         f.write("\n# a recipe edited after the perf gate ran\n")
     record(project, m, GATES.route, GATES.equivalence)  # the launcher's own gates again: they count, perf does not
     r = ship(project, "--check")
     assert r.code == 7, r.out
     assert said(release_ship.TABLE_ROW, r.out, gate="perf".ljust(len("equivalence")), state="MISSING"), r.out
-    now = route.launcher_sha256()
+    now = launcher_files.launcher_sha256()
     changed = binding.CRITERION_CHANGED.format(criterion="launcher_sha256", judged=f"{judged[:57]}...", current=f"{now[:57]}...")
     assert binding.OTHER_CRITERIA.format(changes=changed) in r.out

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ci.gates.backend_ops_output import ConsoleReport, SqlReport, parse_console, parse_sql
+from ci.gates.backend_ops.output import ConsoleReport, SqlReport, parse_console, parse_sql
 
-DATA = Path(__file__).resolve().parents[1] / "gates" / "backend_ops" / "data"
+DATA = Path(__file__).resolve().parents[1] / "backend_ops" / "data"
 
 # ciru-ai/ROCmFPX main, the commit of the sql capture (its build_commit is c14872f-dirty)
 CAPTURE_COMMIT = "c14872f8407f5b0642f3c395439b929021df753a"

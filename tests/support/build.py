@@ -59,7 +59,7 @@ def add_fixture_patch(project: Project, fork: BuildFork, name: str, path: str, o
 def replay_flags() -> str:
     """The machine flags that make the fixture's test-backend-ops replay the real CPU one's output (the failing run
     when ggml's answer is wrong)."""
-    data = FIXTURE.parents[1] / "gates" / "backend_ops" / "data"
+    data = FIXTURE.parents[1] / "backend_ops" / "data"
     return f"-DFIXTURE_REPLAY_CONSOLE={data / 'cpu.console.txt'} -DFIXTURE_REPLAY_SQL={data / 'cpu.sql.txt'} -DFIXTURE_REPLAY_CONSOLE_FAIL={data / 'cpu-fail.console.txt'}"
 
 

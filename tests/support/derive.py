@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[1] / "gates" / "backend_ops" / "data"
+DATA = Path(__file__).resolve().parents[1] / "backend_ops" / "data"
 
 GREEN_OK = "\x1b[1;32mOK\x1b[0m"
 RED_FAIL = "\x1b[1;31mFAIL\x1b[0m"

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ci.gates.equivalence_judge import Completion, Prompt, parse_completion
+from ci.gates.equivalence.judge import Completion, Prompt, parse_completion
 
 DATA = Path(__file__).resolve().parents[1] / "gates" / "equivalence" / "data"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.gates.tinymodels import TinyModels, write_tiny_models
+from ci.gates.tiny.models import TinyModels, write_tiny_models
 from tests.support.build import BuildFork, make_build_fork
 from tests.support.equivalence import Recorded
 from tests.support.gitrepo import Files

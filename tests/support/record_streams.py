@@ -2,7 +2,7 @@
 
     python -m tests.support.record_streams LLAMA_SERVER
 
-Tiny models from ci.gates.tinymodels (the drafter leg: the near drafter), the committed ``short`` prompt, 64 tokens,
+Tiny models from ci.gates.tiny.models (the drafter leg: the near drafter), the committed ``short`` prompt, 64 tokens,
 the gate's own request bodies (the end of generation ignored). Servers
 are started as plain llama-server command lines (the recording does not depend on the launcher). Positions 27
 and 45 are where the baseline's top-2 margin is at or under 0.1 nats (0.0653 and 0.0118 when recorded), so
@@ -17,10 +17,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ci.gates import equivalence as eq
-from ci.gates import equivalence_judge as ej
-from ci.gates.llama import LlamaServer, ServerLaunch, free_ports
-from ci.gates.tinymodels import NEVER_ACCEPTED_DRAFTER, write_model, write_tiny_models
+from ci.gates.equivalence import judge as ej
+from ci.gates.equivalence import plan as eq_plan
+from ci.gates.serving.llama import LlamaServer, ServerLaunch, free_ports
+from ci.gates.tiny.models import NEVER_ACCEPTED_DRAFTER, write_model, write_tiny_models
 
 OUT = Path(__file__).resolve().parents[1] / "gates" / "equivalence" / "data" / "streams.json"
 TOKENS = 64
@@ -36,18 +36,18 @@ def _trim(answer: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(llama_server: str) -> None:
-    prompt = next(p for p in eq.load_prompts() if p.name == "short")
-    equivalence_plan = eq.EquivalencePlan(baseline=eq.Leg("baseline", Path()), drafter=eq.Leg("drafter", Path()), prompts=(prompt,), llama_server=Path(llama_server))
+    prompt = next(p for p in eq_plan.load_prompts() if p.name == "short")
+    equivalence_plan = eq_plan.EquivalencePlan(baseline=eq_plan.Leg("baseline", Path()), drafter=eq_plan.Leg("drafter", Path()), prompts=(prompt,), llama_server=Path(llama_server))
     with tempfile.TemporaryDirectory() as tmp:
         models = write_tiny_models(Path(tmp))
-        draft = ["-md", str(models.near_drafter), "--spec-type", "draft-simple", *eq.DRAFT_ARGS]
+        draft = ["-md", str(models.near_drafter), "--spec-type", "draft-simple", *eq_plan.DRAFT_ARGS]
         never = write_model(Path(tmp) / "never.gguf", NEVER_ACCEPTED_DRAFTER)
         legs = {
             "baseline": [str(models.target)],
             "drafter": [str(models.target), *draft],
             "other_target": [str(models.other_target), *draft],
             "never_drafts": [str(models.target), "-md", str(models.near_drafter), "--spec-type", "none"],
-            "never_accepted": [str(models.target), "-md", str(never), "--spec-type", "draft-simple", *eq.DRAFT_ARGS],
+            "never_accepted": [str(models.target), "-md", str(never), "--spec-type", "draft-simple", *eq_plan.DRAFT_ARGS],
         }
         record: dict[str, Any] = {"prompt": prompt.text, "tokens": TOKENS, "answers": {}}
         for name, (model, *extra) in legs.items():

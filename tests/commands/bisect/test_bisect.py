@@ -13,7 +13,7 @@ from ci import cli, schema
 from ci.commands import bisect
 from ci.commands.job import Job
 from ci.gates import registry
-from ci.gates.perf import INCONCLUSIVE
+from ci.gates.perf.judge import INCONCLUSIVE
 from ci.gates.results import CaseResult, GateResult, Status
 from ci.release import ledger
 from ci.source import sync
@@ -38,11 +38,11 @@ def test_a_pass_is_good_a_failure_bad_and_a_gate_that_could_not_judge_skips() ->
 
 def test_perf_is_bad_when_a_check_fails_and_skips_when_still_inconclusive_after_more_rounds() -> None:
     fails = CaseResult("decode", Status.FAILED, "decode = 0.8 (95% interval 0.7-0.9, 10 rounds) against the floor 1: fails")
-    straddles = CaseResult("prefill", Status.FAILED, f"prefill = 1.0 (95% interval 0.9-1.1, 10 rounds) against the floor 1: {INCONCLUSIVE}")
+    straddles = CaseResult("prefill", Status.FAILED, f"prefill = 1.0 (95% interval 0.9-1.1, 10 rounds) against the floor 1: {INCONCLUSIVE}", inconclusive=True)
     holds = CaseResult("code", Status.PASSED, "code = 1.5: passes")
     outcome, why = bisect.outcome_of(result("perf", Status.FAILED, straddles, holds))
     assert outcome is bisect.Outcome.SKIP
-    assert why == bisect.PERF_INCONCLUSIVE.format(summary="FAILED: summary")
+    assert why == bisect.INCONCLUSIVE_STEP.format(gate="perf", summary="FAILED: summary")
     assert bisect.outcome_of(result("perf", Status.FAILED, fails, straddles))[0] is bisect.Outcome.BAD
     assert bisect.outcome_of(result("perf", Status.FAILED, fails))[0] is bisect.Outcome.BAD
 
@@ -194,7 +194,7 @@ UNKNOWN_GATE = registry.UNKNOWN_GATE.format(
         ({}, 2, lambda fork: bisect.NO_BAD.format(report="build/bump-report.md")),
         ({"bad": "c1", "good": "c6"}, 2, lambda fork: bisect.NOT_ANCESTOR.format(good=fork.c6[:7], bad=fork.c1[:7], relation="rollback")),
         ({"bad": "c6", "gate": "backend_opz"}, 2, lambda fork: UNKNOWN_GATE),
-        ({"bad": "c6", "gate": None}, 2, lambda fork: bisect.NO_GATE.format(profile="cpu")),
+        ({"bad": "c6", "gate": None}, 2, lambda fork: bisect.NO_GATE.format(profile="cpu", gates="|".join(registry.runnable()))),
         ({"bad": "c6", "max_steps": 0}, 2, lambda fork: bisect.MAX_STEPS_TOO_FEW.format(max_steps=0)),
     ],
 )
@@ -240,3 +240,19 @@ def test_a_checkout_holding_someone_elses_changes_is_refused_untouched(project: 
     at = sync.AT_COMMIT.format(commit=fork.c1[:7])
     assert sync.LOCAL_CHANGES.format(name="third_party/llama.cpp-rocmfpx", at=at, listing="README.md") in r.err
     assert edited.read_text() == "my work\n"
+
+
+def test_the_perf_gate_marks_a_straddling_check_inconclusive_as_a_field_not_a_message() -> None:
+    """What bisect reads is the case's field, which the perf judge sets: a regression is decisive even so."""
+    from ci.gates.perf import judge as perf
+    from ci.pin.claims import parse_check
+
+    check = parse_check("decode(draft) / decode(base) >= 1.0", "test", 0.05, "test")
+    straddling = perf.judge_check(check, [0.8, 1.2, 0.9, 1.1, 1.0, 0.95, 1.05], None, "a" * 40)
+    assert straddling.inconclusive
+    assert straddling.status is Status.FAILED
+    (case,) = perf.result([straddling], None, "a" * 40, "tiny", 1.0).cases
+    assert case.inconclusive
+    regressed = perf.judge_check(check, [0.8, 1.2, 0.9, 1.1, 1.0, 0.95, 1.05], perf.Released("b" * 40, {check.name: 2.0}), "a" * 40)
+    assert not regressed.inconclusive
+    assert regressed.status is Status.FAILED

@@ -15,7 +15,7 @@ import pytest
 from ci import cli
 from ci import git as ci_git
 from ci.commands import bisect as bisect_
-from ci.gates import backend_ops_judge
+from ci.gates.backend_ops import judge as backend_ops_judge
 from ci.git import Git
 from ci.release import ledger
 from ci.source.classify import NOT_APPLYING, VERDICT_DETAILED, Fate

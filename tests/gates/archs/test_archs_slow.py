@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from ci import command
-from ci.gates import archs, archs_judge
+from ci.gates.archs import judge as archs_judge
+from ci.gates.archs import run as archs
 from ci.gates.results import Status, write_json, write_junit
 from tests.support.binaries import llama_binary
 from tests.support.messages import partly, pattern

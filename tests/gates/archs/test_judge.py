@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from ci.errors import ConfigError
-from ci.gates import archs, archs_judge
-from ci.gates.archs_judge import ArchRun, Cell, DeviceRows, complete, judge, parse
+from ci.gates.archs import judge as archs_judge
+from ci.gates.archs import run as archs
+from ci.gates.archs.judge import ArchRun, Cell, DeviceRows, complete, judge, parse
 from ci.gates.results import Status
 from tests.support.messages import partly, pattern
 

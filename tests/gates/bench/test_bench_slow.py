@@ -18,8 +18,10 @@ import pytest
 from ci import errors, locks
 from ci.cli import main
 from ci.commands import bench as bench_command
-from ci.gates import bench, llama, perf
-from ci.gates.tinymodels import TinyModels
+from ci.gates.perf import judge as perf
+from ci.gates.serving import bench, llama
+from ci.gates.serving import bench_plan as plans
+from ci.gates.tiny.models import TinyModels
 from tests.support.binaries import llama_binary
 from tests.support.messages import partly, said
 from tests.support.processes import live_processes_naming
@@ -91,7 +93,7 @@ def test_a_config_the_server_rejects_is_reported_and_reaped(tiny_models: TinyMod
     rc = main(args)
     err = capsys.readouterr().err
     assert rc == 8
-    assert llama.EXITED_EARLY.format(leg=bench.SERVER_NAME.format(config="broken", round=1), code=errors.STATUS.format(code=1)) in err
+    assert llama.EXITED_EARLY.format(leg=plans.SERVER_NAME.format(config="broken", round=1), code=errors.STATUS.format(code=1)) in err
     assert not (tmp_path / "bench.json").exists()
     assert live_processes_naming(str(tiny_models.target)) == []
 

@@ -11,49 +11,51 @@ import pytest
 
 from ci import locks
 from ci.errors import ConfigError, ServerFailed
-from ci.gates import bench, equivalence
-from ci.gates.equivalence_judge import Prompt
-from ci.gates.tinymodels import TinyModels
+from ci.gates.equivalence import plan as eq_plan
+from ci.gates.equivalence.judge import Prompt
+from ci.gates.serving import bench
+from ci.gates.serving import bench_plan as plans
+from ci.gates.tiny.models import TinyModels
 from tests.support.messages import partly, pattern
 
 PROMPTS = (Prompt("code", "def f():"), Prompt("prose", "Once"), Prompt("short", "Hi"))
 
 
 def test_a_config_is_serve_options_then_llama_server_args_after_the_double_dash() -> None:
-    assert bench.parse_config("base=") == bench.BenchConfig("base")
-    c = bench.parse_config("dflash=--dflash 'my drafts/D.gguf' --mtp-max 7 -- -ub 512 --spec-draft-p-min 0.5")
-    assert c == bench.BenchConfig("dflash", ("--dflash", "my drafts/D.gguf", "--mtp-max", "7"), ("-ub", "512", "--spec-draft-p-min", "0.5"))
+    assert plans.parse_config("base=") == plans.BenchConfig("base")
+    c = plans.parse_config("dflash=--dflash 'my drafts/D.gguf' --mtp-max 7 -- -ub 512 --spec-draft-p-min 0.5")
+    assert c == plans.BenchConfig("dflash", ("--dflash", "my drafts/D.gguf", "--mtp-max", "7"), ("-ub", "512", "--spec-draft-p-min", "0.5"))
     assert c.args == ("--dflash", "my drafts/D.gguf", "--mtp-max", "7", "--", "-ub", "512", "--spec-draft-p-min", "0.5")
     assert c.show() == "--dflash 'my drafts/D.gguf' --mtp-max 7 -- -ub 512 --spec-draft-p-min 0.5"
-    assert bench.BenchConfig("base").show() == "(serve's defaults)"
+    assert plans.BenchConfig("base").show() == "(serve's defaults)"
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("base", bench.NOT_NAME_ARGS.format(text="base")),
-        ("=--dflash D", bench.NOT_NAME_ARGS.format(text="=--dflash D")),
-        ("a b=x", bench.NOT_NAME_ARGS.format(text="a b=x")),
-        ("q=--dflash 'D.gguf", bench.CONFIG_UNSPLITTABLE.format(name="q", args="--dflash 'D.gguf", reason="No closing quotation")),
-        ("p=--port 9000", bench.OWNED_FLAG.format(name="p", flag="--port", why=bench.OWNED["--port"])),
-        ("m=-m other.gguf", bench.OWNED_FLAG.format(name="m", flag="-m", why=bench.OWNED["-m"])),
-        ("s=--llama-server=/bin/true", bench.OWNED_FLAG.format(name="s", flag="--llama-server", why=bench.OWNED["--llama-server"])),
+        ("base", plans.NOT_NAME_ARGS.format(text="base")),
+        ("=--dflash D", plans.NOT_NAME_ARGS.format(text="=--dflash D")),
+        ("a b=x", plans.NOT_NAME_ARGS.format(text="a b=x")),
+        ("q=--dflash 'D.gguf", plans.CONFIG_UNSPLITTABLE.format(name="q", args="--dflash 'D.gguf", reason="No closing quotation")),
+        ("p=--port 9000", plans.OWNED_FLAG.format(name="p", flag="--port", why=plans.OWNED["--port"])),
+        ("m=-m other.gguf", plans.OWNED_FLAG.format(name="m", flag="-m", why=plans.OWNED["-m"])),
+        ("s=--llama-server=/bin/true", plans.OWNED_FLAG.format(name="s", flag="--llama-server", why=plans.OWNED["--llama-server"])),
     ],
 )
 def test_a_bad_config_names_itself(text: str, message: str) -> None:
     with pytest.raises(ConfigError) as exc:
-        bench.parse_config(text)
+        plans.parse_config(text)
     assert message in exc.value.message
 
 
 def test_a_flag_after_the_double_dash_is_llama_servers_own() -> None:
-    assert bench.parse_config("x=-- -ub 1024").extra == ("-ub", "1024")
+    assert plans.parse_config("x=-- -ub 1024").extra == ("-ub", "1024")
 
 
-def _plan(model: Path, **kw: object) -> bench.BenchPlan:
-    kw.setdefault("configs", (bench.parse_config("base="), bench.parse_config("fast=-- -ub 1024")))
+def _plan(model: Path, **kw: object) -> plans.BenchPlan:
+    kw.setdefault("configs", (plans.parse_config("base="), plans.parse_config("fast=-- -ub 1024")))
     kw.setdefault("prompts", PROMPTS)
-    return bench.plan(model=model, llama_server=Path("/opt/llama/llama-server"), **kw)  # type: ignore[arg-type]
+    return plans.plan(model=model, llama_server=Path("/opt/llama/llama-server"), **kw)  # type: ignore[arg-type]
 
 
 def test_rounds_interleave_the_configs_a_b_a_b(tmp_path: Path) -> None:
@@ -74,7 +76,7 @@ def test_each_run_is_the_launcher_with_the_configs_arguments(tmp_path: Path) -> 
         "-m", "serve", "serve", "-m", str(model), "--device", "cuda", "--llama-server", "/opt/llama/llama-server",
         "--host", "127.0.0.1", "--port", "41234", "-c", "8192", "--", "-ub", "1024",
     )  # fmt: skip
-    assert launch.name == bench.SERVER_NAME.format(config="fast", round=1)
+    assert launch.name == plans.SERVER_NAME.format(config="fast", round=1)
     assert launch.url == "http://127.0.0.1:41234"
 
 
@@ -93,12 +95,12 @@ def test_the_request_bodies_measure_the_whole_prompt_and_exactly_n_decode_tokens
 @pytest.mark.parametrize(
     ("kw", "message"),
     [
-        ({"configs": ()}, bench.NO_CONFIG),
-        ({"configs": (bench.BenchConfig("a"), bench.BenchConfig("a"))}, bench.CONFIG_TWICE.format(name="a")),
-        ({"rounds": 0}, bench.AT_LEAST_ONE.format(flag="--rounds", value=0)),
-        ({"decode_tokens": 0}, bench.AT_LEAST_ONE.format(flag="--decode-tokens", value=0)),
-        ({"warmup_tokens": -1}, bench.BAD_WARMUP.format(value=-1)),
-        ({"prompt_tokens": 4096, "context": 4096}, bench.PROMPT_TOO_LONG.format(tokens=4096, context=4096)),
+        ({"configs": ()}, plans.NO_CONFIG),
+        ({"configs": (plans.BenchConfig("a"), plans.BenchConfig("a"))}, plans.CONFIG_TWICE.format(name="a")),
+        ({"rounds": 0}, plans.AT_LEAST_ONE.format(flag="--rounds", value=0)),
+        ({"decode_tokens": 0}, plans.AT_LEAST_ONE.format(flag="--decode-tokens", value=0)),
+        ({"warmup_tokens": -1}, plans.BAD_WARMUP.format(value=-1)),
+        ({"prompt_tokens": 4096, "context": 4096}, plans.PROMPT_TOO_LONG.format(tokens=4096, context=4096)),
     ],
 )
 def test_bad_options_are_refused_before_anything_starts(tmp_path: Path, kw: dict[str, object], message: str) -> None:
@@ -110,25 +112,25 @@ def test_bad_options_are_refused_before_anything_starts(tmp_path: Path, kw: dict
 
 
 def test_a_missing_model_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=pattern(equivalence.NO_SUCH_MODEL, option="-m", path=tmp_path / "nope.gguf")):
+    with pytest.raises(ConfigError, match=pattern(eq_plan.NO_SUCH_MODEL, option="-m", path=tmp_path / "nope.gguf")):
         _plan(tmp_path / "nope.gguf")
 
 
 def test_each_config_goes_through_serves_dry_run_first(tiny_models: TinyModels) -> None:
     def check(config: str) -> None:
-        bench_plan = bench.plan(model=tiny_models.target, llama_server=Path("/bin/true"), configs=[bench.parse_config("base="), bench.parse_config(config)],
+        bench_plan = plans.plan(model=tiny_models.target, llama_server=Path("/bin/true"), configs=[plans.parse_config("base="), plans.parse_config(config)],
                               device="cpu", prompts=PROMPTS)  # fmt: skip
-        bench.check_configs(bench_plan)
+        plans.check_configs(bench_plan)
 
     check(f"drafted=-- -md {tiny_models.drafter} --spec-type draft-simple")
     with pytest.raises(ConfigError) as exc:
         check(f"dflash=--dflash {tiny_models.drafter}")
-    refused = bench.SERVE_REFUSED.format(name="dflash", line="")  # what comes before serve's own line
+    refused = plans.SERVE_REFUSED.format(name="dflash", line="")  # what comes before serve's own line
     assert exc.value.message.startswith(refused)
     assert "dflash" in exc.value.message.removeprefix(refused)
     with pytest.raises(ConfigError) as exc:
         check("typo=--mtp-maxx 4")
-    refused = bench.SERVE_REFUSED.format(name="typo", line="")
+    refused = plans.SERVE_REFUSED.format(name="typo", line="")
     assert exc.value.message.startswith(refused)
     assert "--mtp-maxx" in exc.value.message.removeprefix(refused)
 
@@ -174,7 +176,7 @@ def test_figures_are_best_and_median_over_every_sample_and_the_change_is_against
 
 
 def test_a_sample_comes_from_the_servers_own_timings() -> None:
-    r = bench.Run(2, bench.BenchConfig("base"))
+    r = plans.Run(2, plans.BenchConfig("base"))
     s = bench.sample_from({"timings": {"prompt_n": 1800, "prompt_ms": 900.0, "predicted_n": 1, "predicted_ms": 5.0}}, r, "prompt", 3, 0.95, "base")
     assert (s.round, s.config, s.metric, s.rep, s.tokens) == (2, "base", "prompt", 3, 1800)
     assert s.tps == pytest.approx(2000.0)

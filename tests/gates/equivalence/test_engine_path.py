@@ -9,19 +9,23 @@ from pathlib import Path
 
 import pytest
 
-from ci.gates import engine_path, equivalence, tiny_qwen35
-from ci.gates import equivalence_judge as ej
+from ci.gates.equivalence import engine_path
+from ci.gates.equivalence import judge as ej
+from ci.gates.equivalence import plan as eq_plan
+from ci.gates.equivalence import run as equivalence
 from ci.gates.results import CaseResult, GateResult, Status, write_json
+from ci.gates.tiny import models as tinymodels
+from ci.gates.tiny import qwen35 as tiny_qwen35
 from tests.support.binaries import llama_binary
 from tests.support.messages import said
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> tiny_qwen35.Qwen35Models:
-    return tiny_qwen35.write_qwen35_models(tmp_path_factory.mktemp("qwen35"))
+def models(tmp_path_factory: pytest.TempPathFactory) -> tinymodels.Qwen35Models:
+    return tinymodels.write_qwen35_models(tmp_path_factory.mktemp("qwen35"))
 
 
-def test_every_drafter_kind_runs_the_qwen35_target_on_micro_batches(models: tiny_qwen35.Qwen35Models, tmp_path: Path) -> None:
+def test_every_drafter_kind_runs_the_qwen35_target_on_micro_batches(models: tinymodels.Qwen35Models, tmp_path: Path) -> None:
     server = tmp_path / "llama-server"
     server.write_text("")
     near, dflash, whole, mtp = engine_path.plans(models, server, llama_server_sha256="0" * 64)
@@ -34,7 +38,7 @@ def test_every_drafter_kind_runs_the_qwen35_target_on_micro_batches(models: tiny
         assert leg.plan.baseline.extra == ("-b", "64", "-ub", "16")
         assert leg.plan.drafter.extra[-4:] == ("-b", "64", "-ub", "16")
         assert leg.plan.identity is not None
-        assert leg.plan.identity.models == equivalence.TINY_MODELS
+        assert leg.plan.identity.models == eq_plan.TINY_MODELS
     assert near.plan.spec_type == "draft-simple"
     assert near.plan.drafter.extra[:4] == ("-md", str(models.near_drafter), "--spec-type", "draft-simple")
     # the DFlash drafter goes through the launcher's --dflash: its route sets the draft length from dflash.block_size
@@ -55,10 +59,10 @@ def test_every_drafter_kind_runs_the_qwen35_target_on_micro_batches(models: tiny
     assert replace(near.plan, hang_after=None).drafter_timeout(0.4) == 600.0  # given models: the request timeout
 
 
-def test_the_legs_on_the_same_micro_batches_share_a_baseline_server(models: tiny_qwen35.Qwen35Models, tmp_path: Path) -> None:
+def test_the_legs_on_the_same_micro_batches_share_a_baseline_server(models: tinymodels.Qwen35Models, tmp_path: Path) -> None:
     """near, dflash and mtp run the same target on the same micro-batches: one baseline server answers all three, so a
     GPU pays for its start-up once; dflash-whole (one micro-batch) and the llama target each have their own."""
-    from ci.gates import tinymodels
+    from ci.gates.tiny import models as tinymodels
 
     server = tmp_path / "llama-server"
     server.write_text("")
@@ -116,7 +120,7 @@ def test_combine_prefixes_each_leg_and_takes_the_worst() -> None:
 
 
 @pytest.mark.slow
-def test_every_drafter_kind_passes_on_the_real_cpu_server(models: tiny_qwen35.Qwen35Models, tmp_path: Path) -> None:
+def test_every_drafter_kind_passes_on_the_real_cpu_server(models: tinymodels.Qwen35Models, tmp_path: Path) -> None:
     legs = engine_path.plans(models, llama_binary("llama-server"))
     verdict = engine_path.run(legs, tmp_path / "logs")
     write_json(tmp_path / "equivalence.json", verdict)
@@ -153,7 +157,7 @@ def test_every_drafter_kind_passes_on_the_real_cpu_server(models: tiny_qwen35.Qw
 
 
 @pytest.mark.slow
-def test_a_drafter_server_that_fails_is_its_own_legs_error(models: tiny_qwen35.Qwen35Models, tmp_path: Path) -> None:
+def test_a_drafter_server_that_fails_is_its_own_legs_error(models: tinymodels.Qwen35Models, tmp_path: Path) -> None:
     """Legs that share a baseline server stay apart: an MTP head with no MTP layers (the launcher refuses it and
     exits) is the mtp leg's error, and the near leg beside it passes."""
     near, _, _, mtp = engine_path.plans(models, llama_binary("llama-server"), tokens=32)
@@ -190,7 +194,7 @@ def test_the_perf_table_has_a_line_per_drafter_kind() -> None:
 
 
 @pytest.mark.slow
-def test_a_dflash_leg_whose_target_says_something_else_fails(models: tiny_qwen35.Qwen35Models, tmp_path: Path) -> None:
+def test_a_dflash_leg_whose_target_says_something_else_fails(models: tinymodels.Qwen35Models, tmp_path: Path) -> None:
     """The DFlash leg judges the drafter server's output, not only its drafting: served with another qwen35 target (the
     same shape, other weights) behind ``--dflash``, every prompt diverges with a margin above the near-tie threshold."""
     from dataclasses import replace

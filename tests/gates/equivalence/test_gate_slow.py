@@ -18,12 +18,14 @@ import pytest
 
 from ci.cli import main
 from ci.files import sha256_file
-from ci.gates import equivalence as eq
-from ci.gates import equivalence_judge as ej
-from ci.gates import llama, tinymodels
-from ci.gates.llama import LlamaServer, ServerLaunch, free_ports, group_members
+from ci.gates.equivalence import judge as ej
+from ci.gates.equivalence import plan as eq_plan
+from ci.gates.equivalence import run as eq
 from ci.gates.results import Status
-from ci.gates.tinymodels import TinyModels
+from ci.gates.serving import llama
+from ci.gates.serving.llama import LlamaServer, ServerLaunch, free_ports, group_members
+from ci.gates.tiny import models as tinymodels
+from ci.gates.tiny.models import TinyModels
 from ci.pin.pins import Floors
 from ci.release.records import GATE_SUMMARY
 from serve import cli as serve_cli
@@ -58,12 +60,12 @@ def assert_nothing_left(*paths: Path) -> None:
         assert live_processes_naming(str(p)) == []
 
 
-def equivalence_plan(models: TinyModels, llama_server: Path, **kw: Any) -> eq.EquivalencePlan:
+def equivalence_plan(models: TinyModels, llama_server: Path, **kw: Any) -> eq_plan.EquivalencePlan:
     if kw.get("tokens", 256) <= 32:
         # a 16- or 32-token run drafts too little for the default floors; these tests are about the servers, the
         # resume and the verdicts, so the floors ask only that each path ran once
         kw.setdefault("floors", Floors(accepted=1, rejected=1, acceptance=0.0))
-    return eq.plan(model=models.target, drafter=models.near_drafter, llama_server=llama_server, device="cpu", **kw)
+    return eq_plan.plan(model=models.target, drafter=models.near_drafter, llama_server=llama_server, device="cpu", **kw)
 
 
 def test_gate_passes_with_a_drafter_that_drafts(tiny_models: TinyModels, llama_server: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -73,7 +75,7 @@ def test_gate_passes_with_a_drafter_that_drafts(tiny_models: TinyModels, llama_s
     printed = capsys.readouterr().out
     assert rc == 0, printed
     summary = GATE_SUMMARY.format(gate=eq.GATE, summary=eq.SUMMARY)  # how records.one_gate prints a gate's summary
-    assert pattern(summary, status="PASSED", passed=3, prompts=3, tokens=256, near_tie=eq.DEFAULT_NEAR_TIE).match(printed)
+    assert pattern(summary, status="PASSED", passed=3, prompts=3, tokens=256, near_tie=eq_plan.DEFAULT_NEAR_TIE).match(printed)
     result = json.loads((out / "equivalence.json").read_text())
     assert result["status"] == "passed"
     assert [c["name"] for c in result["cases"]] == ["code", "prose", "short"]
@@ -90,8 +92,8 @@ def test_gate_passes_with_a_drafter_that_drafts(tiny_models: TinyModels, llama_s
     assert props["model_sha256"] == sha256_file(tiny_models.target)
     assert props["drafter_sha256"] == sha256_file(tiny_models.near_drafter)
     assert props["llama_server_sha256"] == sha256_file(llama_server)
-    assert props["prompts_sha256"] == eq.prompts_sha256(eq.load_prompts())
-    assert props["models"] == eq.GIVEN_MODELS
+    assert props["prompts_sha256"] == eq_plan.prompts_sha256(eq_plan.load_prompts())
+    assert props["models"] == eq_plan.GIVEN_MODELS
     assert m["baseline_decode_tps"] > 0
     assert m["drafter_decode_tps"] > 0
     assert result["properties"]["spec_type"] == "draft-simple"
@@ -104,7 +106,7 @@ def test_gate_passes_with_a_drafter_that_drafts(tiny_models: TinyModels, llama_s
 
 def test_target_as_its_own_drafter_accepts_every_draft(tiny_models: TinyModels, llama_server: Path, tmp_path: Path) -> None:
     # the facts' GPU figure was 226/226 for 256 tokens with the target as its own drafter
-    plan = eq.plan(model=tiny_models.target, drafter=tiny_models.target, llama_server=llama_server, device="cpu", tokens=64)
+    plan = eq_plan.plan(model=tiny_models.target, drafter=tiny_models.target, llama_server=llama_server, device="cpu", tokens=64)
     result = eq.run(plan, tmp_path)
     m = dict(result.metrics)
     assert m["draft_n"] > 0
@@ -119,7 +121,7 @@ def test_target_as_its_own_drafter_accepts_every_draft(tiny_models: TinyModels, 
 
 def test_a_drafter_whose_drafts_are_never_accepted_fails_with_its_own_verdict(tiny_models: TinyModels, llama_server: Path, tmp_path: Path) -> None:
     never = tinymodels.write_model(tmp_path / "never.gguf", tinymodels.NEVER_ACCEPTED_DRAFTER)
-    result = eq.run(eq.plan(model=tiny_models.target, drafter=never, llama_server=llama_server, device="cpu", tokens=32), tmp_path)
+    result = eq.run(eq_plan.plan(model=tiny_models.target, drafter=never, llama_server=llama_server, device="cpu", tokens=32), tmp_path)
     assert result.status is Status.FAILED
     verdict = pattern(ej.TOO_FEW_ACCEPTED + "; " + ej.IDENTICAL, what=ej.NEVER_ACCEPTED, accepted=0, floor=Floors().accepted, tokens=32)
     for case in result.cases:
@@ -130,7 +132,7 @@ def test_a_drafter_whose_drafts_are_never_accepted_fails_with_its_own_verdict(ti
 def test_a_model_that_ends_early_still_compares_every_token(tiny_models: TinyModels, llama_server: Path, tmp_path: Path) -> None:
     early = tinymodels.write_model(tmp_path / "early.gguf", tinymodels.EARLY_END)
     # without ignore_eos this model stops within a few tokens on every prompt (its end of generation is a letter)
-    plan = eq.plan(model=early, drafter=tiny_models.near_drafter, llama_server=llama_server, device="cpu", tokens=64)
+    plan = eq_plan.plan(model=early, drafter=tiny_models.near_drafter, llama_server=llama_server, device="cpu", tokens=64)
     with LlamaServer(plan.launch(plan.baseline, free_ports(1)[0]), tmp_path / "plain.log") as server:
         plain = {}
         for prompt in plan.prompts:
@@ -150,7 +152,7 @@ def test_a_drafter_that_never_drafts_fails(tiny_models: TinyModels, llama_server
     printed = capsys.readouterr().out
     assert rc == 7
     summary = GATE_SUMMARY.format(gate=eq.GATE, summary=eq.SUMMARY)
-    assert pattern(summary, status="FAILED", passed=0, prompts=3, tokens=32, near_tie=eq.DEFAULT_NEAR_TIE).match(printed)
+    assert pattern(summary, status="FAILED", passed=0, prompts=3, tokens=32, near_tie=eq_plan.DEFAULT_NEAR_TIE).match(printed)
     result = json.loads((tmp_path / "equivalence.json").read_text())
     assert result["status"] == "failed"
     for case in result["cases"]:
@@ -180,7 +182,7 @@ def test_near_ties_resume_from_the_baseline_token_on_the_real_server(tiny_models
     # With another target in the drafter leg and a huge threshold, every difference is a "near-tie": both legs
     # resume again and again from the prompt plus the baseline's tokens. The tokens so judged must be exactly
     # the baseline's uninterrupted greedy run, which proves that the resume request continues it.
-    short = next(p for p in eq.load_prompts() if p.name == "short")
+    short = next(p for p in eq_plan.load_prompts() if p.name == "short")
     plan = replace(equivalence_plan(tiny_models, llama_server, tokens=24, near_tie=1e9), prompts=(short,))
     plan = replace(plan, drafter=replace(plan.drafter, model=tiny_models.other_target))
     with eq.servers(plan, tmp_path) as (baseline, drafter):
@@ -290,7 +292,7 @@ def test_no_process_is_left_after_a_failure(tiny_models: TinyModels, llama_serve
 def test_a_model_that_does_not_load_is_reported_with_the_server_log(tiny_models: TinyModels, llama_server: Path, tmp_path: Path) -> None:
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(tiny_models.target.read_bytes()[:100_000])  # a truncated file
-    plan = replace(equivalence_plan(tiny_models, llama_server), baseline=eq.Leg("baseline", broken))
+    plan = replace(equivalence_plan(tiny_models, llama_server), baseline=eq_plan.Leg("baseline", broken))
     result = eq.run(plan, tmp_path)
     assert result.status is Status.ERROR
     # "status N" is how ci.errors.describe_returncode says an exit code

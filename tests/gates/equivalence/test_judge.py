@@ -10,8 +10,8 @@ import pytest
 
 from ci.defaults import NEAR_TIE as DEFAULT_NEAR_TIE
 from ci.errors import ServerFailed
-from ci.gates import equivalence_judge as ej
-from ci.gates.equivalence_judge import (
+from ci.gates.equivalence import judge as ej
+from ci.gates.equivalence.judge import (
     NEVER_ACCEPTED,
     Completion,
     PromptVerdict,

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from ci.errors import ConfigError, ServerFailed
-from ci.gates import equivalence as eq
-from ci.gates import equivalence_judge as ej
+from ci.gates.equivalence import judge as ej
+from ci.gates.equivalence import plan as eq_plan
+from ci.gates.equivalence import run as eq
 from ci.gates.results import Status, write_json, write_junit
-from ci.gates.tinymodels import TinyModels
+from ci.gates.tiny.models import TinyModels
 from tests.support.equivalence import Recorded
 from tests.support.messages import pattern
 
@@ -32,7 +33,7 @@ def dflash_drafter(path: Path) -> Path:
 
 
 def test_legs_go_through_the_launcher(tiny_models: TinyModels) -> None:
-    plan = eq.plan(model=tiny_models.target, drafter=tiny_models.drafter, llama_server=Path("bin/llama-server"), device="cpu")
+    plan = eq_plan.plan(model=tiny_models.target, drafter=tiny_models.drafter, llama_server=Path("bin/llama-server"), device="cpu")
     base = plan.launch(plan.baseline, 8001)
     assert base.argv == (
         sys.executable, "-m", "serve", "serve", "-m", str(tiny_models.target), "--device", "cpu", "--llama-server", "bin/llama-server",
@@ -48,26 +49,26 @@ def test_legs_go_through_the_launcher(tiny_models: TinyModels) -> None:
 
 
 def test_off_the_cpu_both_servers_start_at_once(tiny_models: TinyModels) -> None:
-    plan = eq.plan(model=tiny_models.target, drafter=tiny_models.drafter, llama_server=Path("llama-server"), device="rocm")
+    plan = eq_plan.plan(model=tiny_models.target, drafter=tiny_models.drafter, llama_server=Path("llama-server"), device="rocm")
     assert plan.overlap_start
     assert plan.launch(plan.baseline, 1).argv[plan.launch(plan.baseline, 1).argv.index("--device") + 1] == "rocm"
 
 
 def test_a_dflash_drafter_uses_serves_dflash_route(tiny_models: TinyModels, tmp_path: Path) -> None:
     d = dflash_drafter(tmp_path / "d.gguf")
-    assert eq.gguf_architecture(d) == "dflash"
-    plan = eq.plan(model=tiny_models.target, drafter=d, llama_server=Path("llama-server"), device="rocm")
+    assert eq_plan.gguf_architecture(d) == "dflash"
+    plan = eq_plan.plan(model=tiny_models.target, drafter=d, llama_server=Path("llama-server"), device="rocm")
     argv = plan.launch(plan.drafter, 9)
     assert argv.argv[-2:] == ("--dflash", str(d))
     assert "--" not in argv.argv
     assert plan.spec_type == "draft-dflash"
     # an explicit --spec-type serves any drafter through -md (the never-drafting negative run uses "none")
-    plan = eq.plan(model=tiny_models.target, drafter=d, llama_server=Path("llama-server"), spec_type="none")
+    plan = eq_plan.plan(model=tiny_models.target, drafter=d, llama_server=Path("llama-server"), spec_type="none")
     assert plan.drafter.extra[:4] == ("-md", str(d), "--spec-type", "none")
 
 
 def test_request_body_is_greedy_and_resumes_with_token_ids() -> None:
-    plan = eq.EquivalencePlan(eq.Leg("baseline", Path("m")), eq.Leg("drafter", Path("m")), (), Path("s"), seed=7)
+    plan = eq_plan.EquivalencePlan(eq_plan.Leg("baseline", Path("m")), eq_plan.Leg("drafter", Path("m")), (), Path("s"), seed=7)
     p = ej.Prompt("short", "Q: A?\nA:")
     assert plan.body(p, ej.Resume((), 256)) == {
         "prompt": "Q: A?\nA:", "n_predict": 256, "ignore_eos": True, "temperature": 0, "top_k": 1, "seed": 7, "cache_prompt": False, "n_probs": 2,
@@ -79,38 +80,38 @@ def test_request_body_is_greedy_and_resumes_with_token_ids() -> None:
 
 
 def test_committed_prompts_and_a_replacement_directory(tmp_path: Path) -> None:
-    assert [p.name for p in eq.load_prompts()] == ["code", "prose", "short"]
+    assert [p.name for p in eq_plan.load_prompts()] == ["code", "prose", "short"]
     (tmp_path / "one.txt").write_text("Once")
     (tmp_path / "notes.md").write_text("not a prompt")
-    assert eq.load_prompts(tmp_path) == (ej.Prompt("one", "Once"),)
+    assert eq_plan.load_prompts(tmp_path) == (ej.Prompt("one", "Once"),)
     (tmp_path / "two.txt").write_text("  \n")
-    with pytest.raises(ConfigError, match=re.escape(eq.EMPTY_PROMPT.format(where=tmp_path, name="two"))):
-        eq.load_prompts(tmp_path)
+    with pytest.raises(ConfigError, match=re.escape(eq_plan.EMPTY_PROMPT.format(where=tmp_path, name="two"))):
+        eq_plan.load_prompts(tmp_path)
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(ConfigError, match=re.escape(eq.NO_PROMPTS.format(where=empty))):
-        eq.load_prompts(empty)
+    with pytest.raises(ConfigError, match=re.escape(eq_plan.NO_PROMPTS.format(where=empty))):
+        eq_plan.load_prompts(empty)
     (empty / "bytes.txt").write_bytes(b"\xb7 not text")  # before: "internal error: UnicodeDecodeError" (a hostile pass)
-    with pytest.raises(ConfigError, match=re.escape(eq.PROMPT_NOT_UTF8.format(path=empty / "bytes.txt", byte=0xB7))):
-        eq.load_prompts(empty)
+    with pytest.raises(ConfigError, match=re.escape(eq_plan.PROMPT_NOT_UTF8.format(path=empty / "bytes.txt", byte=0xB7))):
+        eq_plan.load_prompts(empty)
 
 
 def test_plan_refuses_bad_options(tiny_models: TinyModels, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=re.escape(eq.NO_SUCH_MODEL.format(option="--drafter", path=tmp_path / "missing.gguf"))):
-        eq.plan(model=tiny_models.target, drafter=tmp_path / "missing.gguf", llama_server=Path("s"))
-    with pytest.raises(ConfigError, match=re.escape(eq.TOO_FEW_TOKENS.format(tokens=0))):
-        eq.plan(model=tiny_models.target, drafter=tiny_models.drafter, llama_server=Path("s"), tokens=0)
+    with pytest.raises(ConfigError, match=re.escape(eq_plan.NO_SUCH_MODEL.format(option="--drafter", path=tmp_path / "missing.gguf"))):
+        eq_plan.plan(model=tiny_models.target, drafter=tmp_path / "missing.gguf", llama_server=Path("s"))
+    with pytest.raises(ConfigError, match=re.escape(eq_plan.TOO_FEW_TOKENS.format(tokens=0))):
+        eq_plan.plan(model=tiny_models.target, drafter=tiny_models.drafter, llama_server=Path("s"), tokens=0)
     for near_tie in (-1.0, math.nan, math.inf):  # nan and inf were taken: inf calls every divergence a near-tie
-        with pytest.raises(ConfigError, match=re.escape(eq.BAD_NEAR_TIE.format(near_tie=near_tie))):
-            eq.plan(model=tiny_models.target, drafter=tiny_models.drafter, llama_server=Path("s"), near_tie=near_tie)
+        with pytest.raises(ConfigError, match=re.escape(eq_plan.BAD_NEAR_TIE.format(near_tie=near_tie))):
+            eq_plan.plan(model=tiny_models.target, drafter=tiny_models.drafter, llama_server=Path("s"), near_tie=near_tie)
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a gguf file at all")
-    with pytest.raises(ConfigError, match=pattern(eq.NOT_GGUF, path=junk)):
-        eq.gguf_architecture(junk)
+    with pytest.raises(ConfigError, match=pattern(eq_plan.NOT_GGUF, path=junk)):
+        eq_plan.gguf_architecture(junk)
 
 
-def _plan(recorded: Recorded) -> eq.EquivalencePlan:
-    return eq.EquivalencePlan(eq.Leg("baseline", Path("t.gguf")), eq.Leg("drafter", Path("t.gguf")), (recorded.prompt, ej.Prompt("later", "x")), Path("llama-server"), tokens=64)
+def _plan(recorded: Recorded) -> eq_plan.EquivalencePlan:
+    return eq_plan.EquivalencePlan(eq_plan.Leg("baseline", Path("t.gguf")), eq_plan.Leg("drafter", Path("t.gguf")), (recorded.prompt, ej.Prompt("later", "x")), Path("llama-server"), tokens=64)
 
 
 def test_gate_result_records_the_verdicts_and_serialises(recorded: Recorded, tmp_path: Path) -> None:
@@ -150,7 +151,7 @@ def test_a_server_failure_is_an_error_with_the_log_tail(recorded: Recorded) -> N
 
 @pytest.mark.slow
 def test_auto_asks_the_real_cpu_llama_server_and_picks_cpu() -> None:
-    from ci.gates import devices
+    from ci.gates.serving import devices
     from tests.support.binaries import llama_binary
 
     assert devices.auto(llama_binary("llama-server")) == "cpu"
@@ -167,7 +168,7 @@ def test_auto_asks_the_real_cpu_llama_server_and_picks_cpu() -> None:
 )
 def test_auto_picks_in_the_routes_order_from_a_stand_in_listing(tmp_path: Path, listing: str, device: str) -> None:
     """A stand-in llama-server that prints a GPU box's --list-devices (no GPU here); asked once, then cached."""
-    from ci.gates import devices
+    from ci.gates.serving import devices
 
     calls = tmp_path / "calls"
     server = tmp_path / "llama-server"

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from ci.errors import ServerFailed
-from ci.gates import equivalence as eq
-from ci.gates import equivalence_judge as ej
-from ci.gates import llama
-from ci.gates.llama import LlamaServer, ServerLaunch, free_ports
-from ci.gates.tinymodels import TinyModels
+from ci.gates.equivalence import judge as ej
+from ci.gates.equivalence import plan as eq_plan
+from ci.gates.serving import llama
+from ci.gates.serving.llama import LlamaServer, ServerLaunch, free_ports
+from ci.gates.tiny.models import TinyModels
 from tests.support.binaries import llama_binary
 from tests.support.messages import pattern
 from tests.support.processes import live_processes_naming
@@ -28,7 +28,7 @@ def direct(models: TinyModels) -> ServerLaunch:
 
 
 def test_an_http_error_is_reported_with_its_body(tiny_models: TinyModels, tmp_path: Path) -> None:
-    plan = eq.EquivalencePlan(eq.Leg("baseline", tiny_models.target), eq.Leg("drafter", tiny_models.target), (), Path())
+    plan = eq_plan.EquivalencePlan(eq_plan.Leg("baseline", tiny_models.target), eq_plan.Leg("drafter", tiny_models.target), (), Path())
     body = plan.body(ej.Prompt("short", "Q:"), ej.Resume((99_999,), 4))  # a resume with an id past the vocab
     with LlamaServer(direct(tiny_models), tmp_path / "s.log") as server, pytest.raises(ServerFailed) as failed:
         server.completion(body)
@@ -39,7 +39,7 @@ def test_an_http_error_is_reported_with_its_body(tiny_models: TinyModels, tmp_pa
 
 
 def test_a_request_timeout_is_reported_and_the_server_reaped(tiny_models: TinyModels, tmp_path: Path) -> None:
-    plan = eq.EquivalencePlan(eq.Leg("baseline", tiny_models.target), eq.Leg("drafter", tiny_models.target), (), Path())
+    plan = eq_plan.EquivalencePlan(eq_plan.Leg("baseline", tiny_models.target), eq_plan.Leg("drafter", tiny_models.target), (), Path())
     no_answer = llama.NO_ANSWER.format(leg="baseline", path="/completion", seconds=0.001)
     with LlamaServer(direct(tiny_models), tmp_path / "s.log") as server, pytest.raises(ServerFailed, match=re.escape(no_answer)):
         server.completion(plan.body(ej.Prompt("short", "Q:"), ej.Resume((), 400)), timeout=0.001)

@@ -10,15 +10,17 @@ import numpy as np
 import pytest
 
 from ci.files import sha256_file as sha256
-from ci.gates import tiny_qwen35 as tq
-from ci.gates.llama import LlamaServer, ServerLaunch, free_ports
-from ci.gates.tinymodels import UNK_ID, vocab
+from ci.gates.serving.llama import LlamaServer, ServerLaunch, free_ports
+from ci.gates.tiny import dflash as tiny_dflash
+from ci.gates.tiny import models as tinymodels
+from ci.gates.tiny import qwen35 as tq
+from ci.gates.tiny.writer import UNK_ID, vocab
 from tests.support.binaries import llama_binary
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> tq.Qwen35Models:
-    return tq.write_qwen35_models(tmp_path_factory.mktemp("qwen35"))
+def models(tmp_path_factory: pytest.TempPathFactory) -> tinymodels.Qwen35Models:
+    return tinymodels.write_qwen35_models(tmp_path_factory.mktemp("qwen35"))
 
 
 def fields(path: Path) -> tuple[dict[str, Any], dict[str, tuple[int, ...]]]:
@@ -42,7 +44,7 @@ def test_same_spec_same_bytes_and_atomic(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.gguf", "b.gguf", "n.gguf"]  # no temporary file left
 
 
-def test_target_mixes_delta_net_and_attention_layers_as_the_fork_loads_them(models: tq.Qwen35Models) -> None:
+def test_target_mixes_delta_net_and_attention_layers_as_the_fork_loads_them(models: tinymodels.Qwen35Models) -> None:
     kv, shapes = fields(models.target)
     s = tq.TARGET
     assert kv["general.architecture"] == "qwen35"
@@ -72,7 +74,7 @@ def test_target_mixes_delta_net_and_attention_layers_as_the_fork_loads_them(mode
     assert 1.5e6 < models.target.stat().st_size < 3e6
 
 
-def test_the_decay_keeps_state_for_tens_of_tokens(models: tq.Qwen35Models) -> None:
+def test_the_decay_keeps_state_for_tens_of_tokens(models: tinymodels.Qwen35Models) -> None:
     import gguf
 
     r = gguf.GGUFReader(str(models.target))
@@ -81,7 +83,7 @@ def test_the_decay_keeps_state_for_tens_of_tokens(models: tq.Qwen35Models) -> No
     assert np.exp(a * np.log1p(np.e**0)).max() > 0.95  # the slowest head keeps > 95% a token at zero input
 
 
-def test_dflash_drafter_has_what_the_fork_loader_reads(models: tq.Qwen35Models) -> None:
+def test_dflash_drafter_has_what_the_fork_loader_reads(models: tinymodels.Qwen35Models) -> None:
     kv, shapes = fields(models.dflash)
     assert kv["general.architecture"] == "dflash"
     assert kv["dflash.block_size"] == 3
@@ -94,7 +96,7 @@ def test_dflash_drafter_has_what_the_fork_loader_reads(models: tq.Qwen35Models) 
     assert "output.weight" not in shapes
 
 
-def test_mtp_head_has_what_the_fork_loader_reads_and_no_trunk(models: tq.Qwen35Models) -> None:
+def test_mtp_head_has_what_the_fork_loader_reads_and_no_trunk(models: tinymodels.Qwen35Models) -> None:
     kv, shapes = fields(models.mtp)
     assert kv["general.architecture"] == "qwen35"
     assert (kv["qwen35.block_count"], kv["qwen35.nextn_predict_layers"]) == (5, 1)  # the target's 4 layers, then the head
@@ -118,7 +120,7 @@ def test_the_mtp_head_drafts_what_the_output_head_favours_for_the_next_token() -
     assert not head["blk.4.ffn_down.weight"].any()
 
 
-def test_every_model_carries_the_same_vocabulary(models: tq.Qwen35Models) -> None:
+def test_every_model_carries_the_same_vocabulary(models: tinymodels.Qwen35Models) -> None:
     import gguf
 
     def tokens(path: Path) -> list[str]:
@@ -133,13 +135,13 @@ def rms(x: np.ndarray, w: np.ndarray | float = 1.0) -> np.ndarray:
 
 def test_a_mask_position_attends_to_the_anchor_and_copies_it() -> None:
     """The anchor-copy construction in numpy: at a mask position, each copy head (the first half; the others are the
-    canary's, :func:`tq.dflash_canary_weights`) puts more than 99.9% of its attention on the anchor over 300 positions
+    canary's, :func:`tiny_dflash.dflash_canary_weights`) puts more than 99.9% of its attention on the anchor over 300 positions
     of fused context, and their output is the anchor's normalised embedding; the canary heads leave the anchor be."""
     n = len(vocab())
     target = dict(tq.qwen35_weights(tq.TARGET, n))
-    drafter = dict(tq.dflash_weights(tq.DFLASH_DRAFTER))
+    drafter = dict(tiny_dflash.dflash_weights(tiny_dflash.DFLASH_DRAFTER))
     embd = target["token_embd.weight"]
-    hd, h = tq.DFLASH_DRAFTER.head_dim, tq.DFLASH_DRAFTER.heads
+    hd, h = tiny_dflash.DFLASH_DRAFTER.head_dim, tiny_dflash.DFLASH_DRAFTER.heads
     rng = np.random.default_rng(0)
     context = rms(rng.normal(size=(300, 2 * 128)) @ drafter["fc.weight"].T)  # enc.output_norm(fc(features))
     anchor, mask = embd[57], embd[UNK_ID]
@@ -153,13 +155,13 @@ def test_a_mask_position_attends_to_the_anchor_and_copies_it() -> None:
     copy = h // 2
     assert (weights[:copy, -1] > 0.999).all()
     assert (weights[copy:, -1] < 1e-6).all()
-    d = tq.DFLASH_DRAFTER.dim
+    d = tiny_dflash.DFLASH_DRAFTER.dim
     out = drafter["blk.0.attn_output.weight"][:, :d] @ (drafter["blk.0.attn_v.weight"][:d] @ rms(anchor))
     np.testing.assert_allclose(out, rms(anchor), rtol=1e-5)
 
 
 @pytest.mark.slow
-def test_the_real_server_loads_the_target_and_answers(models: tq.Qwen35Models, tmp_path: Path) -> None:
+def test_the_real_server_loads_the_target_and_answers(models: tinymodels.Qwen35Models, tmp_path: Path) -> None:
     (port,) = free_ports(1)
     argv = (
         str(llama_binary("llama-server")),

@@ -7,8 +7,9 @@ import requests
 
 from ci.cli import main
 from ci.files import sha256_file as sha256
-from ci.gates.llama import LlamaServer, ServerLaunch, free_ports
-from ci.gates.tinymodels import BOS_ID, DRAFTER, EOS_ID, MODEL_FILE, TARGET, TinyModels, vocab, write_model
+from ci.gates.serving.llama import LlamaServer, ServerLaunch, free_ports
+from ci.gates.tiny.models import DRAFTER, TARGET, TinyModels, write_model
+from ci.gates.tiny.writer import BOS_ID, EOS_ID, MODEL_FILE, vocab
 from tests.support.binaries import llama_binary
 
 
@@ -46,7 +47,9 @@ def test_every_token_is_text_on_its_own() -> None:
 
 def test_cli_writes_the_models(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tiny-models", "--out", str(tmp_path)]) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny-drafter.gguf", "tiny-near-drafter.gguf", "tiny-other-target.gguf", "tiny-target.gguf"]
+    llama = ["tiny-drafter.gguf", "tiny-near-drafter.gguf", "tiny-other-target.gguf", "tiny-target.gguf"]
+    qwen35 = ["tiny-qwen35-dflash.gguf", "tiny-qwen35-mtp.gguf", "tiny-qwen35-near-drafter.gguf", "tiny-qwen35-target.gguf"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(llama + qwen35)  # both sets, nothing else left there
     target = tmp_path / "tiny-target.gguf"
     assert MODEL_FILE.format(name=target.name, megabytes=2.38, sha256=sha256(target)[:16]) in capsys.readouterr().out
 

@@ -1,0 +1,48 @@
+"""The perf gate's adapter: the seeds' performance claims (pins.yaml expect.perf), measured by the bench on the build's
+llama-server through 1bit serve, required when pins.yaml declares claims; each check's figures shown by gpu_tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ci import defaults
+from ci.gates.perf import NAME
+from ci.gates.protocol import Flags, GateBase, Requirement
+
+if TYPE_CHECKING:
+    from ci.gates.results import GateResult
+    from ci.gates.target import BuildUnderTest, GateOptions
+    from ci.pin.pins import Pins
+
+ENOUGH_ROUNDS = "at least {rounds}"  # the perf gate's rounds as a criterion
+
+
+class PerfGate(GateBase):
+    name = NAME
+    # it measures speed, not what a planted fault breaks; its verdict compared the build with the last release
+    flags = Flags(requirement=Requirement.WHEN_DECLARED, plantable=False, shows_cases=True, on_models=True, compares_with_release=True)
+
+    def declared(self, pins: Pins) -> bool:
+        return bool(pins.perf)
+
+    def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
+        from ci.gates.perf import run
+
+        return run.run(target, options, out)
+
+    def criteria(self, pins: Pins, profile: str) -> dict[str, Any]:
+        from ci.gates.serving.launcher import launcher_sha256
+
+        checks = {models: [[c.text, c.floor, c.tolerance] for c in checks] for models, checks in pins.perf}
+        # its figures are of llama-servers started through 1bit serve, with the launcher's recipes
+        return {"checks": checks, "rounds": ENOUGH_ROUNDS.format(rounds=defaults.PERF_ROUNDS), "launcher_sha256": launcher_sha256()}
+
+    def judged(self, result: GateResult, pins: Pins, profile: str) -> dict[str, Any]:
+        """The rounds it measured: enough, or how few."""
+        rounds = dict(result.properties).get("rounds", "")
+        enough = rounds.isdigit() and int(rounds) >= defaults.PERF_ROUNDS
+        return {**self.criteria(pins, profile), "rounds": ENOUGH_ROUNDS.format(rounds=defaults.PERF_ROUNDS) if enough else rounds}
+
+
+GATE = PerfGate()

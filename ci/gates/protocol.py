@@ -1,0 +1,105 @@
+"""What a gate is: the one shape every gate's package fills (``ci/gates/NAME/gate.py``), as nox declares a session.
+
+A gate has a name, typed flags (:class:`Flags`: what the commands and ship need to know about it, as fields, never
+read with ``getattr``), and four things it answers:
+
+- :meth:`Gate.required`: whether ship requires it for a build of these pins;
+- :meth:`Gate.run`: judge the build under test into a :class:`~ci.gates.results.GateResult`;
+- :meth:`Gate.criteria`: what its record must have judged against for a build of these pins and profile, now (ship
+  compares the record's criteria with these: a count raised, a shorter run, a launcher edited since, no longer counts);
+- :meth:`Gate.judged`: what one result was judged against, read from the result where the run decides it (the
+  tokens of an equivalence run, the architectures of an archs run) and from the pins otherwise.
+
+A gate that judges nothing against anything has no business in ship: :meth:`Gate.criteria` must name at least one
+criterion (tests/gates/test_registry.py refuses a gate that declares none). The registry (:mod:`ci.gates.registry`)
+lists the gates' objects; adding a gate is its package and one line there (docs/gates.md, "Where a gate lives").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # the types alone: resolving a job imports the gates' names, not their servers and numpy
+    from ci.compile.manifest import Manifest
+    from ci.gates.results import GateResult
+    from ci.gates.target import BuildUnderTest, GateOptions
+    from ci.pin.pins import Pins
+
+
+class Requirement(Enum):
+    ALWAYS = "always"  # ship requires it for every build; a benign planted edit must pass it
+    WHEN_NAMED = "when named"  # ship requires it when pins.yaml's release.require names it
+    WHEN_DECLARED = "when declared"  # ship requires it when pins.yaml declares what it checks, or release.require names it
+
+
+@dataclass(frozen=True)
+class Flags:
+    """What the commands and ship read of a gate, declared once in its ``gate.py``."""
+
+    requirement: Requirement = Requirement.ALWAYS
+    own_session: bool = False  # it runs in a session of its own (nox -s gate_selftest), never inside gpu_tests
+    plantable: bool = True  # a planted fault of the fork may name it (it judges the build's binaries)
+    shows_cases: bool = False  # gpu_tests prints each case's figures (the perf checks)
+    on_models: bool = False  # its records say which models they ran on; only those on the release's models count
+    binds_model_files: bool = False  # its records name the models' sha256, which must be pins.yaml's where it gives them
+    compares_with_release: bool = False  # its verdict compared the build with the last release: it must be the last now
+
+
+class Gate(Protocol):
+    name: str
+    flags: Flags
+
+    def required(self, pins: Pins) -> bool:
+        """Whether ship requires this gate for a build of ``pins``."""
+        ...
+
+    def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
+        """Judge the build under test; the record (JSON, JUnit, ledger) is the release stage's to write."""
+        ...
+
+    def criteria(self, pins: Pins, profile: str) -> dict[str, Any]:
+        """What a record of this gate must have judged against for a build of ``pins`` on ``profile``, now."""
+        ...
+
+    def judged(self, result: GateResult, pins: Pins, profile: str) -> dict[str, Any]:
+        """What ``result`` was judged against (compared with :meth:`criteria` at ship time)."""
+        ...
+
+    def why_not_counted(self, properties: Mapping[str, Any], manifest: Manifest) -> str | None:
+        """Beyond the manifest and criteria every record is bound to: why a record with these properties does not
+        count for ``manifest``'s build, in a few words; None when nothing more is asked."""
+        ...
+
+
+class GateBase:
+    """The answers most gates share: required by their :class:`Requirement`, judged against today's criteria, and
+    nothing asked beyond the binding every record has."""
+
+    name: str
+    flags: Flags = Flags()
+
+    def required(self, pins: Pins) -> bool:
+        match self.flags.requirement:
+            case Requirement.ALWAYS:
+                return True
+            case Requirement.WHEN_NAMED:
+                return self.name in pins.release_require
+            case Requirement.WHEN_DECLARED:
+                return self.declared(pins) or self.name in pins.release_require
+
+    def declared(self, pins: Pins) -> bool:
+        """For :attr:`Requirement.WHEN_DECLARED`: whether pins.yaml declares what this gate checks."""
+        return False
+
+    def criteria(self, pins: Pins, profile: str) -> dict[str, Any]:
+        raise NotImplementedError(f"the {self.name} gate declares no criteria")
+
+    def judged(self, result: GateResult, pins: Pins, profile: str) -> dict[str, Any]:
+        return self.criteria(pins, profile)
+
+    def why_not_counted(self, properties: Mapping[str, Any], manifest: Manifest) -> str | None:
+        return None

@@ -1,0 +1,96 @@
+"""The route gate: the serve launcher's no-GPU tests (``pytest tests/route tests/serve`` of this checkout), as one
+gate: the route tests (hadamard_route, recipes_route) and the launcher's other tests."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from ci.command import run
+from ci.errors import ConfigError
+from ci.gates.results import CaseResult, GateResult, Status, case_counts
+from ci.gates.route import NAME
+from ci.gates.serving.launcher import SOURCE_ROOT, files_sha256, files_under, own_bytecode, with_bytecode
+
+GATE = NAME
+
+
+# pytest's environment options: PYTEST_ADDOPTS="-k x" ran 5 of 180 tests, a plugin in PYTEST_PLUGINS skipped them all,
+# and either record passed. The gate runs the whole suite as the checkout says, so these are left out.
+NOT_PASSED_ON = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
+# and no plugin that an installed package declares (entry point pytest11) is loaded: a package on the path whose
+# plugin deselected a test made the record "1/1 passed" on a suite of two. tests/serve needs none of them.
+ENV_SET = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+# pytest, imported with the checkout taken off the front of sys.path: ``python -m pytest`` in the checkout imported a
+# pytest.py there instead, which ran pytest with a plugin of its own that deselected a test ("1/1 passed" of two).
+# Not ``python -I`` (3.11's -P is too new): it would drop PYTHONPATH, which a machine with packages in --target uses.
+PYTEST_NOT_FROM_THE_CHECKOUT = "import sys; del sys.path[0]; import pytest; sys.exit(pytest.main(sys.argv[1:]))"
+SKIPPED = "{count} route test(s) skipped ({first}): the route gate runs every test; find what skips them"
+NO_PROJECT_CONFIG = "{config}: missing; the route gate runs pytest with the project's own configuration and no other"
+# the one pytest configuration the gate reads (-c): pytest takes the first it finds from tests/serve upwards, so a
+# pytest.ini, tox.ini or setup.cfg added for the gate run with -k, then removed, recorded a pass on fewer tests
+PROJECT_CONFIG = "pyproject.toml"
+# What decides which route tests run and how, under the checkout: the record is bound to their digest, so a conftest
+# edited (or a root conftest.py added) for the gate run with a hook that drops tests, then put back, no longer ships.
+# tests/conftest.py registers tests/support's fixtures for the whole suite, and the launcher's tests import tests/support.
+TEST_FOLDERS = ("tests/route", "tests/serve")  # what the gate runs
+ROUTE_TESTS = (PROJECT_CONFIG, "conftest.py", "tests/__init__.py", "tests/conftest.py", *TEST_FOLDERS, "tests/support")
+
+
+def route_tests_sha256(source: Path | None = None) -> str:
+    """One digest of the files that decide what the route gate runs (:data:`ROUTE_TESTS` of the checkout, each that
+    exists), as the launcher's digest reads files: the route record is bound to it."""
+    root = source or SOURCE_ROOT
+    paths = (root / name for name in ROUTE_TESTS)
+    return files_sha256(root, [f for p in paths for f in (files_under(p) if p.is_dir() else [p] if p.is_file() else [])])
+
+
+def route_gate(out: Path, source: Path = SOURCE_ROOT) -> GateResult:
+    """``pytest tests/route tests/serve`` of this onebit-ci checkout in a child process, its JUnit read back into a GateResult."""
+    for folder in TEST_FOLDERS:
+        if not (source / folder).is_dir():
+            raise ConfigError(f"{source}: no {folder}; run the gates from a checkout of onebit-ci, not an installed copy")
+    if not (source / PROJECT_CONFIG).is_file():
+        raise ConfigError(NO_PROJECT_CONFIG.format(config=source / PROJECT_CONFIG))
+    junit = out / "route.pytest.junit.xml"
+    junit.unlink(missing_ok=True)
+    started = time.monotonic()
+    with own_bytecode() as bytecode:
+        argv = [sys.executable, "-c", PYTEST_NOT_FROM_THE_CHECKOUT, *TEST_FOLDERS, "-c", PROJECT_CONFIG, "--rootdir", ".", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+        env = {k: v for k, v in os.environ.items() if k not in NOT_PASSED_ON}
+        done = run(argv, cwd=source, env=with_bytecode({**env, **ENV_SET}, bytecode), check=False, what=f"pytest {' '.join(TEST_FOLDERS)}")
+    seconds = time.monotonic() - started
+    cases = _junit_cases(junit) if junit.is_file() else []
+    problems = []
+    if not cases:
+        problems.append(f"pytest {' '.join(TEST_FOLDERS)} ran no test (exit status {done.returncode}): {done.output.strip().splitlines()[-1:] or ''}")
+    failed = [c for c in cases if c.status in (Status.FAILED, Status.ERROR)]
+    problems += [f"{c.classname}::{c.name}: {c.message}" for c in failed[:20]]
+    skipped = [c for c in cases if c.status is Status.SKIPPED]
+    if skipped:
+        problems.append(SKIPPED.format(count=len(skipped), first=f"{skipped[0].classname}::{skipped[0].name}: {skipped[0].message}"))
+    if done.returncode != 0 and not problems:
+        problems.append(f"pytest {' '.join(TEST_FOLDERS)} exited with status {done.returncode}")
+    status = Status.PASSED if not problems else Status.FAILED
+    summary = f"{sum(c.status is Status.PASSED for c in cases)}/{len(cases)} route tests passed"
+    return GateResult(GATE, status, summary, tuple(cases), tuple(problems), case_counts(cases), seconds=seconds)
+
+
+def _junit_cases(path: Path) -> list[CaseResult]:
+    from junitparser import Error, Failure, JUnitXml, Skipped
+
+    out = []
+    for suite in JUnitXml.fromfile(str(path)):
+        for case in suite:
+            status, message = Status.PASSED, ""
+            for r in case.result:
+                if isinstance(r, Failure):
+                    status, message = Status.FAILED, (r.message or "")
+                elif isinstance(r, Error):
+                    status, message = Status.ERROR, (r.message or "")
+                elif isinstance(r, Skipped):
+                    status, message = Status.SKIPPED, (r.message or "")
+            out.append(CaseResult(case.name, status, message.splitlines()[0] if message else "", case.classname or "", seconds=case.time or 0.0))
+    return out

@@ -1,0 +1,1 @@
+"""What the gates share to serve a model: a llama-server handle, the devices, the interleaved bench."""

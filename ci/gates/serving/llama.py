@@ -1,0 +1,375 @@
+"""A llama-server as a context manager: started through the serve launcher on 127.0.0.1, always stopped and reaped.
+
+:func:`launcher_argv` is the plan (pure): the ``python -m serve serve ...`` command line of one server.
+:class:`LlamaServer` runs it in a session of its own and keeps track of its process tree (the launcher puts
+llama-server in a process group of its own, so a group signal would miss it). On leaving the block (an
+exception, a timeout, Ctrl-C) the launcher gets SIGTERM, which it forwards; whatever of the tree still runs
+after a grace period gets SIGKILL; the launcher is reaped. Ctrl-C at the terminal reaches only this process
+(the server is in another session); the ``with`` block's exit then tears the server down before the
+interrupt propagates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import psutil
+import requests
+
+from ci import defaults
+from ci.command import Process, descendants, resolve, signals_held, wait_gone
+from ci.errors import ServerFailed, describe_returncode
+from ci.gates.serving.launcher import process_bytecode, with_bytecode
+from ci.schema import parse_json
+
+log = logging.getLogger("onebit-ci")
+
+LOCALHOST = "127.0.0.1"
+LAUNCHER = ("-m", "serve", "serve")  # after the interpreter: ``python -m serve serve ARGS``
+LOG_TAIL_LINES = 25
+BODY_LIMIT = 2000
+
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+EXITED_EARLY = "{leg} server exited with {code} before it was healthy"
+NOT_HEALTHY = "{leg} server not healthy on {url} after {seconds:g} s"
+LLAMA_SERVER_GONE = "its llama-server is gone"
+PORT_HELD = "{leg} server exited ({why}), yet port {port} answered /health: another server holds port {port}"
+DIED = "{leg} server died ({why}) on port {port}"
+ANOTHER_SERVER = "port {port} is answered by another server: its /props names {named}, not {model} that the {leg} server was started with"
+NO_ANSWER = "{leg} server: POST {path} got no answer in {seconds:g} s"
+DIED_DURING = "{leg} server died during POST {path}: {code}"
+HTTP_ERROR = "{leg} server: POST {path}: HTTP {status}: {body}"
+BAD_ANSWER = "{leg} server: POST {path}: the answer is {why}: {content!r}"
+NOT_AN_OBJECT = "{leg} server: POST {path}: the answer is not a JSON object"
+
+
+@dataclass(frozen=True)
+class ServerLaunch:
+    """One server to start: its argv (the launcher's), the variables it adds to the environment, where it listens."""
+
+    name: str  # names the server in messages and its log file: "baseline", "drafter"
+    argv: tuple[str, ...]
+    host: str
+    port: int
+    env: tuple[tuple[str, str], ...] = ()
+    model: str = ""  # the model it was given: its /props must name it, or another server answers the port
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def display(self) -> str:
+        return shlex.join(self.argv)
+
+
+def launcher_argv(
+    *,
+    model: Path,
+    llama_server: Path,
+    port: int,
+    device: str = "cpu",
+    host: str = LOCALHOST,
+    context: int = defaults.CONTEXT,
+    serve_options: Sequence[str] = (),
+    extra: Sequence[str] = (),
+    python: str = sys.executable,
+) -> tuple[str, ...]:
+    """The serve launcher's command line for one server (issue 5's CLI): ``python -m serve serve ... -- EXTRA``."""
+    argv = [python, *LAUNCHER, "-m", str(model), "--device", device, "--llama-server", str(llama_server)]
+    argv += ["--host", host, "--port", str(port), "-c", str(context), *serve_options]
+    if extra:
+        argv += ["--", *extra]
+    return tuple(argv)
+
+
+def default_server(launch: ServerLaunch, log_path: Path, health_timeout: float) -> LlamaServer:
+    return LlamaServer(launch, log_path, health_timeout=health_timeout)
+
+
+def free_ports(count: int, host: str = LOCALHOST) -> tuple[int, ...]:
+    """``count`` distinct ports the kernel has just handed out on ``host`` (held together, so they differ)."""
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            s = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            s.bind((host, 0))
+            ports.append(s.getsockname()[1])
+        return tuple(ports)
+
+
+class LlamaServer:
+    """A running server; use it as ``with LlamaServer(launch, log_path) as server: server.completion({...})``."""
+
+    def __init__(
+        self,
+        launch: ServerLaunch,
+        log_path: Path,
+        *,
+        health_timeout: float = 60.0,
+        stop_grace: float = 10.0,
+        cwd: Path | None = None,
+    ) -> None:
+        self.launch = launch
+        self.log_path = log_path
+        self.health_timeout = health_timeout
+        self.stop_grace = stop_grace
+        self.cwd = cwd
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self._http = requests.Session()
+        self.returncode: int | None = None
+        self.seconds_to_healthy = 0.0
+        self._tree: set[Process] = set()
+        self._terminated = 0.0  # when SIGTERM was sent
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+
+    def __enter__(self) -> LlamaServer:
+        try:  # the start too: a Ctrl-C as it returns would leave the server, in a session of its own, running
+            self.start()
+            self.wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+    @property
+    def started(self) -> bool:
+        return self._proc is not None
+
+    @property
+    def pid(self) -> int:
+        if self._proc is None:
+            raise RuntimeError(f"{self.launch.name} server was never started")
+        return self._proc.pid
+
+    @property
+    def url(self) -> str:
+        return self.launch.url
+
+    def start(self) -> None:
+        argv = list(self.launch.argv)
+        argv[0] = resolve(argv[0])
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 -- closed in stop(), which every path reaches
+        log.info("$ %s", self.launch.display())
+        self._started = time.monotonic()
+        # the launcher runs its source, not bytecode left in serve/__pycache__ (launcher_files.process_bytecode)
+        env = with_bytecode({**os.environ, **dict(self.launch.env)}, process_bytecode())
+        with signals_held():  # a Ctrl-C as it starts is raised once the server is known here, so stop() ends it
+            self._proc = subprocess.Popen(
+                argv,
+                cwd=self.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: the launcher and llama-server are stopped together
+            )
+
+    def wait_healthy(self) -> None:
+        """Poll /health until it answers 200; :class:`ServerFailed` with the log's tail if it dies or times out."""
+        deadline = self._started + self.health_timeout
+        while True:
+            code = self.poll()
+            if code is not None:
+                raise ServerFailed(EXITED_EARLY.format(leg=self.launch.name, code=describe_returncode(code)), self.log_tail())
+            try:
+                r = self._http.get(f"{self.url}/health", timeout=2)
+                if r.status_code == 200:
+                    self._track()
+                    self.check_own(answered=True)
+                    self.seconds_to_healthy = time.monotonic() - self._started
+                    log.info("%s server healthy on %s after %.2f s", self.launch.name, self.url, self.seconds_to_healthy)
+                    return
+            except requests.RequestException:
+                pass
+            if time.monotonic() >= deadline:
+                raise ServerFailed(NOT_HEALTHY.format(leg=self.launch.name, url=self.url, seconds=self.health_timeout), self.log_tail())
+            time.sleep(0.01)
+
+    def check_own(self, answered: bool = False) -> None:
+        """That the server answering the port is the one started here: the launcher and its llama-server alive, and
+        ``/props`` naming the model it was given. Another process on the port is a :class:`ServerFailed` naming it;
+        ``answered``: something just answered /health on the port."""
+        port = self.launch.port
+        code = self.poll()
+        if code is None and self._tree and not any(p.alive() for p in self._tree):
+            code = -1
+        if code is not None:
+            why = describe_returncode(code) if code >= 0 else LLAMA_SERVER_GONE
+            if answered:
+                raise ServerFailed(PORT_HELD.format(leg=self.launch.name, why=why, port=port), self.log_tail())
+            raise ServerFailed(DIED.format(leg=self.launch.name, why=why, port=port), self.log_tail())
+        if not self.launch.model:
+            return
+        try:
+            r = self._http.get(f"{self.url}/props", timeout=10)
+            props = parse_json(r.content) if r.status_code == 200 else {}
+        except (requests.RequestException, ValueError, RecursionError):
+            props = {}
+        named = props.get("model_path") if isinstance(props, dict) else None
+        if isinstance(named, str) and named and Path(named).resolve() != Path(self.launch.model).resolve():
+            raise ServerFailed(ANOTHER_SERVER.format(port=port, named=named, model=self.launch.model, leg=self.launch.name), self.log_tail())
+
+    def poll(self) -> int | None:
+        if self._proc is None:
+            return None
+        return self._proc.poll()
+
+    def terminate(self) -> None:
+        """SIGTERM to the launcher (it forwards it to llama-server) without waiting: :meth:`stop` waits and reaps.
+        Stopping several servers is quicker as terminate-all, then stop each (llama-server takes 0.12 s to exit)."""
+        proc = self._proc
+        if proc is None or proc.returncode is not None or self._terminated:
+            return
+        self._track()
+        self._terminated = time.monotonic()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+
+    def stop(self) -> int | None:
+        """SIGTERM to the launcher, SIGKILL to what is left after ``stop_grace`` s, reap; safe to call twice."""
+        proc = self._proc
+        if proc is None:
+            if self._log is not None:  # it failed to start
+                self._log.close()
+                self._log = None
+            return self.returncode
+        try:
+            self._track()
+            if proc.returncode is None:
+                self.terminate()
+                if not _exited(proc.pid, max(0.0, self._terminated + self.stop_grace - time.monotonic())):
+                    log.warning("%s server still running %g s after SIGTERM; killing it", self.launch.name, self.stop_grace)
+            self._track()
+            # The launcher is waited for but not yet reaped, so its pid cannot be reused while its group and the
+            # tree seen so far get SIGKILL: a llama-server whose launcher did not stop it goes too.
+            _signal_group(proc.pid, signal.SIGKILL)
+            for p in self.leftovers():
+                p.kill()
+            proc.wait()
+            wait_gone(self._tree, 5.0)
+        finally:
+            if proc.poll() is None:  # interrupted while waiting: never leave it running
+                _signal_group(proc.pid, signal.SIGKILL)
+                for p in self.leftovers():
+                    p.kill()
+                proc.wait()
+            self.returncode = proc.returncode
+            self._http.close()
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+        return self.returncode
+
+    def _track(self) -> None:
+        """Remember the launcher's descendants now (llama-server); an orphan is no longer found through its parent."""
+        if self._proc is not None:
+            self._tree |= set(descendants(self._proc.pid))
+
+    def processes(self) -> tuple[Process, ...]:
+        """The server's live descendants now (llama-server under the launcher)."""
+        return descendants(self.pid) if self._proc is not None and self._proc.returncode is None else ()
+
+    def leftovers(self) -> tuple[Process, ...]:
+        """Processes of this server seen so far that are still alive (not zombies): what must be empty after stop."""
+        return tuple(sorted((p for p in self._tree if p.alive()), key=lambda p: p.pid))
+
+    # -- requests -----------------------------------------------------------------------------------------------
+
+    def completion(self, body: Mapping[str, Any], timeout: float = 300.0) -> dict[str, Any]:
+        """POST /completion; an HTTP error, a timeout or a dead server raise :class:`ServerFailed` with the evidence."""
+        return self.post("/completion", body, timeout)
+
+    def post(self, path: str, body: Mapping[str, Any], timeout: float) -> dict[str, Any]:
+        try:
+            r = self._http.post(f"{self.url}{path}", json=dict(body), timeout=timeout)
+        except requests.Timeout:
+            raise ServerFailed(NO_ANSWER.format(leg=self.launch.name, path=path, seconds=timeout), self.log_tail()) from None
+        except requests.ConnectionError as exc:
+            code = self._wait_exit(2.0)
+            if code is not None:
+                raise ServerFailed(DIED_DURING.format(leg=self.launch.name, path=path, code=describe_returncode(code)), self.log_tail()) from None
+            raise ServerFailed(f"{self.launch.name} server: POST {path}: {exc}", self.log_tail()) from None
+        if r.status_code != 200:
+            text = r.text.strip()
+            if len(text) > BODY_LIMIT:
+                text = text[:BODY_LIMIT] + " [...]"
+            raise ServerFailed(HTTP_ERROR.format(leg=self.launch.name, path=path, status=r.status_code, body=text), self.log_tail())
+        try:
+            answer = parse_json(r.content)
+        except (ValueError, RecursionError) as exc:
+            why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc) if "twice" in str(exc) else "not JSON"
+            raise ServerFailed(BAD_ANSWER.format(leg=self.launch.name, path=path, why=why, content=r.content[:200]), self.log_tail()) from None
+        if not isinstance(answer, dict):
+            raise ServerFailed(NOT_AN_OBJECT.format(leg=self.launch.name, path=path), self.log_tail())
+        return answer
+
+    def _wait_exit(self, seconds: float) -> int | None:
+        if self._proc is None:
+            return None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return self._proc.wait(timeout=seconds)
+        return None
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        if self._log is not None:
+            self._log.flush()
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as fh:
+                return "".join(deque(fh, maxlen=lines))
+        except FileNotFoundError:
+            return ""
+
+
+# what the gates and the bench start their servers with; tests pass one that records or breaks the servers
+ServerFactory = Callable[[ServerLaunch, Path, float], LlamaServer]
+
+
+def _exited(pid: int, seconds: float) -> bool:
+    """Whether child ``pid`` exits within ``seconds``; it is left unreaped (a zombie) so its pid stays taken."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:  # already reaped
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def group_members(pgid: int) -> tuple[int, ...]:
+    """Live (not zombie) processes of process group ``pgid``."""
+    out = []
+    for p in psutil.process_iter(["status"]):
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.pid) == pgid:
+                out.append(p.pid)
+    return tuple(sorted(out))
+
+
