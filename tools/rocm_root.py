@@ -43,6 +43,11 @@ CHANGED_BOTH_WAYS = (
     "{copy}: changed inside the root and by the new HEAD: {files}; keep the change with git -C {copy} stash, "
     "or drop it with git -C {copy} checkout HEAD -- {paths}, then make again"
 )
+COMMITTED_INSIDE = (
+    "{copy}: HEAD {commit} was committed inside the root and {project} does not have it: the refresh would leave it "
+    "behind; take it to the project (git -C {copy} format-patch -o DIR FETCH_HEAD..HEAD, then git am DIR/*.patch in "
+    "{project}), or drop it with git -C {copy} checkout --detach FETCH_HEAD, then make again"
+)
 STEP_LINE = "{name}: {command}"  # a step of --dry-run's plan
 SKIPPED_WHEN = "  (skipped when {path} exists)"
 SESSION_STEP = "nox -s {session}"
@@ -201,6 +206,17 @@ def changes_in_the_way(dest: Path) -> list[str]:
     return sorted(set(local) & set(incoming))
 
 
+def committed_inside(dest: Path) -> str | None:
+    """COMMITTED_INSIDE when the copy's HEAD was committed inside the root (a bump committed there, docs/build.md):
+    the project it was cloned from does not have it, and checking out the project's HEAD would leave it behind. A
+    HEAD the project has is followed wherever the project's HEAD went (another branch, a rewind)."""
+    head = run(["git", "-C", str(dest), "rev-parse", "HEAD"], quiet=True).output.strip()
+    project = run(["git", "-C", str(dest), "config", "remote.origin.url"], quiet=True).output.strip()
+    if run(["git", "-C", project, "cat-file", "-e", f"{head}^{{commit}}"], check=False, quiet=True).returncode == 0:
+        return None
+    return COMMITTED_INSIDE.format(copy=dest, commit=head[:12], project=project)
+
+
 def _show(line: str) -> None:
     print(line.rstrip("\n"), flush=True)
 
@@ -213,6 +229,8 @@ def execute(root: Path, steps: Sequence[Step]) -> None:
             print(SKIPPED.format(step=step.name, path=step.skip_when), flush=True)
             continue
         t = time.monotonic()
+        if step.name == "project checkout" and (left_behind := committed_inside(Path(step.argv[2]))):
+            raise ConfigError(left_behind)
         if step.name == "project checkout" and (in_the_way := changes_in_the_way(Path(step.argv[2]))):
             raise ConfigError(CHANGED_BOTH_WAYS.format(copy=step.argv[2], files=", ".join(in_the_way), paths=" ".join(in_the_way)))
         if step.name == "apt update":  # the root resolves names and trusts certificates as this machine does

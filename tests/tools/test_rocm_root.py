@@ -294,3 +294,43 @@ def test_the_documented_steps_install_debootstrap_name_git_and_compile_once_at_t
     assert names.index("bump-pin") < names.index("build")
     assert "--no-compile" in dict(sessions)["bump-pin"]
     assert "-j" in dict(sessions)["build"]
+
+
+def test_a_commit_made_inside_the_root_is_not_left_behind_by_a_refresh(tmp_path: Path) -> None:
+    """docs/build.md has a bump committed inside the root; a later ``make`` checked out the project's new HEAD over
+    it, and the copy went on without the bump (the commit only in the reflog). Now one line naming it and both ways
+    out; a HEAD the project has (a branch switched on this machine) is still followed."""
+    project, root = tmp_path / "project", tmp_path / "root"
+    project.mkdir()
+    _git(project, "init", "-q", "-b", "main")
+    for key, value in (("user.email", "t@example.invalid"), ("user.name", "t")):
+        _git(project, "config", key, value)
+    (project / "pins.yaml").write_text("commit: a\n")
+    _git(project, "add", ".")
+    _git(project, "commit", "-qm", "one")
+    refresh = [s for s in rocm_root.make_plan(root, project) if s.name.startswith("project ")]
+    rocm_root.execute(root, refresh)
+    copy = root / "src" / "onebit-ci"
+    _git(project, "switch", "-qc", "other")
+    (project / "README.md").write_text("other\n")
+    _git(project, "add", ".")
+    _git(project, "commit", "-qm", "other")
+    rocm_root.execute(root, refresh)  # the copy follows the project's HEAD to another branch
+    _git(project, "switch", "-q", "main")
+    rocm_root.execute(root, refresh)  # and back: no longer an ancestor, but the project has it
+    assert not (copy / "README.md").exists()
+    for key, value in (("user.email", "t@example.invalid"), ("user.name", "t")):
+        _git(copy, "config", key, value)
+    (copy / "pins.yaml").write_text("commit: bumped inside\n")
+    _git(copy, "commit", "-qam", "bump inside the root")
+    inside = _git(copy, "rev-parse", "HEAD").strip()
+    (project / "README.md").write_text("two\n")
+    _git(project, "add", ".")
+    _git(project, "commit", "-qm", "two")
+    with pytest.raises(rocm_root.ConfigError) as caught:
+        rocm_root.execute(root, refresh)
+    assert caught.value.message == rocm_root.COMMITTED_INSIDE.format(copy=copy, commit=inside[:12], project=project)
+    assert _git(copy, "rev-parse", "HEAD").strip() == inside
+    _git(copy, "checkout", "-q", "--detach", "FETCH_HEAD")  # one way out it names: drop it
+    rocm_root.execute(root, refresh)
+    assert (copy / "README.md").read_text() == "two\n"
