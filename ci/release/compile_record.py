@@ -14,8 +14,8 @@ from pathlib import Path
 
 from ci.compile.cmake import whole_compile
 from ci.compile.stage import CurrentBuild
-from ci.gates import devices
 from ci.gates.results import CaseResult, GateResult, Status
+from ci.gates.serving import devices
 
 GATE = "compile"
 HIP_UNIT_RE = re.compile(r"^build (\S+\.o): HIP_COMPILER__\S+ (\S+\.(?:cu|hip|cpp))", re.MULTILINE)
