@@ -101,14 +101,14 @@ def result(build: CurrentBuild) -> GateResult:
             CaseResult(u.name, Status.PASSED if u.compiled else Status.FAILED, classname=f"{GATE}.hip", message=u.source) for u in units
         ),
         problems=problems,
-        counts=(("hip_units", len(compiled)), ("fork_units", len(own)), ("missing", len(missing)))
-        + ((("compile_steps", whole.steps),) if whole else ()),
+        counts=(("hip_units", len(compiled)), ("fork_units", len(own)), ("missing", len(missing))),
         properties=(
             ("profile", manifest.profile),
             ("compiler", compiler),
             ("fork_units", " ".join(sorted(u.name for u in own))),
             ("built_at", manifest.built_at),
-        ),
+        )
+        + ((("compile_steps", str(whole.steps)), ("compiled_at", whole.built_at)) if whole else ()),
         metrics=(("build_seconds", manifest.seconds),) + ((("compile_seconds", whole.seconds),) if whole else ()),
     )
 
