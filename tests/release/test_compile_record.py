@@ -15,7 +15,7 @@ import pytest
 from ci.commands import bump_pin
 from ci.commands.bump_pin import compile_verdict
 from ci.commands.job import Job
-from ci.compile import rocm
+from ci.compile import cmake, rocm
 from ci.compile.manifest import Artifact, Manifest
 from ci.compile.stage import CurrentBuild
 from ci.gates.registry import always
@@ -67,6 +67,7 @@ def stand_in_build(tmp_path: Path, devices: str, compiled: int = len(UNITS)) -> 
         binaries={"llama-server": Artifact.of(build_dir, server)},
         seconds=2812.5,
     )
+    cmake.WholeCompile(seconds=2812.5, steps=len(UNITS), built_at=manifest.built_at).write(build_dir)
     return CurrentBuild(manifest, build_dir)
 
 
