@@ -150,6 +150,14 @@ class Section:
         self._known.extend(str(k) for k in self.data)
         return ((str(k), v) for k, v in self.data.items())
 
+    def others(self, own: Iterable[str]) -> tuple[tuple[str, Any], ...]:
+        """The keys that are not ``own``, with their values, as written: another reader's to parse and check (a gate's
+        section of pins.yaml's expect); here they count as known."""
+        mine = set(own)
+        found = tuple((str(k), v) for k, v in self.data.items() if k not in mine)
+        self._known.extend(k for k, _ in found)
+        return found
+
     def done(self) -> None:
         for name in self.data:
             if name not in self._known:

@@ -42,6 +42,7 @@ def under_test(job: Job, build: CurrentBuild) -> BuildUnderTest:
     return BuildUnderTest(
         build, job.root, job.pins, profile.serve_device, bool(job.series.patches), job.series.touches("ggml/"),
         last_release=lambda models: ship.last_release(results_dir, profile.name, build.key, models),
+        released=lambda gate: ship.last_record(results_dir, profile.name, build.key, gate),
     )  # fmt: skip
 
 

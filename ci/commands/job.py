@@ -16,7 +16,7 @@ from ci.compile.profiles import Profile
 from ci.compile.stage import CurrentBuild, current_build
 from ci.compile.toolchain import Toolchain
 from ci.errors import ConfigError
-from ci.gates.registry import check_require
+from ci.gates.registry import check_expect, check_require
 from ci.pin.pins import Pins, target_problem
 from ci.pin.project import Project, find_project
 from ci.source.series import PATCHES_DIR, Series, load_series
@@ -37,6 +37,7 @@ class Job:
         project = find_project(root)
         pins = project.load_pins()
         check_require(pins)
+        check_expect(pins)
         return cls(project, pins, load_series(project.root / PATCHES_DIR), dict(os.environ) if env is None else env)
 
     @property

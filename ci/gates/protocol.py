@@ -47,6 +47,7 @@ class Flags:
     on_models: bool = False  # its records say which models they ran on; only those on the release's models count
     binds_model_files: bool = False  # its records name the models' sha256, which must be pins.yaml's where it gives them
     compares_with_release: bool = False  # its verdict compared the build with the last release: it must be the last now
+    expects: bool = False  # pins.yaml's expect.NAME is its own section, which it reads (:meth:`Gate.check_expect`)
 
 
 class Gate(Protocol):
@@ -72,6 +73,10 @@ class Gate(Protocol):
     def why_not_counted(self, properties: Mapping[str, Any], manifest: Manifest) -> str | None:
         """Beyond the manifest and criteria every record is bound to: why a record with these properties does not
         count for ``manifest``'s build, in a few words; None when nothing more is asked."""
+        ...
+
+    def check_expect(self, pins: Pins) -> None:
+        """For a gate that ``expects``: read pins.yaml's expect.NAME, raising ConfigError naming the key it dislikes."""
         ...
 
 
@@ -102,4 +107,7 @@ class GateBase:
         return self.criteria(pins, profile)
 
     def why_not_counted(self, properties: Mapping[str, Any], manifest: Manifest) -> str | None:
+        return None
+
+    def check_expect(self, pins: Pins) -> None:
         return None

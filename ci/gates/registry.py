@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 NOT_REQUIRABLE = '{file}: release.require[{index}]: "{gate}" is not a gate ship can require{suggestion}; known: {known}'
 UNKNOWN_GATE = "--gate {gate}: unknown gate{suggestion}; gates: {known}"
+UNKNOWN_EXPECT = "{file}: expect.{key}: unknown key{suggestion}; known: {known}"  # as schema.AT_KEY and UNKNOWN_KEY say it
 
 GATES: tuple[Gate, ...] = (ROUTE, BACKEND_OPS, EQUIVALENCE, ARCHS, PERF, SELFTEST_GATE)
 SELFTEST = SELFTEST_GATE.name
@@ -70,6 +71,19 @@ def check_require(pins: Pins) -> None:
     for i, gate in enumerate(pins.release_require):
         if gate not in known:
             raise ConfigError(NOT_REQUIRABLE.format(file=pins.path.name, index=i, gate=gate, suggestion=did_you_mean(gate, known), known=", ".join(known)))
+
+
+def check_expect(pins: Pins) -> None:
+    """pins.yaml's expect holds only what pins.py reads and the sections of gates that read their own, each of which
+    that gate reads now (so a bad floor is refused when the job resolves, not when the gate runs)."""
+    from ci.pin.pins import OWN_EXPECT
+
+    known = (*OWN_EXPECT, *(g.name for g in GATES if g.flags.expects))
+    for key, _ in pins.gate_expect:
+        gate = by_name(key)
+        if gate is None or not gate.flags.expects:
+            raise ConfigError(UNKNOWN_EXPECT.format(file=pins.path.name, key=key, suggestion=did_you_mean(key, known), known=", ".join(known)))
+        gate.check_expect(pins)
 
 
 def required(pins: Pins) -> tuple[str, ...]:

@@ -4,10 +4,10 @@ release's perf figures); and the options of a run of gates."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ci import defaults
 from ci.errors import ConfigError, Refused
@@ -37,6 +37,10 @@ def _no_release(models: str) -> perf.Released | None:
     return None
 
 
+def _no_record(gate: str) -> tuple[str, Mapping[str, Any]] | None:
+    return None
+
+
 @dataclass(frozen=True)
 class BuildUnderTest:
     """The build a gate judges (the compile stage's :class:`CurrentBuild`) and what it is judged against: pins.yaml,
@@ -49,6 +53,9 @@ class BuildUnderTest:
     patched: bool  # the series has patches
     ggml_touched: bool  # a patch touches ggml/ (its build commit says -dirty)
     last_release: Callable[[str], perf.Released | None] = _no_release  # per model set; the release stage's ledger
+    # per gate: the last release's pin and its record of that gate (the release stage's ledger), for a gate whose
+    # verdict compares with it (the oracle's kernel times)
+    released: Callable[[str], tuple[str, Mapping[str, Any]] | None] = _no_record
 
 
 def equivalence_models(target: BuildUnderTest, options: GateOptions) -> tuple[Path, Path, str]:

@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import yaml
 
@@ -34,6 +35,7 @@ NOT_A_BRANCH_NAME = "is not a branch name (give it without refs/heads/)"
 NOT_A_RELATIVE_PATH = "is not a relative path inside the repository"
 NOT_A_DATE = "is not a date (YYYY-MM-DD)"
 OMIT_NOT_RELATIVE = '"{path}" is not a relative path inside the checkout'
+OWN_EXPECT = ("archs", "backend_ops", "perf")  # what this module parses of expect; the rest is the gates'
 ARCHS_EMPTY = "is empty; list the architectures test-llama-archs must pass, or leave the key out for the default"
 NOT_AN_ARCH = '"{arch}" is not an architecture name (lower case, as test-llama-archs -a takes it)'
 NOT_AN_OP = "is not a ggml op name (upper case, as test-backend-ops -o takes it)"
@@ -166,6 +168,14 @@ class Pins:
     release_require: tuple[str, ...] = ()  # gates ship requires beyond route, backend_ops and equivalence
     perf: tuple[tuple[str, tuple[Check, ...]], ...] = ()  # expect.perf: per model set ("tiny" or a profile), parsed
     archs: tuple[str, ...] = defaults.ARCHS  # expect.archs: the architectures the archs gate runs test-llama-archs for
+    # expect's other keys, as written: each is a gate's own section (expect.oracle), which the gate parses and the
+    # registry checks names a gate (ci.gates.registry.check_expect), as release.require's names are checked
+    gate_expect: tuple[tuple[str, Any], ...] = ()
+
+    def gate_section(self, gate: str) -> Section | None:
+        """pins.yaml's ``expect.GATE``, for the gate to read (errors name the file and the dotted key), or None."""
+        raw = dict(self.gate_expect)
+        return Section(self.path.name, f"expect.{gate}", raw[gate]) if gate in raw else None
 
     def perf_checks(self, models: str) -> tuple[Check, ...]:
         return dict(self.perf).get(models, ())
@@ -219,8 +229,10 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
     cases: list[tuple[str, int]] = []
     perf: list[tuple[str, tuple[Check, ...]]] = []
     archs: tuple[str, ...] = defaults.ARCHS
+    gate_expect: tuple[tuple[str, Any], ...] = ()
     expect = top.section("expect", required=False)
     if expect is not None:
+        gate_expect = expect.others(OWN_EXPECT)  # each a gate's own section: the registry checks the names
         archs = expect.strings("archs", required=False, default=defaults.ARCHS)
         if not archs:
             raise expect.error(ARCHS_EMPTY, "archs")
@@ -260,6 +272,7 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
         release_require=require,
         perf=tuple(perf),
         archs=archs,
+        gate_expect=gate_expect,
     )
 
 

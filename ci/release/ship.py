@@ -11,7 +11,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -180,7 +180,13 @@ def check(build: CurrentBuild, pins: Pins, results_dir: Path, root: Path) -> Shi
 
     now = binding.criteria_now(pins, profile)
 
-    baseline = release_before(ledger, profile, build.key, counted_models(pins.equivalence))
+    models = counted_models(pins.equivalence)
+
+    def baseline(gate: str) -> str:
+        """The pin of the release a record of ``gate`` must have compared with: the last one now (on the release's
+        models for a gate whose records name them), or "" when there is none."""
+        found = released_record(ledger, profile, build.key, gate, models if flags_of(gate).on_models else None)
+        return found[0] if found is not None else ""
 
     def why_not(record: ledger_mod.Record) -> str | None:
         return binding.why_not_counted(record, build.manifest, pins, now) or other_baseline(record, baseline)
@@ -189,13 +195,15 @@ def check(build: CurrentBuild, pins: Pins, results_dir: Path, root: Path) -> Shi
     return ShipCheck(build.key, build.manifest, found, ledger.notes)
 
 
-def other_baseline(record: ledger_mod.Record, baseline: perf.Released | None) -> str | None:
-    """Why a perf record does not count: it compared the build with another release than the last one now (a release
-    shipped since, or none then), so no check held it to the figures in force; None when it compared with this one."""
+def other_baseline(record: ledger_mod.Record, baseline: Callable[[str], str]) -> str | None:
+    """Why a record of a gate that compares with the last release (perf, the oracle's kernel times) does not count: it
+    compared the build with another release than the last one now (``baseline``: that release's pin for the gate, ""
+    for none), a release shipped since or none then, so no check held it to the figures in force; None when it
+    compared with this one."""
     if not flags_of(record.gate).compares_with_release:
         return None
     judged = str((record.data.get("properties") or {}).get("released_pin", ""))
-    now = baseline.pin if baseline is not None else ""
+    now = baseline(record.gate)
     if judged == now:
         return None
     return OTHER_BASELINE.format(judged=RELEASE_AT.format(pin=judged[:7]) if judged else NO_RELEASE, now=RELEASE_AT.format(pin=now[:7]) if now else NO_RELEASE)
@@ -209,14 +217,26 @@ def last_release(results_dir: Path, profile: str, key: str, models: str) -> perf
 
 def release_before(book: ledger_mod.Ledger, profile: str, key: str, models: str) -> perf.Released | None:
     """:func:`last_release` in the ledger ``book`` (pure)."""
+    found = released_record(book, profile, key, perf.GATE, models)
+    return perf.Released(found[0], perf.medians(found[1].get("metrics") or {})) if found is not None else None
+
+
+def released_record(book: ledger_mod.Ledger, profile: str, key: str, gate: str, models: str | None = None) -> tuple[str, Mapping[str, Any]] | None:
+    """The pin of the last build of ``profile`` (not ``key``) that shipped with a record of ``gate`` (on ``models``
+    where given), and that record's data; None when no such release is in ``book`` (pure)."""
     for rec in reversed(book.records):
         if rec.gate != SHIP or rec.data.get("profile") != profile or rec.build_key == key:
             continue
-        figures = ledger_mod.latest(book, perf.GATE, rec.build_key)
-        if figures is None or (figures.data.get("properties") or {}).get("models") != models:
+        found = ledger_mod.latest(book, gate, rec.build_key)
+        if found is None or (models is not None and (found.data.get("properties") or {}).get("models") != models):
             continue
-        return perf.Released(str(rec.data.get("pin", "")), perf.medians(figures.data.get("metrics") or {}))
+        return str(rec.data.get("pin", "")), found.data
     return None
+
+
+def last_record(results_dir: Path, profile: str, key: str, gate: str) -> tuple[str, Mapping[str, Any]] | None:
+    """:func:`released_record` in the results' ledger: what a gate that compares with the last release reads."""
+    return released_record(ledger_mod.read(ledger_mod.ledger_path(results_dir), ledger_mod.signing_key()), profile, key, gate)
 
 
 def table(result: ShipCheck) -> str:
