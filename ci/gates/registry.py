@@ -16,6 +16,7 @@ from ci.errors import ConfigError
 from ci.gates.archs.gate import GATE as ARCHS
 from ci.gates.backend_ops.gate import GATE as BACKEND_OPS
 from ci.gates.equivalence.gate import GATE as EQUIVALENCE
+from ci.gates.oracle.gate import GATE as ORACLE
 from ci.gates.perf.gate import GATE as PERF
 from ci.gates.protocol import Gate, Requirement
 from ci.gates.route.gate import GATE as ROUTE
@@ -30,7 +31,7 @@ NOT_REQUIRABLE = '{file}: release.require[{index}]: "{gate}" is not a gate ship 
 UNKNOWN_GATE = "--gate {gate}: unknown gate{suggestion}; gates: {known}"
 UNKNOWN_EXPECT = "{file}: expect.{key}: unknown key{suggestion}; known: {known}"  # as schema.AT_KEY and UNKNOWN_KEY say it
 
-GATES: tuple[Gate, ...] = (ROUTE, BACKEND_OPS, EQUIVALENCE, ARCHS, PERF, SELFTEST_GATE)
+GATES: tuple[Gate, ...] = (ROUTE, BACKEND_OPS, ORACLE, EQUIVALENCE, ARCHS, PERF, SELFTEST_GATE)
 SELFTEST = SELFTEST_GATE.name
 
 

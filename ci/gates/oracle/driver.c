@@ -218,6 +218,7 @@ int main(int argc, char ** argv) {
             ggml_backend_synchronize(backend);
             if (r >= WARMUP) {
                 ms[r - WARMUP] = now_ms() - start;
+                printf("sample_ms: %s %.6f\n", case_id, ms[r - WARMUP]);
             }
         }
         qsort(ms, bench, sizeof(double), cmp_double);

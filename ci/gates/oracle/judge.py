@@ -73,6 +73,7 @@ class Measured:
     why: str = ""
     seconds: float = 0.0
     case_ms: float | None = None  # --bench-mode's median
+    samples_ms: tuple[float, ...] = ()  # --bench-mode's every timed compute, in order
 
 
 @dataclass(frozen=True)

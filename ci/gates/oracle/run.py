@@ -10,13 +10,14 @@ name; :func:`compile_driver`, :func:`run_case` and :func:`run_gate` run programs
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
 import re
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,12 +29,13 @@ from ci import command
 from ci.errors import CommandFailed, ToolchainError
 from ci.files import sha256_cached, sha256_file
 from ci.gates.oracle import cases as oracle_cases
+from ci.gates.oracle import timing
 from ci.gates.oracle.cases import Case, Inputs, Shape, draw
 from ci.gates.oracle.judge import GATE, Floors, Measured, Outcome, Score, judge, judge_case
 from ci.gates.oracle.reference import gated_delta_net
-from ci.gates.results import CaseResult, GateResult, Status
+from ci.gates.results import CaseResult, GateResult, Status, case_counts
 
-__all__ = ["CaseRun", "DriverBuild", "compile_driver", "encode", "plan_driver", "run_case", "run_cases", "run_gate", "split"]
+__all__ = ["CaseRun", "DriverBuild", "compile_driver", "encode", "gate_on_build", "plan_driver", "run_case", "run_cases", "run_gate", "split"]
 
 SOURCE = Path(__file__).with_name("driver.c")
 HEADERS = ("ggml.h", "ggml-backend.h", "ggml-alloc.h")  # what driver.c includes
@@ -46,6 +48,7 @@ TIMEOUT = 300.0  # seconds per case; the engine's case took about a second on 2 
 UNSUPPORTED_EXIT = 5  # driver.c's EXIT_UNSUPPORTED
 _Float = TypeVar("_Float", bound=np.floating[Any])
 _CASE_MS = re.compile(r"^case_ms: (\S+) ([0-9.]+)$", re.MULTILINE)
+_SAMPLE_MS = re.compile(r"^sample_ms: (\S+) ([0-9.]+)$", re.MULTILINE)
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 NO_LIBRARY = "{folder}: no lib{name}.so: the oracle gate links the build's shared ggml libraries (a build with BUILD_SHARED_LIBS=OFF has none)"
@@ -208,7 +211,8 @@ def run_case(
         except ValueError as exc:
             return Measured(case.id, Outcome.FAILED, why=str(exc), seconds=done.seconds)
         timed = {m.group(1): float(m.group(2)) for m in _CASE_MS.finditer(done.output)}
-        return Measured(case.id, Outcome.RAN, output, slots, seconds=done.seconds, case_ms=timed.get(case.id))
+        samples = tuple(float(m.group(2)) for m in _SAMPLE_MS.finditer(done.output) if m.group(1) == case.id)
+        return Measured(case.id, Outcome.RAN, output, slots, seconds=done.seconds, case_ms=timed.get(case.id), samples_ms=samples)
     finally:
         if not keep:
             for path in (given, result):
@@ -278,3 +282,49 @@ def run_gate(
     runs = run_cases(driver, device, floors, work_dir, cases, lib_dir=lib_dir, timeout=timeout)
     props = (("driver_key", build.key[:16]), *properties)
     return judge([(r.result, r.score) for r in runs], floors, device, time.monotonic() - t0, props)
+
+
+def gate_on_build(
+    lib_dir: Path,
+    include_dir: Path,
+    device: str,
+    floors: Floors,
+    work_dir: Path,
+    *,
+    time_tolerance: float,
+    released: tuple[str, Mapping[str, float]] | None,
+    properties: Sequence[tuple[str, str]] = (),
+    cases: Sequence[Case] = oracle_cases.CASES,
+    timed: Sequence[str] = timing.TIMED,
+) -> GateResult:
+    """The gate on a build: every case judged against the float64 reference (:func:`run_gate`), then the op's time on
+    each ``timed`` case, compared with the ``released`` record's samples (its pin and metrics) when there is one."""
+    t0 = time.monotonic()
+    result = run_gate(lib_dir, include_dir, device, floors, work_dir, cases, properties=properties)
+    if result.status is Status.ERROR and not result.cases:  # the driver did not compile: nothing to time
+        return result
+    driver = plan_driver(lib_dir, include_dir, work_dir).executable
+    threads = default_threads(device)
+    by_id = {c.id: c for c in cases}
+    time_cases, metrics = [], list(result.metrics)
+    for case_id in (c for c in timed if c in by_id):
+        samples: tuple[float, ...] = ()
+        for _ in range(2):  # an inconclusive comparison is measured as many samples again, once
+            measured = run_case(driver, device, by_id[case_id], work_dir, lib_dir=lib_dir, threads=threads, bench=timing.SAMPLES)
+            samples += measured.samples_ms
+            judged = timing.judge_time(case_id, samples, released, time_tolerance)
+            if not judged.inconclusive:
+                break
+        time_cases.append(judged)
+        metrics += timing.metrics_of(case_id, samples) if samples else ()
+    cases_out = (*result.cases, *time_cases)
+    problems = (*result.problems, *(c.message for c in time_cases if not c.status.ok))
+    status = result.status
+    if status is Status.PASSED and any(not c.status.ok for c in time_cases):
+        status = Status.FAILED if any(c.status is Status.FAILED for c in time_cases) else Status.ERROR
+    summary = result.summary if status is result.status else f"{status.value.upper()}{result.summary[len(result.status.value):]}; {problems[-1]}"
+    released_pin = (("released_pin", released[0]),) if released is not None else (("released_pin", ""),)
+    return dataclasses.replace(
+        result, status=status, summary=summary, cases=cases_out, problems=problems, counts=case_counts(cases_out),
+        properties=(*result.properties, *released_pin), metrics=tuple(metrics), seconds=time.monotonic() - t0,
+    )  # fmt: skip
