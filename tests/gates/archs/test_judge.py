@@ -202,3 +202,33 @@ def test_the_forks_recurrent_archs_skip_the_round_trip_on_every_device_and_pass_
     assert result.status is Status.PASSED, result.problems
     assert dict(result.metrics)["qwen35.Dense.nmse"] == 8.89e-08
     assert result.cases[0].message.endswith(archs_judge.NOT_RUN_ANYWHERE.format(columns="roundtrip"))
+
+
+@pytest.mark.parametrize("printed", ["nan", "-nan", "inf", "-inf"])
+def test_a_non_finite_nmse_fails_the_architecture_though_its_row_says_ok(printed: str) -> None:
+    """The fork's test-llama-archs prints ``OK (nan)`` and exits 0 when its NMSE is NaN (NaN > 1e-4 is false): the
+    gate passed qwen35, qwen35moe and qwen3next as "NMSE nan <= 0.0001". The real H200 capture, its figure forged."""
+    h200 = DeviceRows(label="NVIDIA H200", name="Vulkan0")
+    real = (DATA / "h200-vulkan0-rocmfpx-c14872f-qwen35.out").read_text()
+    forged = real.replace("NVIDIA H200| Dense|  \033[1;32mOK\033[0m (8.89e-08)", f"NVIDIA H200| Dense|  \033[1;32mOK\033[0m ({printed})")
+    assert forged != real
+    result = judge([ArchRun("qwen35", forged, 0)], h200)
+    assert result.status is Status.FAILED
+    cell = archs_judge.NON_FINITE.format(column="NMSE vs. CPU", nmse=float(printed), status="OK")
+    assert result.problems == (archs_judge.CONFIG_FAILED.format(config="qwen35.Dense", where=H200, problems=cell),)
+    assert "qwen35.Dense.nmse" not in dict(result.metrics)  # a record holds no NaN; the case says it
+    assert "nan" not in result.summary
+    assert "inf" not in result.summary
+
+
+@pytest.mark.parametrize(("arch", "real", "column"), [("qwen35moe", "(0.00e+00)", "NMSE vs. CPU"), ("qwen3next", "(1.43e-09)", "Mixed batch")])
+def test_a_non_finite_figure_in_any_cell_of_upstreams_table_fails(arch: str, real: str, column: str) -> None:
+    text = captured(arch)
+    forged = text.replace(real, "(nan)", 1)
+    assert forged != text
+    result = judge([ArchRun(a, captured(a) if a != arch else forged, 0) for a in archs.DEFAULT_ARCHS], CPU)
+    assert result.status is Status.FAILED
+    config = next(r.config for r in parse(text) if r.device != "Meta")
+    cell = archs_judge.NON_FINITE.format(column=column, nmse=float("nan"), status="OK")
+    assert result.problems == (archs_judge.CONFIG_FAILED.format(config=f"{arch}.{config}", where="CPU", problems=cell),)
+    assert [c.name for c in result.cases if not c.status.ok] == [f"{arch}.{config}"]
