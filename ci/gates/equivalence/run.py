@@ -31,6 +31,7 @@ from ci.gates.equivalence.judge import (
     PromptVerdict,
     Segment,
     Timings,
+    evidence_shortfall,
     judge,
     parse_completion,
     run_shortfall,
@@ -44,8 +45,14 @@ log = logging.getLogger("onebit-ci")
 GATE = NAME
 PROBLEM = "{prompt}: {message}"
 WITH_LOG_TAIL = "{problem}; log tail:\n{log_tail}"
-SUMMARY = "{status}: {passed}/{prompts} prompts equal over {tokens} tokens ({near_ties} near-tie(s) at <= {near_tie:g} nats)"
+# the summary: SUMMARY (what held: the prompts whose output was identical), SUMMARY_ACCEPTANCE when anything was
+# drafted, then what failed beside the output: SUMMARY_NEVER_DRAFTED, SUMMARY_BELOW_FLOORS, SUMMARY_RUN_BELOW_FLOOR.
+# A far drafter whose every prompt was identical but drafted too little had read "0/3 prompts equal" (issue 37).
+SUMMARY = "{status}: {identical}/{prompts} prompts identical over {tokens} tokens ({near_ties} near-tie(s) at <= {near_tie:g} nats)"
 SUMMARY_ACCEPTANCE = ", acceptance {accepted}/{drafted} ({percent:.1f}%), {tokens_per_step:.2f} tokens/step"
+SUMMARY_NEVER_DRAFTED = "; the drafter never drafted on {count}"
+SUMMARY_BELOW_FLOORS = "; evidence below the floors on {count} (equivalence.floors)"
+SUMMARY_RUN_BELOW_FLOOR = "; the run's acceptance below the floor {floor:g}% (equivalence.floors.acceptance)"
 
 
 # -- the run ----------------------------------------------------------------------------------------------------
@@ -324,16 +331,26 @@ def _overall(cases: Sequence[CaseResult], failure: ServerFailed | None) -> Statu
 
 
 def _summary(status: Status, verdicts: Sequence[PromptVerdict], equivalence_plan: EquivalencePlan, drafted: Timings, failure: ServerFailed | None) -> str:
-    passed = sum(v.status.ok for v in verdicts)
+    """What held first (the prompts whose output was identical over every token asked for), then what did not beside
+    the output: a drafter that never drafted, evidence below the floors per prompt, the run's acceptance."""
+    identical = sum(v.divergence is None and v.compared >= v.requested for v in verdicts)
     ties = sum(len(v.near_ties) for v in verdicts)
     head = SUMMARY.format(
-        status=status.value.upper(), passed=passed, prompts=len(equivalence_plan.prompts), tokens=equivalence_plan.tokens, near_ties=ties,
-        near_tie=equivalence_plan.near_tie,
+        status=status.value.upper(), identical=identical, prompts=len(equivalence_plan.prompts), tokens=equivalence_plan.tokens,
+        near_ties=ties, near_tie=equivalence_plan.near_tie,
     )  # fmt: skip
     if drafted.draft_n:
         head += SUMMARY_ACCEPTANCE.format(
             accepted=drafted.draft_n_accepted, drafted=drafted.draft_n, percent=100 * drafted.acceptance, tokens_per_step=drafted.tokens_per_step
         )
+    never = sum(v.drafted.draft_n == 0 for v in verdicts)
+    below = sum(v.drafted.draft_n > 0 and bool(evidence_shortfall(v.drafted, v.requests, equivalence_plan.floors)) for v in verdicts)
+    if never:
+        head += SUMMARY_NEVER_DRAFTED.format(count=never)
+    if below:
+        head += SUMMARY_BELOW_FLOORS.format(count=below)
+    if failure is None and verdicts and all(v.status.ok for v in verdicts) and run_shortfall(drafted, equivalence_plan.floors):
+        head += SUMMARY_RUN_BELOW_FLOOR.format(floor=100 * equivalence_plan.floors.acceptance)
     if failure is not None:
         head += f"; {failure.message}"
     return head

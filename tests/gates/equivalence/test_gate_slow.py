@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 from collections.abc import Iterator, Mapping
@@ -75,14 +76,24 @@ def test_gate_passes_with_a_drafter_that_drafts(tiny_models: TinyModels, llama_s
     printed = capsys.readouterr().out
     assert rc == 0, printed
     summary = GATE_SUMMARY.format(gate=eq.GATE, summary=eq.SUMMARY)  # how records.one_gate prints a gate's summary
-    assert pattern(summary, status="PASSED", passed=3, prompts=3, tokens=256, near_tie=eq_plan.DEFAULT_NEAR_TIE).match(printed)
+    assert pattern(summary, status="PASSED", identical=3, prompts=3, tokens=256, near_tie=eq_plan.DEFAULT_NEAR_TIE).match(printed)
     result = json.loads((out / "equivalence.json").read_text())
     assert result["status"] == "passed"
     assert [c["name"] for c in result["cases"]] == ["code", "prose", "short"]
-    assert all(c["message"].startswith(ej.IDENTICAL.format(tokens=256)) for c in result["cases"])
     m = result["metrics"]
-    for name in ("code", "prose", "short"):
+    # What must hold whatever the machine's rounding: every prompt identical over all 256 tokens, each near-tie at or
+    # under the threshold and resolved by one resume. Not how many requests that took: on one machine the short
+    # prompt met a 0.0001-nat near-tie at token 95 and rightly asked a 4th time (issue 37).
+    for case in result["cases"]:
+        name = case["name"]
         assert m[f"{name}.compared"] == 256
+        ties = near_ties(m, name)
+        assert len(ties) == m[f"{name}.near_ties"]
+        assert all(margin <= eq_plan.DEFAULT_NEAR_TIE for margin in ties.values())
+        if ties:
+            assert pattern(ej.IDENTICAL_AFTER_NEAR_TIES, tokens=256, count=len(ties)).fullmatch(case["message"]), case["message"]
+        else:
+            assert case["message"] == ej.IDENTICAL.format(tokens=256)
     assert m["draft_n"] > 0
     assert m["acceptance"] == pytest.approx(m["draft_n_accepted"] / m["draft_n"], abs=1e-4)
     for name in ("code", "prose", "short"):  # the near drafter: both the accept and the rollback path run on every prompt
@@ -100,8 +111,16 @@ def test_gate_passes_with_a_drafter_that_drafts(tiny_models: TinyModels, llama_s
     junit = (out / "equivalence.junit.xml").read_text()
     assert '<property name="metric.acceptance"' in junit
     assert '<property name="verdict" value="passed"/>' in junit
-    assert (out / "equivalence-logs" / "drafter.log").read_text().count("draft acceptance") == 3
+    # one request per prompt, and one more per near-tie that leaves tokens to ask for
+    asked = sum(1 + sum(position < 255 for position in near_ties(m, name)) for name in ("code", "prose", "short"))
+    assert (out / "equivalence-logs" / "drafter.log").read_text().count("draft acceptance") == asked
     assert_nothing_left(tiny_models.target)
+
+
+def near_ties(metrics: Mapping[str, Any], prompt: str) -> dict[int, float]:
+    """A prompt's near-ties in a gate's metrics: position -> the baseline's margin."""
+    found = (re.fullmatch(rf"{re.escape(prompt)}\.near_tie_at_(\d+)\.margin", k) for k in metrics)
+    return {int(hit.group(1)): float(metrics[hit.group(0)]) for hit in found if hit}
 
 
 def test_target_as_its_own_drafter_accepts_every_draft(tiny_models: TinyModels, llama_server: Path, tmp_path: Path) -> None:
@@ -152,13 +171,14 @@ def test_a_drafter_that_never_drafts_fails(tiny_models: TinyModels, llama_server
     printed = capsys.readouterr().out
     assert rc == 7
     summary = GATE_SUMMARY.format(gate=eq.GATE, summary=eq.SUMMARY)
-    assert pattern(summary, status="FAILED", passed=0, prompts=3, tokens=32, near_tie=eq_plan.DEFAULT_NEAR_TIE).match(printed)
+    assert pattern(summary + eq.SUMMARY_NEVER_DRAFTED, status="FAILED", identical=3, prompts=3, tokens=32, near_tie=eq_plan.DEFAULT_NEAR_TIE, count=3).match(printed)
     result = json.loads((tmp_path / "equivalence.json").read_text())
     assert result["status"] == "failed"
     for case in result["cases"]:
         assert case["status"] == "failed"
         # the tokens were equal: only the drafting check can catch this
-        assert case["message"] == ej.DRAFTED_NOTHING.format(requests=1, verdict=ej.IDENTICAL.format(tokens=32))
+        # (however many requests: a near-tie would resume, and the verdict would then name it after "identical over 32 tokens")
+        assert pattern(ej.DRAFTED_NOTHING, verdict=ej.IDENTICAL.format(tokens=32)).match(case["message"]), case["message"]
     assert eq.PROBLEM.format(prompt="code", message=ej.NEVER_DRAFTED) in printed
     assert_nothing_left(tiny_models.target)
 
@@ -238,7 +258,7 @@ def test_a_server_that_dies_mid_run_is_reported_and_reaped(tiny_models: TinyMode
     assert died_during.match(problem) or pattern(llama.DIED, leg="drafter", why=llama.LLAMA_SERVER_GONE).match(problem)
     assert said(eq.WITH_LOG_TAIL, problem)
     assert said(serve_cli.RUNNING, problem)  # the launcher's own lines are in the server's log
-    assert pattern(eq.SUMMARY, status="ERROR", passed=1, prompts=3, tokens=16, near_tie=plan.near_tie).match(result.summary)
+    assert pattern(eq.SUMMARY, status="ERROR", identical=1, prompts=3, tokens=16, near_tie=plan.near_tie).match(result.summary)
     assert len(started) == 2
     assert_nothing_left(tiny_models.target)
 

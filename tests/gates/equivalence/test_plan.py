@@ -138,6 +138,49 @@ def test_gate_result_records_the_verdicts_and_serialises(recorded: Recorded, tmp
     assert "<failure" in junit
 
 
+def test_the_summary_says_what_held_before_what_fell_short(recorded: Recorded, tmp_path: Path) -> None:
+    """A far drafter: every prompt's output identical, only the evidence floors failed. The summary had said
+    "0/3 prompts equal" (issue 37); it says the prompts were identical, then that the evidence fell short, and so do
+    the JUnit file's messages and the job summary's row."""
+    from ci.release.records import summary_markdown
+
+    plan = _plan(recorded)
+    far = [
+        verdict_of(ej.judge(ej.Prompt(name, recorded.prompt.text), [ej.Segment(0, recorded.answer("baseline@0"), recorded.answer("never_accepted@0"))], 64, plan.near_tie))
+        for name in ("short", "later")
+    ]
+    result = eq.gate_result(plan, far)
+    assert result.status is Status.FAILED
+    head = pattern(eq.SUMMARY + eq.SUMMARY_ACCEPTANCE, status="FAILED", identical=2, prompts=2, tokens=64, near_ties=0, accepted=0)
+    assert head.match(result.summary), result.summary
+    assert result.summary.endswith(eq.SUMMARY_BELOW_FLOORS.format(count=2))
+    assert eq.SUMMARY_NEVER_DRAFTED.format(count=2) not in result.summary
+    write_junit(tmp_path / "equivalence.junit.xml", [result])
+    junit = (tmp_path / "equivalence.junit.xml").read_text()
+    assert junit.count(ej.IDENTICAL.format(tokens=64)) == 2  # each prompt's failure message says its output held
+    assert eq.SUMMARY_BELOW_FLOORS.format(count=2) in summary_markdown([result], "t")
+
+    never = [
+        verdict_of(ej.judge(ej.Prompt(name, recorded.prompt.text), [ej.Segment(0, recorded.answer("baseline@0"), recorded.answer("never_drafts@0"))], 64, plan.near_tie))
+        for name in ("short", "later")
+    ]
+    result = eq.gate_result(plan, never)
+    expected = eq.SUMMARY.format(status="FAILED", identical=2, prompts=2, tokens=64, near_ties=0, near_tie=plan.near_tie)
+    assert result.summary == expected + eq.SUMMARY_NEVER_DRAFTED.format(count=2)
+
+    # one prompt diverged far from a near-tie, the other held: 1/2 identical, and the diverged one is not counted
+    seg = ej.Segment(0, recorded.answer("baseline@0"), recorded.answer("drafter@0"))
+    held = verdict_of(ej.judge(recorded.prompt, [seg], 64, plan.near_tie))
+    diverged = verdict_of(ej.judge(ej.Prompt("later", "x"), [ej.Segment(0, recorded.answer("baseline@0"), recorded.answer("other_target@0"))], 64, plan.near_tie))
+    result = eq.gate_result(plan, [held, diverged])
+    assert pattern(eq.SUMMARY, status="FAILED", identical=1, prompts=2).match(result.summary)
+
+
+def verdict_of(step: ej.Resume | ej.PromptVerdict) -> ej.PromptVerdict:
+    assert isinstance(step, ej.PromptVerdict), step
+    return step
+
+
 def test_a_server_failure_is_an_error_with_the_log_tail(recorded: Recorded) -> None:
     plan = _plan(recorded)
     failure = ServerFailed("drafter server died during POST /completion: SIGKILL (killed by signal 9)", "line 1\nlast words\n")
@@ -146,7 +189,7 @@ def test_a_server_failure_is_an_error_with_the_log_tail(recorded: Recorded) -> N
     assert [(c.name, c.status) for c in result.cases] == [("short", Status.ERROR), ("later", Status.SKIPPED)]
     assert result.cases[0].detail == "line 1\nlast words\n"
     assert result.problems == (eq.WITH_LOG_TAIL.format(problem=failure.message, log_tail="line 1\nlast words"),)
-    assert result.summary == eq.SUMMARY.format(status="ERROR", passed=0, prompts=2, tokens=64, near_ties=0, near_tie=plan.near_tie) + "; " + failure.message
+    assert result.summary == eq.SUMMARY.format(status="ERROR", identical=0, prompts=2, tokens=64, near_ties=0, near_tie=plan.near_tie) + "; " + failure.message
 
 
 @pytest.mark.slow
