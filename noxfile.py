@@ -143,6 +143,13 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def kernelforge(session: nox.Session) -> None:
+    """Write the seed's KernelForge task for the delta-net kernel from the pin: -- --out DIR [--profile P]."""
+    _install(session)
+    _ci(session, "kernelforge")
+
+
+@nox.session(default=False)
 def lint(session: nox.Session) -> None:
     """ruff and mypy --strict over ci/, serve/, tests/ and this file."""
     _install(session, "lint")

@@ -47,6 +47,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "matrix": ("build", "matrix"),
     "backend-ops": ("backend_ops", "main"),
     "tiny-models": ("equivalence", "tiny_models"),
+    "kernelforge": ("kernelforge", "main"),
     "equivalence": ("equivalence", "main"),
     "bench": ("bench", "main"),
 }

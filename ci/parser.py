@@ -140,6 +140,10 @@ def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpa
     _timeout(p)
     _out(p, "backend_ops.json, backend_ops.junit.xml and the logs (default: build/gates)")
 
+    p = command("kernelforge", "write the seed's KernelForge task for the delta-net kernel from the pin and the profile's build")
+    _profile(p, "whose build the task's driver runs against")
+    p.add_argument("--out", required=True, help="the task's folder (new, empty, or an earlier task's, which is replaced)")
+
     p = command("tiny-models", "write the gates' tiny GGUF models: the llama set (target, near and far drafters, other target) and the engine's qwen35 class (target, near, DFlash and MTP drafters)")
     p.add_argument("--out", required=True, help="directory to write them in")
 

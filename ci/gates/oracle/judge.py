@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ci.gates.oracle import NAME
-from ci.gates.oracle.reference import Reference
+from ci.gates.oracle.reference import Reference, snr_db
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
 
 GATE = NAME
@@ -96,22 +96,6 @@ class Score:
         if self.non_finite:
             return -math.inf
         return min(self.output_db - floors.output_db, self.slots_db - floors.slots_db)
-
-
-def snr_db(measured: npt.NDArray[np.floating], reference: npt.NDArray[np.floating]) -> float:
-    """The SNR of ``measured`` against ``reference`` in dB, in float64: +inf when they are equal, -inf when the
-    reference is all zero and they are not, NaN when ``measured`` holds a value that is not finite (such a case fails
-    on that count alone)."""
-    ref = np.asarray(reference, dtype=np.float64)
-    noise = float(np.sum((np.asarray(measured, dtype=np.float64) - ref) ** 2))
-    signal = float(np.sum(ref * ref))
-    if not math.isfinite(noise):
-        return math.nan
-    if noise == 0.0:
-        return math.inf
-    if signal == 0.0:
-        return -math.inf
-    return 10.0 * math.log10(signal / noise)
 
 
 def score(output: F32, slots: F32, reference: Reference) -> Score:

@@ -24,6 +24,7 @@ Arrays here are in ggml's memory order (numpy's C order of ggml's ``ne`` reverse
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,3 +79,19 @@ def gated_delta_net(q: ArrayLike, k: ArrayLike, v: ArrayLike, g: ArrayLike, beta
         if slot < kept:
             slots[slot] = m
     return Reference(output, slots)
+
+
+def snr_db(measured: npt.NDArray[np.floating], reference: npt.NDArray[np.floating]) -> float:
+    """The SNR of ``measured`` against ``reference`` in dB, in float64: +inf when they are equal, -inf when the
+    reference is all zero and they are not, NaN when ``measured`` holds a value that is not finite (such a case fails
+    on that count alone)."""
+    ref = np.asarray(reference, dtype=np.float64)
+    noise = float(np.sum((np.asarray(measured, dtype=np.float64) - ref) ** 2))
+    signal = float(np.sum(ref * ref))
+    if not math.isfinite(noise):
+        return math.nan
+    if noise == 0.0:
+        return math.inf
+    if signal == 0.0:
+        return -math.inf
+    return 10.0 * math.log10(signal / noise)

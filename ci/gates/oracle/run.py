@@ -15,24 +15,22 @@ import hashlib
 import json
 import os
 import re
-import struct
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
 
 import numpy as np
-import numpy.typing as npt
 
 from ci import command
 from ci.errors import CommandFailed, ToolchainError
 from ci.files import sha256_cached, sha256_file
 from ci.gates.oracle import cases as oracle_cases
 from ci.gates.oracle import timing
-from ci.gates.oracle.cases import Case, Inputs, Shape, draw
+from ci.gates.oracle.cases import Case, Inputs, draw
 from ci.gates.oracle.judge import GATE, Floors, Measured, Outcome, Score, judge, judge_case
 from ci.gates.oracle.reference import gated_delta_net
+from ci.gates.oracle.wire import CFLAGS, compile_argv, encode, split
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
 
 __all__ = ["CaseRun", "DriverBuild", "compile_driver", "encode", "gate_on_build", "plan_driver", "run_case", "run_cases", "run_gate", "split"]
@@ -40,13 +38,9 @@ __all__ = ["CaseRun", "DriverBuild", "compile_driver", "encode", "gate_on_build"
 SOURCE = Path(__file__).with_name("driver.c")
 HEADERS = ("ggml.h", "ggml-backend.h", "ggml-alloc.h")  # what driver.c includes
 LIBRARIES = ("ggml", "ggml-base")  # what it links; the backends come through libggml, or are loaded from the same folder
-CFLAGS = ("-O2", "-std=c11", "-Wall")
 EXECUTABLE = "oracle-driver"
-MAGIC = b"GDNCASE1"
-HEADER = struct.Struct("<8s8q")  # driver.c's case_header after the magic: S, H_k, H_v, T, B, K, gate width, permuted
 TIMEOUT = 300.0  # seconds per case; the engine's case took about a second on 2 CPU cores
 UNSUPPORTED_EXIT = 5  # driver.c's EXIT_UNSUPPORTED
-_Float = TypeVar("_Float", bound=np.floating[Any])
 _CASE_MS = re.compile(r"^case_ms: (\S+) ([0-9.]+)$", re.MULTILINE)
 _SAMPLE_MS = re.compile(r"^sample_ms: (\S+) ([0-9.]+)$", re.MULTILINE)
 
@@ -55,7 +49,6 @@ NO_LIBRARY = "{folder}: no lib{name}.so: the oracle gate links the build's share
 NO_HEADER = "{folder}: no {name}: the oracle gate compiles its driver against the build's own ggml headers"
 DRIVER_EXITED = "exit {code}: {tail}"
 DRIVER_TIMED_OUT = "no result in {timeout:g} s"
-SHORT_OUTPUT = "{count} floats written, {expected} expected"
 COMPILE_FAILED = "the oracle driver did not compile against {include}: {tail}"
 
 
@@ -80,9 +73,7 @@ class DriverBuild:
         return self.folder / EXECUTABLE
 
     def argv(self, output: Path) -> tuple[str, ...]:
-        # the rpath is the build's folder, absolute: never the current directory, whatever the caller's
-        lib_dir = str(self.lib_dir.resolve())
-        return (self.compiler, *CFLAGS, "-I", str(self.include_dir), str(self.source), "-o", str(output), *map(str, self.libraries), f"-Wl,-rpath,{lib_dir}", "-lm")
+        return compile_argv(self.compiler, self.include_dir, self.source, output, self.libraries, self.lib_dir)
 
 
 def _library(folder: Path, name: str) -> Path:
@@ -137,33 +128,6 @@ def compile_driver(build: DriverBuild, timeout: float = 300.0) -> Path:
         with contextlib.suppress(FileNotFoundError):
             partial.unlink()
     return build.executable
-
-
-# -- a case, to the driver and back ------------------------------------------------------------------------------
-
-
-def encode(shape: Shape, inputs: Inputs) -> bytes:
-    """A case file of driver.c: the header, then q, k, v, g, beta and state, each in the memory order of the tensor
-    the driver loads it into (a permuted case's q, k, v as ``[B, H, T, S]``, what ggml_permute(0, 2, 1, 3) views as
-    ``[B, T, H, S]``)."""
-    header = HEADER.pack(
-        MAGIC, shape.head_size, shape.qk_heads, shape.v_heads, shape.tokens, shape.seqs, shape.snapshots, shape.gate_width, int(shape.permuted)
-    )
-    heads = [inputs.q, inputs.k, inputs.v]
-    if shape.permuted:
-        heads = [a.transpose(0, 2, 1, 3) for a in heads]
-    parts = [np.ascontiguousarray(a, dtype="<f4").tobytes() for a in (*heads, inputs.g, inputs.beta, inputs.state)]
-    return header + b"".join(parts)
-
-
-def split(shape: Shape, result: npt.NDArray[_Float]) -> tuple[npt.NDArray[_Float], npt.NDArray[_Float]]:
-    """The op's whole result as the output ``[B, T, H_v, S]`` and the written slots ``[min(T, K), B, H_v, S, S]``; the
-    slots past min(T, K) are the caller's and are left out (ggml.h 2588-2590)."""
-    if result.size != shape.dst_count:
-        raise ValueError(SHORT_OUTPUT.format(count=result.size, expected=shape.dst_count))
-    output = result[: shape.output_count].reshape(shape.seqs, shape.tokens, shape.v_heads, shape.head_size)
-    slots = result[shape.output_count :].reshape(shape.snapshots, shape.seqs, shape.v_heads, shape.head_size, shape.head_size)
-    return output, slots[: shape.written_slots]
 
 
 def default_threads(device: str) -> int:

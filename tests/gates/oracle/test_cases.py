@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ci.gates.oracle.cases import BACKEND_OPS, CASES, ENGINE, HARD_GATES, Case, Draw, Shape, Span, draw
-from ci.gates.oracle.run import HEADER, MAGIC, encode, split
+from ci.gates.oracle.wire import HEADER, MAGIC, encode, split
 
 
 def test_ids_and_seeds_are_unique() -> None:

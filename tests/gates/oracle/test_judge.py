@@ -25,9 +25,8 @@ from ci.gates.oracle.judge import (
     Outcome,
     judge,
     judge_case,
-    snr_db,
 )
-from ci.gates.oracle.reference import Reference, gated_delta_net
+from ci.gates.oracle.reference import Reference, gated_delta_net, snr_db
 from ci.gates.results import Status
 from tests.support.messages import said
 

@@ -14,7 +14,7 @@ import pytest
 
 from ci.gates.oracle.cases import BACKEND_OPS_GATES, Case, Draw, Shape, Span, draw
 from ci.gates.oracle.reference import gated_delta_net
-from ci.gates.oracle.run import HEADER, encode, split
+from ci.gates.oracle.wire import HEADER, encode, split
 
 
 class CaseFile:

@@ -16,17 +16,8 @@ from ci.errors import ToolchainError
 from ci.gates.oracle import run
 from ci.gates.oracle.cases import Case, Draw, Shape, Span
 from ci.gates.oracle.judge import DRIVER_FAILED, ENGINE_FLOORS, NON_FINITE, UNSUPPORTED, Outcome
-from ci.gates.oracle.run import (
-    COMPILE_FAILED,
-    DRIVER_TIMED_OUT,
-    NO_HEADER,
-    NO_LIBRARY,
-    SHORT_OUTPUT,
-    compile_driver,
-    plan_driver,
-    run_case,
-    run_gate,
-)
+from ci.gates.oracle.run import COMPILE_FAILED, DRIVER_TIMED_OUT, NO_HEADER, NO_LIBRARY, compile_driver, plan_driver, run_case, run_gate
+from ci.gates.oracle.wire import SHORT_OUTPUT
 from ci.gates.results import Status
 from tests.support.messages import said
 
@@ -35,7 +26,7 @@ DRIVER = """\
 import json, os, sys, time
 import numpy as np
 from ci.gates.oracle.reference import gated_delta_net
-from ci.gates.oracle.run import HEADER
+from ci.gates.oracle.wire import HEADER
 
 args = sys.argv[1:]
 with open({record!r}, "a") as fh:
