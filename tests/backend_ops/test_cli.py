@@ -20,7 +20,7 @@ from ci.gates.backend_ops import spec as bo_spec
 from ci.pin import project as pin_project
 from ci.release import records
 from tests.support.backend_ops import CAPTURE_COMMIT, DATA, OP
-from tests.support.messages import partly, said
+from tests.support.messages import partly, pattern, said
 from tests.support.project import FORK_URL, PINS_TEMPLATE
 
 
@@ -70,10 +70,18 @@ def test_a_passing_log(outside: Path) -> None:
 def test_a_failing_log_exits_with_the_gate_code(outside: Path) -> None:
     ran = ci("backend-ops", "--device", "CUDA0", "--from-log", str(DATA / "h200-cuda0.console.txt"), "--expect", f"{OP}=54", "--pinned-commit", "none", "--out", "gates")
     assert ran.code == GateFailed.exit_code == 7
-    assert ran.out.splitlines()[:2] == [
-        summary(judge.FAILED_SUMMARY.format(device="CUDA0", tallies=judge.TALLY.format(op=OP, passed=36, expected=54), problems="1 problem")),
-        records.GATE_PROBLEM.format(problem=judge.COUNT_PASSED.format(op=OP, expected=54, passed=36)),
-    ]
+    head, problem = ran.out.splitlines()[:2]
+    assert head == summary(judge.FAILED_SUMMARY.format(device="CUDA0", tallies=judge.TALLY.format(op=OP, passed=36, expected=54), problems="1 problem"))
+    # where the 54 was set is left open here: test_an_expectation_by_flag_is_named_in_the_count_problem
+    assert pattern(records.GATE_PROBLEM.format(problem=judge.COUNT + judge.COUNT_CHANGED), op=OP, expected=54, ran=36, passed=36).fullmatch(problem)
+
+
+@pytest.mark.xfail(reason="ci/gates/backend_ops/run.py and ci/commands/backend_ops.py do not yet pass GateSpec.expected_from for --expect")
+def test_an_expectation_by_flag_is_named_in_the_count_problem(outside: Path) -> None:
+    ran = ci("backend-ops", "--device", "CUDA0", "--from-log", str(DATA / "h200-cuda0.console.txt"), "--expect", f"{OP}=54", "--pinned-commit", "none", "--out", "gates")
+    source = bo_spec.EXPECTED_BY_FLAG.format(op=OP, expected=54)
+    problem = judge.COUNT.format(op=OP, expected=54, source=source, ran=36, passed=36) + judge.COUNT_CHANGED
+    assert records.GATE_PROBLEM.format(problem=problem) in ran.out.splitlines()
 
 
 def test_defaults_come_from_pins_yaml(project: Path) -> None:
@@ -82,13 +90,14 @@ def test_defaults_come_from_pins_yaml(project: Path) -> None:
         "--from-sql", str(DATA / "h200-cuda0-rocmfpx-c14872f.sql.txt"), "--patched", "--build-key", "cuda-key",
     )
     assert ran.code == 7
-    assert records.GATE_PROBLEM.format(problem=judge.COUNT_PASSED.format(op=OP, expected=54, passed=36)) in ran.out.splitlines()
+    problem = judge.COUNT.format(op=OP, expected=54, source=bo_spec.EXPECTED_IN_PINS.format(op=OP), ran=36, passed=36) + judge.COUNT_CHANGED
+    assert records.GATE_PROBLEM.format(problem=problem) in ran.out.splitlines()
     data = json.loads((project / "build" / "gates" / "backend_ops.json").read_text())
     assert data["properties"]["pin"] == CAPTURE_COMMIT
     assert data["properties"]["expected"] == f"{OP}=54"
     assert data["properties"]["build_commit_check"] == "passed"
     assert data["properties"]["build_key"] == "cuda-key"
-    assert data["problems"] == [judge.COUNT_PASSED.format(op=OP, expected=54, passed=36)]
+    assert data["problems"] == [problem]
 
 
 def test_expect_replaces_the_pins_expectations(project: Path) -> None:

@@ -13,7 +13,7 @@ from ci.gates.backend_ops import run as backend_ops
 from ci.gates.backend_ops.judge import judge
 from ci.gates.backend_ops.output import CaseMark, parse_console, parse_sql
 from ci.gates.backend_ops.run import judge_log
-from ci.gates.backend_ops.spec import ConsoleRun, DirtyRule, GateSpec, Outcome, SqlRun
+from ci.gates.backend_ops.spec import EXPECTED_BY_FLAG, EXPECTED_IN_PINS, ConsoleRun, DirtyRule, GateSpec, Outcome, SqlRun
 from ci.gates.results import GateResult, Status
 from tests.support.backend_ops import CAPTURE_COMMIT, DATA, ENGINE_PIN, OP, text
 from tests.support.derive import ABORT_LINE
@@ -29,6 +29,11 @@ ABORT_CASE = f"{OP}(type=f32,head_count=4,head_size=16,n_seq_tokens=1,n_seqs=2,v
 ABORT_TALLY = ", ".join((judging.SEEN_OK.format(count=12), judging.SEEN_FAIL.format(count=0), judging.SEEN_NO_STATUS.format(count=1, case=ABORT_CASE)))
 
 
+def counted(expected: int, ran: int, passed: int, op: str = OP) -> str:
+    """The count problem of an op whose expectation is pins.yaml's."""
+    return judging.COUNT.format(op=op, expected=expected, source=EXPECTED_IN_PINS.format(op=op, expected=expected), ran=ran, passed=passed)
+
+
 def tally(passed: int, expected: int) -> str:
     return judging.TALLY.format(op=OP, passed=passed, expected=expected)
 
@@ -39,6 +44,10 @@ def skipped(device: str) -> str:
 
 def from_log(name: str, device: str = "CUDA0", expected: int = 36, **kwargs: object) -> GateResult:
     return judge_log(DATA / name, device, {OP: expected}, **kwargs)  # type: ignore[arg-type]
+
+
+def from_log_text(body: str, device: str = "CUDA0", expected: int = 36) -> GateResult:
+    return judge(spec(device, expected, pinned=None), [ConsoleRun(parse_console(body), Outcome(), None, "forged.log")], None)
 
 
 def spec(device: str = "CUDA0", expected: int = 36, pinned: str | None = CAPTURE_COMMIT, patched: bool = True, **kw: object) -> GateSpec:
@@ -142,21 +151,31 @@ def test_output_that_is_not_test_backend_ops(tmp_path: Path) -> None:
 
 def test_fewer_cases_than_the_pin_expects() -> None:
     result = from_log("h200-cuda0.console.txt", expected=54)
-    assert result.problems == (judging.COUNT_PASSED.format(op=OP, expected=54, passed=36),)
+    assert result.problems == (counted(54, 36, 36) + judging.COUNT_CHANGED,)
+    # issue 37: the message says where the 54 comes from, and where to set it
+    assert result.problems[0] == (
+        "GATED_DELTA_NET: 54 expected (pins.yaml expect.backend_ops.GATED_DELTA_NET), 36 ran, 36 passed; if the fork's count changed, set it there"
+    )
     assert result.summary == judging.FAILED_SUMMARY.format(device="CUDA0", tallies=tally(36, 54), problems="1 problem")
     assert result.count("expected") == 54
 
 
 def test_more_cases_than_the_pin_expects() -> None:
     result = from_log("h200-cuda0.console.txt", expected=30)
-    assert result.problems == (judging.COUNT_PASSED.format(op=OP, expected=30, passed=36) + judging.COUNT_MORE.format(op=OP),)
+    assert result.problems == (counted(30, 36, 36) + judging.COUNT_CHANGED,)
+
+
+def test_an_expectation_given_by_flag_is_named_so() -> None:
+    result = judge(GateSpec.make("CUDA0", {OP: 54}, None, False, expected_from=EXPECTED_BY_FLAG), [ran("h200-cuda0.console.txt")], None)
+    source = EXPECTED_BY_FLAG.format(op=OP, expected=54)
+    assert source == "--expect GATED_DELTA_NET=54"
+    assert result.problems == (judging.COUNT.format(op=OP, expected=54, source=source, ran=36, passed=36) + judging.COUNT_CHANGED,)
 
 
 def test_unsupported_cases_are_skipped_and_do_not_count() -> None:
     result = from_log("h200-cuda0-unsupported.console.txt")
-    assert result.problems == (
-        judging.COUNT_PASSED.format(op=OP, expected=36, passed=34) + judging.COUNT_UNSUPPORTED.format(unsupported=2, device="CUDA0"),
-    )
+    # 34 ran and 2 were refused: the fork's 36 cases are all there, so the count is not what changed
+    assert result.problems == (counted(36, 34, 34) + judging.COUNT_UNSUPPORTED.format(unsupported=2, device="CUDA0"),)
     assert (result.count("passed"), result.count("skipped")) == (34, 2)
     assert {c.message for c in result.cases if c.status is Status.SKIPPED} == {judging.NOT_SUPPORTED_CASE.format(reason="CUDA0")}
     assert from_log("h200-cuda0-unsupported.console.txt", expected=34).ok
@@ -164,7 +183,7 @@ def test_unsupported_cases_are_skipped_and_do_not_count() -> None:
 
 def test_an_op_with_no_case_at_all() -> None:
     result = judge_log(DATA / "h200-cuda0.console.txt", "CUDA0", {OP: 36, "MUL_MAT": 5})
-    assert result.problems == (judging.COUNT_PASSED.format(op="MUL_MAT", expected=5, passed=0) + judging.COUNT_NO_CASE.format(op="MUL_MAT"),)
+    assert result.problems == (counted(5, 0, 0, op="MUL_MAT") + judging.COUNT_NO_CASE.format(op="MUL_MAT"),)
 
 
 def test_an_op_that_was_not_run() -> None:
@@ -178,7 +197,7 @@ def test_an_op_that_was_not_run() -> None:
 def test_failed_cases_are_named_with_their_message() -> None:
     result = from_log("h200-cuda0-fail.console.txt")
     assert result.problems == (
-        judging.COUNT_RAN.format(op=OP, expected=36, ran=36, passed=33),
+        counted(36, 36, 33),
         judging.FAILED_CASE.format(
             case=f"{OP}(type=f32,head_count=16,head_size=64,n_seq_tokens=1,n_seqs=2,v_repeat=1,permuted=0,kda=0,K=1)",
             why="[GATED_DELTA_NET] ERR = 0.012300000 > 0.000500000",
@@ -209,7 +228,7 @@ def test_a_failure_fails_even_when_the_count_is_met() -> None:
 
 def test_an_allocation_failure_named_only_in_the_failing_list() -> None:
     result = from_log("h200-cuda0-alloc.console.txt")
-    assert result.problems[0] == judging.COUNT_RAN.format(op=OP, expected=36, ran=36, passed=35)
+    assert result.problems[0] == counted(36, 36, 35)
     assert result.problems[1] == judging.FAILED_CASE.format(
         case=f"{OP}(type=f32,head_count=32,head_size=16,n_seq_tokens=1,n_seqs=1,v_repeat=1,permuted=1,kda=1,K=1)",
         why=judging.LISTED_ONLY + judging.PRINTED_BEFORE.format(printed='"failed to allocate tensors [CUDA0]"'),
@@ -229,6 +248,49 @@ def test_many_failures_are_listed_up_to_ten() -> None:
     # the backend line and the final verdict still say OK: the log contradicts itself, and that is said too
     assert judging.OK_ALTHOUGH_FAILED.format(label=RUN, device="CUDA0") in result.problems
     assert judging.EXITED_ALTHOUGH_OK.format(label=RUN, status=errors.STATUS.format(code=1)) in result.problems
+
+
+# -- non-finite figures ---------------------------------------------------------------------------------------
+
+# a case of the real H200 capture, its line forged below to carry a figure before an OK
+FORGED_CASE = f"{OP}(type=f32,head_count=4,head_size=64,n_seq_tokens=4,n_seqs=1,v_repeat=1,permuted=0,kda=0,K=1)"
+FIRST_SQL_CASE = f"{OP}(type=f32,head_count=32,head_size=128,n_seq_tokens=1,n_seqs=1,v_repeat=1,permuted=0,kda=0,K=1)"
+
+
+@pytest.mark.parametrize(
+    ("printed", "figure"),
+    [
+        ("[GATED_DELTA_NET] ERR = nan > 0.000500000", "ERR = nan"),
+        ("[GATED_DELTA_NET] ERR = -nan > 0.000500000", "ERR = -nan"),
+        ("[GATED_DELTA_NET] NMSE = inf > 0.000500000", "NMSE = inf"),
+        ("[GATED_DELTA_NET] NaN at index 3 (CUDA0=nan CPU=0.318254)", "CUDA0=nan"),
+    ],
+)
+def test_a_non_finite_figure_fails_its_case_though_the_line_says_ok(printed: str, figure: str) -> None:
+    """NaN > max_err is false: an error figure that is NaN or inf is no pass, whatever status follows it."""
+    real = text("h200-cuda0.console.txt")
+    forged = real.replace(f"  {FORGED_CASE}:", f"{printed}   {FORGED_CASE}:")
+    assert forged != real
+    run = ConsoleRun(parse_console(forged), Outcome(0, False, 600.0, 1.5), OP, "logs/forged")
+    result = judge(spec(), [run], sql_run(text(FORK_SQL)))
+    why = judging.NON_FINITE_OK.format(figure=figure, printed=f'"{printed}"')
+    assert result.problems == (counted(36, 36, 35), judging.FAILED_CASE.format(case=FORGED_CASE, why=why))
+    assert [(c.name, c.message) for c in result.cases if not c.status.ok] == [(FORGED_CASE, why)]
+    assert result.summary == judging.FAILED_SUMMARY.format(device="CUDA0", tallies=tally(35, 36), problems="2 problems")
+
+
+def test_a_finite_figure_before_an_ok_is_no_failure() -> None:
+    real = text("h200-cuda0.console.txt")
+    forged = real.replace(f"  {FORGED_CASE}:", f"[GATED_DELTA_NET] ERR = 0.000000100 > 0.000500000   {FORGED_CASE}:")
+    assert from_log_text(forged).ok
+
+
+@pytest.mark.parametrize("error", ["[GATED_DELTA_NET] ERR = nan > 0.000500000", "[GATED_DELTA_NET] inf mismatch: CUDA0=inf CPU=1.250000"])
+def test_a_sql_row_with_a_non_finite_figure_fails_though_it_passed(error: str) -> None:
+    body = text(FORK_SQL).replace("'test', '1', '1', ''", f"'test', '1', '1', '{error}'", 1)
+    result = judge(spec(), [ran("h200-cuda0.console.txt")], sql_run(body))
+    figure = "ERR = nan" if "ERR" in error else "CUDA0=inf"
+    assert result.problems == (judging.SQL_ROW_NON_FINITE.format(label=SQL, case=FIRST_SQL_CASE, figure=figure, error=error),)
 
 
 # -- cut short ------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from ci.gates.backend_ops import judge as judging
 from ci.gates.backend_ops import run as backend_ops
 from ci.gates.backend_ops.output import CaseMark, parse_console
 from ci.gates.backend_ops.run import judge_log, run_gate
+from ci.gates.backend_ops.spec import EXPECTED_IN_PINS
 from ci.release import records
 from tests.support.backend_ops import ENGINE_PIN, OP
 from tests.support.binaries import llama_binary
@@ -52,7 +53,7 @@ def test_cpu_really_tests_and_passes(binary: Path, tmp_path: Path) -> None:
 
 def test_an_expectation_above_the_real_count(binary: Path, tmp_path: Path) -> None:
     result = run_gate(binary, "CPU", {OP: 54}, None, False, 120.0, tmp_path / "logs")
-    assert result.problems == (judging.COUNT_PASSED.format(op=OP, expected=54, passed=36),)
+    assert result.problems == (judging.COUNT.format(op=OP, expected=54, source=EXPECTED_IN_PINS.format(op=OP), ran=36, passed=36) + judging.COUNT_CHANGED,)
 
 
 def test_an_unknown_device(binary: Path, tmp_path: Path) -> None:

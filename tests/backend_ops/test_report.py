@@ -10,6 +10,7 @@ from junitparser import Error, Failure, JUnitXml, Skipped, TestSuite
 from ci.gates import results
 from ci.gates.backend_ops import judge as judging
 from ci.gates.backend_ops.run import judge_log
+from ci.gates.backend_ops.spec import EXPECTED_IN_PINS
 from ci.gates.results import GateResult
 from tests.support.backend_ops import CAPTURE_COMMIT, DATA, OP
 
@@ -61,7 +62,7 @@ def test_unsupported_cases_are_skipped(tmp_path: Path) -> None:
 def test_a_count_failure_shows_in_junit_with_every_case_passing(tmp_path: Path) -> None:
     suite = junit(tmp_path, judge_log(DATA / "h200-cuda0.console.txt", "CUDA0", {OP: 54}))
     assert (suite.tests, suite.failures, suite.errors, suite.skipped) == (37, 1, 0, 0)
-    assert outcomes(suite)["Failure"] == [(results.VERDICT_CASE, judging.COUNT_PASSED.format(op=OP, expected=54, passed=36))]
+    assert outcomes(suite)["Failure"] == [(results.VERDICT_CASE, judging.COUNT.format(op=OP, expected=54, source=EXPECTED_IN_PINS.format(op=OP), ran=36, passed=36) + judging.COUNT_CHANGED)]
 
 
 def test_a_cut_run_has_its_last_case_as_an_error(tmp_path: Path) -> None:
@@ -89,7 +90,7 @@ def test_json(tmp_path: Path) -> None:
     assert data["gate"] == "backend_ops"
     assert data["status"] == "failed"
     assert data["summary"] == judging.FAILED_SUMMARY.format(device="CUDA0", tallies=judging.TALLY.format(op=OP, passed=33, expected=54), problems="4 problems")
-    assert data["problems"][0] == judging.COUNT_RAN.format(op=OP, expected=54, ran=36, passed=33)
+    assert data["problems"][0] == judging.COUNT.format(op=OP, expected=54, source=EXPECTED_IN_PINS.format(op=OP), ran=36, passed=33) + judging.COUNT_CHANGED
     assert data["counts"] == {"passed": 33, "failed": 3, "skipped": 0, "error": 0, "expected": 54}
     assert data["properties"]["device"] == "CUDA0"
     assert len(data["cases"]) == 36

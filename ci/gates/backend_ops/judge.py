@@ -4,12 +4,14 @@ test-backend-ops exits 0 when it tested nothing: an unknown ``-b`` name skips ev
 without ``-b`` skips the CPU, and both still print ``OK``. So the judge never trusts the exit status or the final
 ``OK`` alone: the device must have run, the number of passed cases must be the pin's, no case may fail, the report
 must be complete and agree with itself, and a second run with ``--output sql`` must agree with the first and name
-the pinned commit in ``build_commit``.
+the pinned commit in ``build_commit``. Nor does it trust an OK beside a figure that is NaN or inf (``ERR = nan``): NaN
+is never above a bound, so a comparison can pass it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from ci.errors import describe_returncode
 from ci.gates.backend_ops import NAME
@@ -31,6 +33,7 @@ CASE_REPEATED = "{label}: the case {case} is printed {times} times (lines {lines
 CASE_LINE_OF = "line {line} of {log}"
 NOT_SUPPORTED_CASE = "not supported [{reason}]"
 FAILED_CASE = "{case} FAILED: {why}"
+NON_FINITE_OK = "marked OK, but {figure} is not a finite number (printed before it: {printed})"
 CUT_AFTER_CASE = "no status: the run was cut short after this case line"
 NO_CASE_STATUS = "no OK/FAIL was printed for this case"
 LISTED_ONLY = "listed under 'Failing tests:' with no FAIL case line (an allocation failure prints none)"
@@ -74,12 +77,11 @@ FAIL_ALTHOUGH_NONE_FAILED = "{label}: 'Backend {device}: FAIL' although no case 
 VERDICT_FAIL = "{label}: test-backend-ops' verdict is FAIL{where}"
 EXITED_ALTHOUGH_OK = "{label}: exited with {status} although it printed OK"
 EXITED_0_ALTHOUGH_FAIL = "{label}: exited with status 0 although it printed FAIL"
-# counts: COUNT_PASSED (every case that ran passed) or COUNT_RAN, then the pieces that apply
-COUNT_PASSED = "{op}: {expected} expected, {passed} ran and passed"
-COUNT_RAN = "{op}: {expected} expected, {ran} ran, {passed} passed"
+# counts: COUNT, its source where the count was set (spec.EXPECTED_IN_PINS or EXPECTED_BY_FLAG), then the pieces that apply
+COUNT = "{op}: {expected} expected ({source}), {ran} ran, {passed} passed"
 COUNT_UNSUPPORTED = ", {unsupported} not supported on {device}"
 COUNT_NO_CASE = " (no {op} case at all: is the op name right, and does this build have it?)"
-COUNT_MORE = " (more than the pin expects: if the fork gained cases, raise expect.backend_ops.{op} in pins.yaml)"
+COUNT_CHANGED = "; if the fork's count changed, set it there"
 NOT_RUN_FOR = "{op}: test-backend-ops was not run for it"
 MORE_FAILED = "... and {more} more failed cases (all of them are in the JUnit XML)"
 # the sql cross-check
@@ -94,6 +96,7 @@ SQL_NO_ROWS = "{label}: no rows for {device}: the device did not run in the sql 
 SQL_COMMITS_DISAGREE = "{label}: the rows disagree on build_commit: {commits}"
 SQL_NO_COMMIT = "{label}: no row carries a build_commit, so the binary cannot be shown to be the pin {pin}"
 SQL_ROW_FAILED = "{label}: {case} failed in the sql run ({error})"
+SQL_ROW_NON_FINITE = "{label}: {case} passed in the sql run, but {figure} is not a finite number ({error})"
 SQL_MORE_ROWS_FAILED = "{label}: ... and {more} more {op} rows failed"
 SQL_DISAGREES = "{label}: {op} passed {sql_passed} of {sql_ran} in the sql run but {passed} of {ran} on the console: the two runs disagree"
 COMMIT_UNKNOWN = 'build_commit is "{build_commit}": the binary was built outside a git checkout, so it cannot be shown to be the pin {pin}'
@@ -139,6 +142,15 @@ class _Judgement:
         self.problems.append(text)
 
 
+class _Tally(NamedTuple):
+    """One op's cases in a console run."""
+
+    passed: int  # OK, with no NaN or inf figure
+    ran: int
+    unsupported: int
+    printed_ok: int  # OK as printed: what the sql run, from the same binary, is compared with
+
+
 def _label(run: ConsoleRun, device: str) -> str:
     if run.op is not None:
         return LABEL_RUN.format(op=run.op, device=device)
@@ -149,8 +161,8 @@ def _ops_of(run: ConsoleRun, spec: GateSpec) -> list[tuple[str, int]]:
     return [(op, n) for op, n in spec.expected if run.op is None or run.op == op]
 
 
-def _judge_console(j: _Judgement, run: ConsoleRun) -> dict[str, tuple[int, int, int]]:
-    """Problems and cases of one console run; returns per op (passed, ran, not supported) when they can be counted."""
+def _judge_console(j: _Judgement, run: ConsoleRun) -> dict[str, _Tally]:
+    """Problems and cases of one console run; returns each op's tally when its cases can be counted."""
     spec, device, report, outcome = j.spec, j.spec.device, run.report, run.outcome
     label = _label(run, device)
     section = report.device(device)
@@ -160,7 +172,7 @@ def _judge_console(j: _Judgement, run: ConsoleRun) -> dict[str, tuple[int, int, 
     if report.backend_lines:
         j.properties["backend_info"] = "; ".join(report.backend_lines[:4])
     cut = outcome.killed or not report.complete
-    counted: dict[str, tuple[int, int, int]] = {}
+    counted: dict[str, _Tally] = {}
     if report.mode != "test":
         j.problem(NOT_TEST_OUTPUT.format(label=label, mode=report.mode))
         return counted
@@ -176,13 +188,17 @@ def _judge_console(j: _Judgement, run: ConsoleRun) -> dict[str, tuple[int, int, 
         j.problem(CASE_REPEATED.format(label=label, case=name, times=len(lines), lines=listed([str(n) for n in lines], 5)))
     cases = tuple(c for c in cases if first_at[c.name] == c.line)
     for c in cases:
-        if c.status is CaseMark.OK:
+        if c.passed:
             j.seen_ok[c.op] = j.seen_ok.get(c.op, 0) + 1
         classname = f"{GATE}.{device}.{c.op}"
         detail = CASE_LINE_OF.format(line=c.line, log=run.log) if run.log else f"line {c.line}"
         if c.interleaved:
             detail += f"; printed in between: {c.interleaved}"
-        if c.status is CaseMark.OK:
+        if c.status is CaseMark.OK and c.non_finite:
+            why = NON_FINITE_OK.format(figure=c.non_finite, printed=_quote(c.message))
+            j.cases.append(CaseResult(c.name, Status.FAILED, why, classname, detail))
+            j.failed_names.append(FAILED_CASE.format(case=c.name, why=why))
+        elif c.status is CaseMark.OK:
             j.cases.append(CaseResult(c.name, Status.PASSED, "", classname, detail))
         elif c.status is CaseMark.NOT_SUPPORTED:
             j.cases.append(CaseResult(c.name, Status.SKIPPED, NOT_SUPPORTED_CASE.format(reason=c.reason), classname, detail))
@@ -237,7 +253,7 @@ def _judge_console(j: _Judgement, run: ConsoleRun) -> dict[str, tuple[int, int, 
             seen_text = SEEN_CASES.format(lines=count(len(cases), "case line"), device=device, tally=", ".join(parts))
         rest = []
         for op, n in _ops_of(run, spec):
-            done = sum(1 for c in cases if c.op == op and c.status is CaseMark.OK)
+            done = sum(1 for c in cases if c.op == op and c.passed)
             rest.append(REST_NOT_RUN.format(op=op, left=max(n - done, 0), expected=n))
         subject = CUT_SUBJECT_LOG if run.op is None else CUT_SUBJECT_RUN
         text = CUT_SHORT.format(label=label, subject=subject, how=how, seen=seen_text, rest="; ".join(rest))
@@ -290,32 +306,33 @@ def _judge_console(j: _Judgement, run: ConsoleRun) -> dict[str, tuple[int, int, 
 
     for op, _ in _ops_of(run, spec):
         mine = section.cases_of(op)
-        counted[op] = (
-            sum(c.status is CaseMark.OK for c in mine),
-            sum(c.ran for c in mine) + sum(1 for name in listed_only if name.startswith(f"{op}(")),
-            sum(c.status is CaseMark.NOT_SUPPORTED for c in mine),
+        counted[op] = _Tally(
+            passed=sum(c.passed for c in mine),
+            ran=sum(c.ran for c in mine) + sum(1 for name in listed_only if name.startswith(f"{op}(")),
+            unsupported=sum(c.status is CaseMark.NOT_SUPPORTED for c in mine),
+            printed_ok=sum(c.status is CaseMark.OK for c in mine),
         )
     return counted
 
 
-def _judge_counts(j: _Judgement, counted: Mapping[str, tuple[int, int, int]]) -> None:
+def _judge_counts(j: _Judgement, counted: Mapping[str, _Tally]) -> None:
     for op, n in j.spec.expected:
         if op not in counted:
             continue
-        ok, ran, unsupported = counted[op]
-        if ok == n:
+        t = counted[op]
+        if t.passed == n:
             continue
-        text = COUNT_PASSED.format(op=op, expected=n, passed=ok) if ok == ran else COUNT_RAN.format(op=op, expected=n, ran=ran, passed=ok)
-        if unsupported:
-            text += COUNT_UNSUPPORTED.format(unsupported=unsupported, device=j.spec.device)
-        if ran == 0 and unsupported == 0:
+        text = COUNT.format(op=op, expected=n, source=j.spec.expectation_source(op), ran=t.ran, passed=t.passed)
+        if t.unsupported:
+            text += COUNT_UNSUPPORTED.format(unsupported=t.unsupported, device=j.spec.device)
+        if t.ran == 0 and t.unsupported == 0:
             text += COUNT_NO_CASE.format(op=op)
-        elif ok > n:
-            text += COUNT_MORE.format(op=op)
+        elif t.ran + t.unsupported != n:  # not failures or refusals: the fork prints another number of cases
+            text += COUNT_CHANGED
         j.problem(text)
 
 
-def _judge_sql(j: _Judgement, sql: SqlRun, console_passed: Mapping[str, tuple[int, int, int]]) -> None:
+def _judge_sql(j: _Judgement, sql: SqlRun, console_passed: Mapping[str, _Tally]) -> None:
     spec, device, report = j.spec, j.spec.device, sql.report
     label = SQL_LABEL
     if sql.outcome.timed_out:
@@ -357,21 +374,25 @@ def _judge_sql(j: _Judgement, sql: SqlRun, console_passed: Mapping[str, tuple[in
         j.properties["build_commit_check"] = "passed" if len(j.problems) == before else "failed"
     for op, _ in spec.expected:
         mine = [r for r in rows if r.op_name == op]
-        failed = [r for r in mine if r.supported and not r.passed]
+        failed = [r for r in mine if r.supported and (not r.passed or r.non_finite)]
         for r in failed[:FAILURES_LISTED]:
-            j.problem(SQL_ROW_FAILED.format(label=label, case=r.name, error=r.error_message or "no error_message"))
+            error = r.error_message or "no error_message"
+            if r.passed:
+                j.problem(SQL_ROW_NON_FINITE.format(label=label, case=r.name, figure=r.non_finite, error=error))
+            else:
+                j.problem(SQL_ROW_FAILED.format(label=label, case=r.name, error=error))
         if len(failed) > FAILURES_LISTED:
             j.problem(SQL_MORE_ROWS_FAILED.format(label=label, more=len(failed) - FAILURES_LISTED, op=op))
         if op in console_passed:
-            ok, ran, _ = console_passed[op]
+            ok, ran = console_passed[op].printed_ok, console_passed[op].ran
             sql_ok, sql_ran = sum(r.passed for r in mine), sum(r.supported for r in mine)
             # the sql run prints no row for a failing case: its rows are the console's passes, or every case
             if sql_ok != ok or sql_ran not in (ran, ok):
                 j.problem(SQL_DISAGREES.format(label=label, op=op, sql_passed=sql_ok, sql_ran=sql_ran, passed=ok, ran=ran))
 
 
-def _console_all_passed(console_passed: Mapping[str, tuple[int, int, int]]) -> bool:
-    return all(ok == ran for ok, ran, _ in console_passed.values())
+def _console_all_passed(console_passed: Mapping[str, _Tally]) -> bool:
+    return all(t.printed_ok == t.ran for t in console_passed.values())
 
 
 def _exit_text(outcome: Outcome) -> str:
@@ -384,7 +405,7 @@ def _exit_text(outcome: Outcome) -> str:
 def judge(spec: GateSpec, runs: Sequence[ConsoleRun], sql: SqlRun | None, *, sql_not_made: str = "") -> GateResult:
     """The verdict on the evidence. Every failure is one line in ``problems`` that says what was seen."""
     j = _Judgement(spec)
-    counted: dict[str, tuple[int, int, int]] = {}
+    counted: dict[str, _Tally] = {}
     for op, _ in spec.expected:
         if not any(r.op is None or r.op == op for r in runs):
             j.problem(NOT_RUN_FOR.format(op=op))

@@ -8,6 +8,9 @@ Formats, as upstream's ``tests/test-backend-ops.cpp`` prints them (console print
 - A case is ``  OP(params): OK|FAIL|not supported [DEVICE]``. The case line is printed after the case has run, and
   what the comparison found (``[OP] ERR = ... > ...``, ``[OP] NaN at index ...``, ``[OP] inf mismatch: ...``) was
   printed before it, so a failure's message precedes the case on the same line.
+- The comparison prints a figure only when it fails (``ERR = X > MAX``), and NaN > MAX is false: a case whose error
+  is NaN prints no figure and says OK. A figure that is NaN or inf (``ERR = nan``, ``CUDA0=inf``) is read wherever it
+  shows, before a case or in a sql row's ``error_message``, so that the judge fails it whatever the status says.
 - stdout is flushed after each ``  OP(params): `` and nothing else; stderr is not buffered. Through a pipe, a
   backend's stderr line can land between a case's ``: `` and its status, which then stands alone on a later line;
   and a process that aborts loses the status of the last case it printed (still in stdout's buffer).
@@ -42,10 +45,18 @@ _NOT_SUPPORTED_RE = re.compile(r"^not supported \[(?P<reason>[^\]]*)\]$")
 _OTHER_MODES = {"perf": re.compile(r"^\d+ runs - "), "support": re.compile(r"^(?:NOT )?SUPPORTED$")}
 _INSERT_RE = re.compile(r"^INSERT INTO test_backend_ops \((?P<columns>[^)]*)\) VALUES \((?P<values>.*)\);$")
 _CREATE_RE = re.compile(r"^CREATE TABLE IF NOT EXISTS test_backend_ops \($")
+# a named figure that is no finite number, as printf prints one: "ERR = nan", "NMSE = -nan", "CUDA0=inf"
+_NON_FINITE_RE = re.compile(r"\b[A-Za-z_][A-Za-z0-9_.]*\s*=\s*[-+]?(?:nan|inf(?:inity)?)(?![A-Za-z0-9_.])", re.IGNORECASE)
 
 
 def strip_ansi(text: str) -> str:
     return _ANSI_RE.sub("", text)
+
+
+def non_finite_figure(text: str) -> str:
+    """The first figure in ``text`` that is NaN or inf, as printed (``ERR = nan``); "" when there is none."""
+    m = _NON_FINITE_RE.search(text)
+    return m.group(0) if m else ""
 
 
 # -- the console output -------------------------------------------------------------------------------------
@@ -73,6 +84,16 @@ class ConsoleCase:
     @property
     def name(self) -> str:
         return f"{self.op}({self.params})"
+
+    @property
+    def non_finite(self) -> str:
+        """A NaN or inf figure printed before the case on its line (``ERR = nan``), or ""."""
+        return non_finite_figure(self.message)
+
+    @property
+    def passed(self) -> bool:
+        """OK, with no NaN or inf figure before it."""
+        return self.status is CaseMark.OK and not self.non_finite
 
     @property
     def ran(self) -> bool:
@@ -359,6 +380,11 @@ class SqlRow:
     @property
     def name(self) -> str:
         return f"{self.op_name}({self.op_params})"
+
+    @property
+    def non_finite(self) -> str:
+        """A NaN or inf figure in the row's ``error_message`` (``ERR = nan``), or ""."""
+        return non_finite_figure(self.error_message)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,9 @@ BAD_OP = 'expectation "{op}": not a ggml op name (upper case, as test-backend-op
 OP_TWICE = "expectations name an op twice: {ops}"
 BAD_COUNT = "expectation {op}={count}: the count must be a whole number of cases, 1 or more"
 NOT_A_SHA = 'pinned commit "{commit}": not a commit sha (7 to 40 hex digits)'
+# where an op's expected count was set, for the count message: GateSpec.expected_from is one of these
+EXPECTED_IN_PINS = "pins.yaml expect.backend_ops.{op}"
+EXPECTED_BY_FLAG = "--expect {op}={expected}"
 
 
 def check_device(device: str) -> str:
@@ -72,6 +75,7 @@ class GateSpec:
     patched: bool = False
     dirty: DirtyRule = DirtyRule.CLEAN
     build_key: str = ""
+    expected_from: str = EXPECTED_IN_PINS  # where the counts were set: a template of {op} and {expected}
 
     @classmethod
     def make(
@@ -82,6 +86,7 @@ class GateSpec:
         patched: bool,
         build_key: str = "",
         dirty: DirtyRule | None = None,
+        expected_from: str = EXPECTED_IN_PINS,
     ) -> GateSpec:
         check_device(device)
         check_ops(expected)
@@ -99,7 +104,12 @@ class GateSpec:
             patched=patched,
             dirty=dirty if dirty is not None else DirtyRule.for_build(patched),
             build_key=build_key,
+            expected_from=expected_from,
         )
+
+    def expectation_source(self, op: str) -> str:
+        """Where ``op``'s expected count was set: the place to change it."""
+        return self.expected_from.format(op=op, expected=dict(self.expected).get(op, 0))
 
     @property
     def pin(self) -> str:

@@ -16,6 +16,7 @@ from ci import cli
 from ci import git as ci_git
 from ci.commands import bisect as bisect_
 from ci.gates.backend_ops import judge as backend_ops_judge
+from ci.gates.backend_ops.spec import EXPECTED_IN_PINS
 from ci.git import Git
 from ci.release import ledger
 from ci.source.classify import NOT_APPLYING, VERDICT_DETAILED, Fate
@@ -67,7 +68,9 @@ def test_bisect_names_the_planted_regression_and_skips_the_commit_the_series_doe
     conflict = bisect_.SERIES_DOES_NOT_APPLY.format(problems=NOT_APPLYING.format(verdict=verdict))
     assert said(conflict, skipped[0], path="tools/server/server.cpp", number=1)
     assert bisect_.FIRST_BAD_FILES.format(files="ggml/ggml.c, notes/c21.txt") in out
-    problem = backend_ops_judge.COUNT_RAN.format(op="GATED_DELTA_NET", expected=36, ran=36, passed=35)
+    problem = backend_ops_judge.COUNT.format(
+        op="GATED_DELTA_NET", expected=36, source=EXPECTED_IN_PINS.format(op="GATED_DELTA_NET"), ran=36, passed=35
+    )
     assert bisect_.FIRST_BAD_PROBLEM.format(gate="backend_ops", problem=problem) in out
     assert bisect_.LAST_GOOD_LINE.format(commit=bisect_fork.c(REGRESSION - 1)[:7], subject="notes: commit 20") in out
     assert_at_pin_and_series(bisect_project, bisect_fork)
