@@ -60,7 +60,7 @@ def test_an_earlier_task_is_replaced_and_anything_else_is_refused_untouched(tmp_
 
 
 def test_a_pin_without_the_kernel_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="gated_delta_net.cu: not in the checkout"):
+    with pytest.raises(ConfigError, match=r"gated_delta_net\.cu: not in the checkout"):
         kernelforge.plan(tmp_path / "task", tmp_path, tmp_path / "build", "CPU", "c" * 40, "r", "e" * 64, 100.0)
 
 
