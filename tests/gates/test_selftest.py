@@ -4,9 +4,11 @@ the real gates) with faults aimed at the fixture's library, which its test-backe
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import re
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,10 +18,13 @@ import pytest
 from ci import places, schema
 from ci.commands import gate_selftest
 from ci.errors import ConfigError
+from ci.gates import registry
 from ci.gates.results import Status
 from ci.gates.selftest import faults as fault_set
 from ci.gates.selftest import run as selftest
 from ci.release import ledger
+from ci.source.series import Series
+from ci.source.sync import Source
 from tests.support.build import build_cpu, stand_in_flags
 from tests.support.messages import pattern, said
 from tests.support.project import Project
@@ -146,7 +151,7 @@ def test_caught_stale_and_benign_on_the_fixture_fork(
 def test_faults_file_errors_are_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "faults.yaml"
     bad.write_text(FAULTS.replace("gate: backend_ops", "gate: backendops", 1))
-    not_a_gate = fault_set.NOT_A_GATE.format(gate="backendops", known="backend_ops, equivalence, archs, all")
+    not_a_gate = fault_set.NOT_A_GATE.format(gate="backendops", known=", ".join((*registry.plantable(), "all")))  # the registry's, in order
     with pytest.raises(ConfigError, match=re.escape(schema.AT_KEY.format(file=bad, key="faults[0].gate", problem=not_a_gate))):
         selftest.load_faults(bad)
     bad.write_text(FAULTS.replace("id: comment\n", "id: answer-off-by-one\n"))
@@ -206,7 +211,7 @@ def test_missed_by_runs_the_older_checks_too_and_wants_them_passed(tmp_path: Pat
     assert "failed" + selftest.MISSED_BY_PASSED.format(gates="backend_ops, archs") in row
     bad = tmp_path / "faults.yaml"
     bad.write_text(FAULTS.replace("    gate: backend_ops\n", "    gate: backend_ops\n    missed_by: [backend_ops]\n", 1))
-    not_another = fault_set.NOT_ANOTHER_GATE.format(gate="backend_ops", known="equivalence, archs")
+    not_another = fault_set.NOT_ANOTHER_GATE.format(gate="backend_ops", known=", ".join(g for g in registry.plantable() if g != "backend_ops"))
     with pytest.raises(ConfigError, match=re.escape(schema.AT_KEY.format(file=bad, key="faults[0].missed_by[0]", problem=not_another))):
         selftest.load_faults(bad)
     # a run that stopped after the old checks passed judged only part of the fault: never as expected
@@ -283,8 +288,19 @@ def test_a_fault_whose_gate_fails_the_unplanted_build_is_not_judged_unless_it_is
     assert fault_set.unjudged(fault, {}) is None
     told: list[str] = []  # every fault blocked: nothing is read from a source, nothing planted
     result, shown = selftest.selftest("k" * 64, None, tmp_path, tmp_path, "cpu", path, ["snapshot-slot"], told.append, failing=failing)  # type: ignore[arg-type]
-    assert (result.status, told) == (Status.FAILED, [selftest.FAULT_SAYS.format(fault="snapshot-slot", what=fault_set.unjudged(fault, failing))])
+    # the refusal names its next step: the fix the fix-fault plants, carried as a patch (issue 37, item 5), even when
+    # --fault left the fix-fault out of this run
+    carry = selftest.NEXT_CARRY_FIX.format(fix="offset-restored", file="src/llama-context.cpp", profile="cpu")
+    why = selftest.NOT_JUDGED_NEXT.format(why=fault_set.unjudged(fault, failing), steps=carry)
+    assert (result.status, told) == (Status.FAILED, [selftest.FAULT_SAYS.format(fault="snapshot-slot", what=why)])
+    assert f"snapshot-slot: {fault.gate}: expected failed, got {selftest.GOT_NOT_RUN}; {why}" in result.problems
     assert selftest.GOT_NOT_RUN in shown
+    # a gate with no fix-fault: how to find why it fails
+    told.clear()
+    failing = {"backend_ops": "error: x"}
+    selftest.selftest("k" * 64, None, tmp_path, tmp_path, "cpu", path, ["snapshot-slot"], told.append, failing=failing)  # type: ignore[arg-type]
+    find = selftest.NEXT_FIND.format(gate="backend_ops", profile="cpu")
+    assert told == [selftest.FAULT_SAYS.format(fault="snapshot-slot", what=selftest.NOT_JUDGED_NEXT.format(why=fault_set.unjudged(fault, failing), steps=find))]
     assert not (tmp_path / "build").exists()
     path.write_text(PIN_FAILS.replace("    fixes: true\n", "    fixes: yes please\n"))
     with pytest.raises(ConfigError, match=re.escape(schema.AT_KEY.format(file=path, key="faults[1].fixes", problem=fault_set.NOT_A_FLAG))):
@@ -323,3 +339,101 @@ def test_the_summary_counts_a_fix_the_pin_lacks_apart_from_the_benign_edits(tmp_
     assert result.summary.startswith(
         selftest.SUMMARY.format(verdict="FAILED", caught=1, faults=1, benign=0, benigns=0) + selftest.SUMMARY_FIXES.format(fixed=0, fixes=1)
     )
+
+
+def test_a_fix_that_passed_planted_says_to_carry_it_where_faults_were_not_judged(tmp_path: Path) -> None:
+    """At c14872f the self-test's own fix-fault passed, and the not-judged faults still said only "make it pass
+    first" (issue 37, item 5): after the run, the fix that passed names the step that gets them judged."""
+    path = tmp_path / "faults.yaml"
+    path.write_text(PIN_FAILS)
+    fault, fix = selftest.load_faults(path)
+    outcomes = [
+        selftest.Outcome(fault, {}, "not judged", 0.0, blocked_by=("equivalence",)),
+        selftest.Outcome(fix, {"equivalence": Status.PASSED}, "", 3.0),
+    ]
+    line = selftest.FIX_PASSED_NEXT.format(gate="equivalence", file="src/llama-context.cpp", count=1)
+    assert selftest.fix_passed_lines(outcomes) == [("offset-restored", line)]
+    assert "docs/patches.md#add-a-patch" in line
+    failed_fix = [outcomes[0], selftest.Outcome(fix, {"equivalence": Status.FAILED}, "", 3.0)]
+    assert selftest.fix_passed_lines(failed_fix) == []  # a fix that did not pass is no step to take
+    assert selftest.fix_passed_lines(outcomes[1:]) == []  # nothing waited on it
+
+
+CARRIED = """\
+faults:
+  - id: offset-restored
+    file: src/llama-context.cpp
+    search: "const size_t dst_offset = 0;"
+    replace: "const size_t dst_offset = token_offset * row;"
+    gate: equivalence
+    expect: passed
+    fixes: true
+    profiles: [cpu]
+    why: the fix the pin lacks
+"""
+
+
+def fork_source(tmp_path: Path, at_pin: str, with_series: str) -> Source:
+    """A fork whose pin has ``at_pin`` in src/llama-context.cpp and whose checkout, the series applied (in the index,
+    as sync leaves it), has ``with_series``."""
+    work = tmp_path / "fork"
+    (work / "src").mkdir(parents=True)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=work, check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q", "-b", "main")
+    (work / "src" / "llama-context.cpp").write_text(at_pin)
+    git("add", "-A")
+    git("-c", "user.name=Fixture", "-c", "user.email=fixture@example.invalid", "commit", "-qm", "the pin")
+    pin = git("rev-parse", "HEAD")
+    (work / "src" / "llama-context.cpp").write_text(with_series)
+    git("add", "-A")
+    return Source("third_party/fork", work, work / ".git", pin, "https://example.invalid/fork.git", (), Series(tmp_path / "patches", ()))
+
+
+def test_a_fix_fault_the_series_carries_is_stale_as_it_should_be(tmp_path: Path) -> None:
+    """A fix-fault goes stale once the series carries its fix: that is as it should be, and is said so; once the pin
+    itself carries it, the fault is to be dropped."""
+    path = tmp_path / "faults.yaml"
+    path.write_text(CARRIED)
+    source = fork_source(tmp_path, "const size_t dst_offset = 0;\n", "const size_t dst_offset = token_offset * row;\n")
+    told: list[str] = []
+    result, shown = selftest.selftest("k" * 64, source, tmp_path, tmp_path, "cpu", path, [], told.append)
+    assert told == [selftest.FAULT_SAYS.format(fault="offset-restored", what=selftest.SERIES_CARRIES_FIX)]
+    assert result.status is Status.PASSED, result.problems
+    assert result.summary.startswith(
+        selftest.SUMMARY.format(verdict="PASSED", caught=0, faults=0, benign=0, benigns=0) + selftest.SUMMARY_CARRIED.format(carried=1)
+    )
+    assert selftest.GOT_CARRIED in shown
+    # the pin carries it: drop the fault
+    (tmp_path / "fork").rename(tmp_path / "old-fork")
+    source = fork_source(tmp_path, "const size_t dst_offset = token_offset * row;\n", "const size_t dst_offset = token_offset * row;\n")
+    told.clear()
+    result, _ = selftest.selftest("k" * 64, source, tmp_path, tmp_path, "cpu", path, [], told.append)
+    assert told == [selftest.FAULT_SAYS.format(fault="offset-restored", what=selftest.PIN_CARRIES_FIX.format(faults=path))]
+    assert result.status is Status.FAILED
+    # stale for another reason: the stale message as before
+    (tmp_path / "fork").rename(tmp_path / "older-fork")
+    source = fork_source(tmp_path, "elsewhere\n", "elsewhere\n")
+    told.clear()
+    selftest.selftest("k" * 64, source, tmp_path, tmp_path, "cpu", path, [], told.append)
+    stale = fault_set.STALE_NO_MATCH.format(file="src/llama-context.cpp", anchor="const size_t dst_offset = 0;")
+    assert told == [selftest.FAULT_SAYS.format(fault="offset-restored", what=stale)]
+
+
+def test_plant_says_a_missing_file_does_not_exist_and_a_directory_is_not_regular(tmp_path: Path) -> None:
+    """A missing file had been reported as "not a regular file (a link or a directory)" (issue 37, item 5)."""
+    checkout, build = tmp_path / "checkout", tmp_path / "build"
+    (checkout / "src" / "dir.cpp").mkdir(parents=True)
+    build.mkdir()
+    path = tmp_path / "faults.yaml"
+    path.write_text(CARRIED)
+    (fix,) = selftest.load_faults(path)
+    with pytest.raises(ConfigError) as exc:
+        selftest.plant(checkout, build, fix, tmp_path / "area")
+    assert exc.value.message == selftest.PLANT_MISSING.format(fault="offset-restored", file="src/llama-context.cpp")
+    in_a_directory = dataclasses.replace(fix, file="src/dir.cpp")
+    with pytest.raises(ConfigError) as exc:
+        selftest.plant(checkout, build, in_a_directory, tmp_path / "area")
+    assert exc.value.message == selftest.PLANT_NOT_REGULAR.format(fault="offset-restored", file="src/dir.cpp")

@@ -62,12 +62,21 @@ MTP_FLOORS = Floors()
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 SUMMARY = "{status}: {legs}"
 LEG_SUMMARY = "{kind}: {summary}"
-DRAFTED_DIFFERENTLY_COUNT = "{kind}: {count} prompt(s) drafted differently"
+# where a dflash-context failure is explained, and the step that fixes it at c14872f (tests/docs checks the anchors)
+OFFSET_SECTION = "docs/gates.md#what-each-check-reaches"
+CARRY_OFFSET_FIX = (
+    "carry upstream's offset line (dst_offset = token_offset * (nfloats / n_tokens)) as a patch of the series "
+    "(docs/patches.md#add-a-patch; the steps: docs/gates.md#nox--s-gate_selftest-gates-that-can-fail), then rebuild and rerun"
+)
+DRAFTED_DIFFERENTLY_COUNT = "{kind}: {count} prompt(s) drafted differently (the layer inputs' micro-batch offset: " + OFFSET_SECTION + ")"
 NOT_COMPARED = "not compared: the {leg} leg did not pass"
 DRAFTS = "drafted {split_drafted}, {split_accepted} accepted with 16-token micro-batches; {whole_drafted}, {whole_accepted} with the prompt in one"
 DRAFTED_DIFFERENTLY = (
     "{drafts}: the DFlash drafter was given other layer inputs when the prompt spanned micro-batches "
-    "(stale or misplaced; llama_context::extract_layer_inputs writes them, docs/gates.md)"
+    "(stale or misplaced; llama_context::extract_layer_inputs writes them, at c14872f every micro-batch's at offset 0: "
+    + OFFSET_SECTION
+    + "); "
+    + CARRY_OFFSET_FIX
 )
 NO_DRAFTER_LINES = "tokens/step and acceptance per drafter kind: {why}"
 NO_RECORD = "no equivalence record beside this one"

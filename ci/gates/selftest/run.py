@@ -44,6 +44,7 @@ FAULT_TIMEOUT_NOT_POSITIVE = "--fault-timeout {timeout:g}: must be more than 0 s
 FAULT_SAYS = "gate_selftest: {fault}: {what}"
 ENDED_AT_TIMEOUT = "ended after {timeout:g} s (--fault-timeout) before {missing} finished; its run's last line: {last}"
 GOT_STALE = "stale"
+GOT_CARRIED = "stale: the series carries it"  # a fix-fault whose fix the series carries: as it should be
 GOT_NOT_RUN = "not run"
 GOT_GATE = "{gate} {status}"  # a fault whose gates gave different verdicts: each gate's, joined by ", "
 MISSED_BY = " (missed by {gates})"
@@ -53,6 +54,27 @@ SUMMARY = "{verdict}: {caught}/{faults} faults caught by their gates, {benign}/{
 SUMMARY_FIXES = ", {fixed}/{fixes} fixes the pin lacks passed their gates"
 SUMMARY_TIMES = "; {seconds:.1f} s in all, {width} at a time"
 SUMMARY_SLOWEST = ", {ratio:.2f}x the slowest fault ({slowest:.1f} s)"
+SUMMARY_CARRIED = ", {carried} fix(es) carried by the series"
+# a fault not judged (faults.NOT_JUDGED, which ends "make it pass first"), and how: the gate's fix-fault carried as a
+# patch (NEXT_CARRY_FIX), or the gate's failure found and fixed (NEXT_FIND). At c14872f equivalence fails the bare pin
+# and 5 of 6 faults were "not judged; make it pass first", with no word of the fix the self-test itself plants.
+NOT_JUDGED_NEXT = "{why}: {steps}"
+NEXT_CARRY_FIX = (
+    "carry the fix that {fix} plants ({file}) as a patch of the series (docs/patches.md#add-a-patch), "
+    "rebuild, rerun nox -s gpu_tests -- --profile {profile} and then this self-test"
+)
+NEXT_FIND = "nox -s gpu_tests -- --profile {profile} says why {gate} fails; fix that in the pin or the series, then rerun this self-test"
+# after the run: a fix-fault passed planted while faults of its gate were not judged
+FIX_PASSED_NEXT = (
+    "passed {gate} planted: carry its fix ({file}) as a patch of the series (docs/patches.md#add-a-patch), rebuild and "
+    "rerun, and the {count} fault(s) not judged here are judged"
+)
+# a fix-fault gone stale because the fix is there: said instead of faults.STALE_NO_MATCH
+SERIES_CARRIES_FIX = "the series carries this fix: stale as it should be; drop the fault when the pin carries it"
+PIN_CARRIES_FIX = "the pin carries this fix: drop the fault from {faults}"
+# plant's refusals of the fault's file in the copy of the fork
+PLANT_MISSING = "fault {fault}: file {file}: does not exist in the fork at the pin (pin + series); aim the fault at a file the fork has"
+PLANT_NOT_REGULAR = "fault {fault}: file {file}: not a regular file in the fork (a link or a directory); plant faults in a file of its own"
 
 
 def known_gates() -> KnownGates:
@@ -106,8 +128,10 @@ def plant(checkout: Path, build_dir: Path, fault: Fault, root: Path) -> Trial:
     if (why := relative_problem(fault.file)) is not None:
         raise ConfigError(f"fault {fault.id}: file {fault.file}: {why}")
     target = places.inside(trial.src, trial.src / fault.file, f"fault {fault.id}: file")
+    if not os.path.lexists(trial.src / fault.file):
+        raise ConfigError(PLANT_MISSING.format(fault=fault.id, file=fault.file))
     if not is_regular(trial.src / fault.file):
-        raise ConfigError(f"fault {fault.id}: file {fault.file}: not a regular file in the fork (a link or a directory); plant faults in a file of its own")
+        raise ConfigError(PLANT_NOT_REGULAR.format(fault=fault.id, file=fault.file))
     text = read_text(target, CONFIG_LIMIT * 4)
     why = stale(fault, text)
     if why is not None:
@@ -140,15 +164,21 @@ class Outcome:
     seconds: float
     rebuild: float = 0.0
     stale: bool = False
+    carried: bool = False  # a fix-fault whose fix the series carries (stale as it should be)
+    blocked_by: tuple[str, ...] = ()  # not judged: the gates that fail the unplanted build
 
     @property
     def ok(self) -> bool:
+        if self.carried:
+            return True
         if self.stale or set(self.got) != set(self.fault.gates):  # a run that stopped early judged only part of it
             return False
         return all(s is self.fault.wanted(g) for g, s in self.got.items())
 
     @property
     def got_text(self) -> str:
+        if self.carried:
+            return GOT_CARRIED
         if self.stale:
             return GOT_STALE
         if not self.got:
@@ -177,9 +207,10 @@ def selftest(
     expected; each copy is removed once judged, unless ``keep``. ``failing`` names the gates that already fail the
     unplanted build (gate -> why): a fault judged by one of them proves nothing and is not planted."""
     started = time.monotonic()
-    faults = [f for f in load_faults(faults_file) if profile in f.profiles and (not only or f.id in only)]
+    every = load_faults(faults_file)
+    faults = [f for f in every if profile in f.profiles and (not only or f.id in only)]
     if only and len(faults) != len(set(only)):
-        known = [f.id for f in load_faults(faults_file)]
+        known = [f.id for f in every]
         raise ConfigError(f"--fault: {', '.join(sorted(set(only) - {f.id for f in faults}))}: not a fault for profile {profile} (faults: {', '.join(known)})")
     if not faults:
         raise ConfigError(f"{faults_file or 'ci/gates/' + FAULTS}: no fault for profile {profile}")
@@ -188,19 +219,23 @@ def selftest(
     if not timeout > 0:
         raise ConfigError(FAULT_TIMEOUT_NOT_POSITIVE.format(timeout=timeout))
     root = project_root / "build" / "selftest" / profile
+    fixes = {f.gate: f for f in every if f.fixes and profile in f.profiles}  # each gate's fix the pin lacks (--fault or not)
     outcomes: dict[str, Outcome] = {}
     for fault in faults:
         if (why := unjudged(fault, failing or {})) is not None:
+            blocked = tuple(g for g in fault.gates if g in (failing or {}))
+            why = NOT_JUDGED_NEXT.format(why=why, steps="; ".join(next_step(g, fixes.get(g), profile) for g in blocked))
             say(FAULT_SAYS.format(fault=fault.id, what=why))
-            outcomes[fault.id] = Outcome(fault, {}, why, 0.0)
+            outcomes[fault.id] = Outcome(fault, {}, why, 0.0, blocked_by=blocked)
     to_plant = [f for f in faults if f.id not in outcomes]
     texts = files_at(source.gitdir, Git(source.gitdir, source.workdir).write_tree(), [f.file for f in to_plant]) if to_plant else {}
     trials: list[Trial] = []
     for fault in to_plant:
         why = stale(fault, texts[fault.file])
         if why is not None:
-            say(FAULT_SAYS.format(fault=fault.id, what=why))
-            outcomes[fault.id] = Outcome(fault, {}, why, 0.0, stale=True)
+            carried = carried_fix(fault, texts[fault.file], source, faults_file)
+            say(FAULT_SAYS.format(fault=fault.id, what=carried or why))
+            outcomes[fault.id] = Outcome(fault, {}, carried or why, 0.0, stale=True, carried=carried == SERIES_CARRIES_FIX)
             continue
         trials.append(plant(source.workdir, build_dir, fault, root))
         say(f"gate_selftest: {fault.id}: planted in {fault.file}; it will rebuild and run {', '.join(fault.gates)}")
@@ -216,8 +251,44 @@ def selftest(
                 shutil.rmtree(copy, ignore_errors=True)
     ordered = [outcomes[f.id] for f in faults]
     result = _result(key, ordered, time.monotonic() - started, width)
+    after = fix_passed_lines(ordered)
+    for fix, line in after:
+        say(FAULT_SAYS.format(fault=fix, what=line))
+    result = dataclasses.replace(result, problems=(*result.problems, *(f"{fix}: {line}" for fix, line in after)))
     which = (("faults_sha256", faults_sha256(faults)), ("faults_file", str(faults_file) if faults_file else f"ci/gates/selftest/{FAULTS}"))
     return dataclasses.replace(result, properties=(*result.properties, *which)), table(ordered)
+
+
+def next_step(gate: str, fix: Fault | None, profile: str) -> str:
+    """What makes ``gate`` pass the unplanted build, so that its faults are judged: the fix its fix-fault plants,
+    carried as a patch of the series, or, with none, finding why it fails."""
+    if fix is not None:
+        return NEXT_CARRY_FIX.format(fix=fix.id, file=fix.file, profile=profile)
+    return NEXT_FIND.format(gate=gate, profile=profile)
+
+
+def carried_fix(fault: Fault, text: str | None, source: Source, faults_file: Path | None) -> str | None:
+    """Why a fix-fault is stale when the fix is there (its search gone, its replacement in place): the series carries
+    it (as it should), or the pin itself does (drop the fault); None for any other stale fault."""
+    if not fault.fixes or text is None or fault.search in text or fault.replace not in text:
+        return None
+    at_pin = files_at(source.gitdir, source.commit, [fault.file]).get(fault.file)
+    if at_pin is not None and fault.search not in at_pin and fault.replace in at_pin:
+        return PIN_CARRIES_FIX.format(faults=faults_file or f"ci/gates/selftest/{FAULTS}")
+    return SERIES_CARRIES_FIX
+
+
+def fix_passed_lines(outcomes: Sequence[Outcome]) -> list[tuple[str, str]]:
+    """After the run: each fix-fault that passed its gate planted while faults of that gate were not judged, and the
+    step that gets them judged, as (the fix-fault's id, the line); pure."""
+    lines = []
+    for o in outcomes:
+        if not (o.fault.fixes and o.ok and not o.carried and o.got):
+            continue
+        waiting = [x for x in outcomes if o.fault.gate in x.blocked_by]
+        if waiting:
+            lines.append((o.fault.id, FIX_PASSED_NEXT.format(gate=o.fault.gate, file=o.fault.file, count=len(waiting))))
+    return lines
 
 
 CORES_PER_FAULT = 4  # a fault's rebuild is one to a few units, and its gates want a core or two of their own
@@ -288,12 +359,13 @@ def _result(key: str, outcomes: Sequence[Outcome], seconds: float, width: int = 
         if not o.ok:
             problems.append(f"{o.fault.id}: " + (o.problem if o.stale else message))
     # each edit counted once: a fix the pin lacks, else a benign edit (expected to pass), else a fault
-    kinds = [("fix" if o.fault.fixes else "benign" if o.fault.expect is Status.PASSED else "fault", o.ok) for o in outcomes]
+    kinds = [("carried" if o.carried else "fix" if o.fault.fixes else "benign" if o.fault.expect is Status.PASSED else "fault", o.ok) for o in outcomes]
     ran, held = Counter(k for k, _ in kinds), Counter(k for k, ok in kinds if ok)
     status = Status.PASSED if all(o.ok for o in outcomes) else Status.FAILED
     slowest = max((o.seconds for o in outcomes), default=0.0)
     summary = SUMMARY.format(verdict=status.value.upper(), caught=held["fault"], faults=ran["fault"], benign=held["benign"], benigns=ran["benign"])
     summary += SUMMARY_FIXES.format(fixed=held["fix"], fixes=ran["fix"]) if ran["fix"] else ""
+    summary += SUMMARY_CARRIED.format(carried=ran["carried"]) if ran["carried"] else ""
     summary += SUMMARY_TIMES.format(seconds=seconds, width=width) + (SUMMARY_SLOWEST.format(ratio=seconds / slowest, slowest=slowest) if slowest else "")
     metrics = tuple((f"{o.fault.id}.seconds", round(o.seconds, 1)) for o in outcomes) + tuple((f"{o.fault.id}.rebuild_seconds", o.rebuild) for o in outcomes)
     metrics += (("slowest_fault_seconds", round(slowest, 1)), ("parallel", width))

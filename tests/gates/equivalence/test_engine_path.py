@@ -241,6 +241,11 @@ def test_the_dflash_context_cases_compare_the_drafts_of_both_micro_batchings() -
     ]
     code = engine_path.DRAFTS.format(split_drafted=246, split_accepted=131, whole_drafted=219, whole_accepted=145)
     assert cases[0].message == engine_path.DRAFTED_DIFFERENTLY.format(drafts=code)
+    # the refusal names its section and its next step: the fix, carried as a patch of the series (issue 37, item 5)
+    for where in (engine_path.OFFSET_SECTION, "docs/patches.md#add-a-patch", "docs/gates.md#nox--s-gate_selftest-gates-that-can-fail"):
+        assert where in cases[0].message
+    assert engine_path.CARRY_OFFSET_FIX in cases[0].message
+    assert "patch of the series" in engine_path.CARRY_OFFSET_FIX
     assert cases[2].message == engine_path.DRAFTS.format(split_drafted=227, split_accepted=141, whole_drafted=227, whole_accepted=141)
     # the gate: passed legs, two prompts drafted differently -> failed, and the problems say which
     combined = engine_path.combine([("dflash", split), ("dflash-whole", whole)], extra=cases)
