@@ -24,7 +24,7 @@ from ci.command import run
 from ci.compile import profiles as profiles_mod
 from ci.compile import undeclared
 from ci.compile.flags import Flags
-from ci.compile.manifest import IS_MISSING, MANIFEST, Artifact, BuildKey, Manifest, build_key
+from ci.compile.manifest import IS_MISSING, MANIFEST, SCHEMA, Artifact, BuildKey, Manifest, build_key, link_closure
 from ci.compile.profiles import Profile
 from ci.compile.toolchain import Toolchain
 from ci.errors import CommandFailed, ConfigError, OnebitError
@@ -47,6 +47,8 @@ PROGRESS_RE = re.compile(r"^\[(\d+)/(\d+)\] ")
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 NEVER_BUILT = "no manifest: never built, or the last build did not finish"
+STRAY_FOUND = "{name} is beside the binaries, and none of them loads it"
+OLD_SCHEMA = "build.json (schema {schema}) does not say which libraries each binary loads"
 KEY_PART_CHANGED = "{part} changed"
 KEY_CHANGED = "the key changed"
 ARTIFACT_WRONG = "{name} {problem}"
@@ -202,6 +204,11 @@ def decide(plan: BuildPlan, old: Manifest | None) -> Decision:
         # ninja goes by mtime: a replaced file newer than its inputs would be kept, so a differing one is removed
         stale = tuple(plan.build_dir / {**old.binaries, **old.libraries}[name].path for name, why in wrong if why != IS_MISSING)
         return Decision(False, reconfigure, tuple(ARTIFACT_WRONG.format(name=name, problem=why) for name, why in wrong), stale)
+    strays = old.strays(plan.build_dir)
+    if strays:  # ggml would open them in every gate: removed before the build, refused by every later stage
+        return Decision(False, reconfigure, tuple(STRAY_FOUND.format(name=p.name) for p in strays), tuple(strays))
+    if old.schema < SCHEMA:
+        return Decision(False, reconfigure, (OLD_SCHEMA.format(schema=old.schema),))
     return Decision(True, False, ())
 
 
@@ -285,8 +292,9 @@ def execute(plan: BuildPlan, decision: Decision, say: Callable[[str], None]) -> 
             say(f"build: done in {time.monotonic() - t:.1f} s")
     except OSError as exc:  # a full disk: the log is what could not be written, whichever write saw it first
         raise OSError(exc.errno, exc.strerror, exc.filename or str(log_path)) from None
-    binaries = {name: Artifact.of(plan.build_dir, _find_binary(plan.build_dir, name)) for name in plan.targets}
-    libraries = {p.name: Artifact.of(plan.build_dir, p) for p in sorted((plan.build_dir / "bin").glob("lib*.so*")) if p.is_file() and not p.is_symlink()}
+    paths = {name: _find_binary(plan.build_dir, name) for name in plan.targets}
+    binaries = {name: Artifact.of(plan.build_dir, path) for name, path in paths.items()}
+    linked = link_closure(plan.build_dir, paths)  # Refused, named: a search path past the build, a stray libggml-*.so
     manifest = Manifest(
         key=plan.key.full,
         configure_key=plan.key.configure,
@@ -301,7 +309,8 @@ def execute(plan: BuildPlan, decision: Decision, say: Callable[[str], None]) -> 
         build_type=plan.build_type,
         targets=plan.targets,
         binaries=binaries,
-        libraries=libraries,
+        libraries=linked.libraries,
+        loads=linked.loads,
         key_parts=dict(plan.key.parts),
         seconds=time.monotonic() - started,
         built_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

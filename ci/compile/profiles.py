@@ -20,6 +20,11 @@ GIVEN_AS = "--profile {name}"
 GIVEN_TWICE = "--profiles: {name} given twice"
 NO_PROFILE_GIVEN = "--profiles: no profile given (e.g. --profiles gfx1151,cuda)"
 
+# Every profile's binaries find the build's libraries by RUNPATH $ORIGIN, not by the build directory's absolute path:
+# the manifest's link closure (ci/compile/manifest.py) and serve's private copy of a gated llama-server both follow
+# $ORIGIN, and an absolute build path reaches whatever sits at that path on the serving machine.
+EVERY_PROFILE = ("-DCMAKE_BUILD_RPATH_USE_ORIGIN=ON",)
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -41,6 +46,7 @@ def _hip(arch: str, about: str) -> Profile:
         backend="hip",
         device="ROCm0",
         flags=(
+            *EVERY_PROFILE,
             "-DGGML_HIP=ON",
             f"-DGPU_TARGETS={arch}",
             f"-DCMAKE_HIP_ARCHITECTURES={arch}",
@@ -57,9 +63,9 @@ PROFILES: dict[str, Profile] = {
         _hip("gfx1151", "AMD Strix Halo (RDNA 3.5), the engine's box: HIP through ROCm"),
         _hip("gfx1100", "RDNA3 (RX 7900): HIP through ROCm"),
         _hip("gfx1201", "RDNA4 (RX 9070): HIP through ROCm"),
-        Profile("cuda", "cuda", "CUDA0", ("-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90"), "NVIDIA, sm_90 (H100/H200) unless overridden"),
-        Profile("vulkan", "vulkan", "Vulkan0", ("-DGGML_VULKAN=ON",), "any Vulkan GPU"),
-        Profile("cpu", "cpu", "CPU", (), "the CPU alone (CI, and the reference path)"),
+        Profile("cuda", "cuda", "CUDA0", (*EVERY_PROFILE, "-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90"), "NVIDIA, sm_90 (H100/H200) unless overridden"),
+        Profile("vulkan", "vulkan", "Vulkan0", (*EVERY_PROFILE, "-DGGML_VULKAN=ON"), "any Vulkan GPU"),
+        Profile("cpu", "cpu", "CPU", EVERY_PROFILE, "the CPU alone (CI, and the reference path)"),
     )
 }
 

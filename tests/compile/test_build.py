@@ -52,17 +52,18 @@ def head(name: str) -> tuple[str, ...]:
 PIN_FLAGS = BuildConfig(flags=("-DLLAMA_BUILD_WEBUI=OFF", "-DLLAMA_CURL=OFF"), profile_flags=(("gfx1151", ("-DGGML_HIP_ROCMI4_W4A4=ON",)),))
 COMMON = ("-DLLAMA_BUILD_TESTS=ON", "-DLLAMA_BUILD_SERVER=ON")
 PIN = ("-DLLAMA_BUILD_WEBUI=OFF", "-DLLAMA_CURL=OFF")
+ORIGIN = profiles.EVERY_PROFILE  # every profile's binaries find their libraries by $ORIGIN
 
 
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
-        ("gfx1151", ("-DGGML_HIP=ON", "-DGPU_TARGETS=gfx1151", "-DCMAKE_HIP_ARCHITECTURES=gfx1151", "-DGGML_HIP_FORCE_MMQ=ON", *PIN, "-DGGML_HIP_ROCMI4_W4A4=ON")),
-        ("gfx1100", ("-DGGML_HIP=ON", "-DGPU_TARGETS=gfx1100", "-DCMAKE_HIP_ARCHITECTURES=gfx1100", "-DGGML_HIP_FORCE_MMQ=ON", *PIN)),
-        ("gfx1201", ("-DGGML_HIP=ON", "-DGPU_TARGETS=gfx1201", "-DCMAKE_HIP_ARCHITECTURES=gfx1201", "-DGGML_HIP_FORCE_MMQ=ON", *PIN)),
-        ("cuda", ("-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90", *PIN)),
-        ("vulkan", ("-DGGML_VULKAN=ON", *PIN)),
-        ("cpu", PIN),
+        ("gfx1151", (*ORIGIN, "-DGGML_HIP=ON", "-DGPU_TARGETS=gfx1151", "-DCMAKE_HIP_ARCHITECTURES=gfx1151", "-DGGML_HIP_FORCE_MMQ=ON", *PIN, "-DGGML_HIP_ROCMI4_W4A4=ON")),
+        ("gfx1100", (*ORIGIN, "-DGGML_HIP=ON", "-DGPU_TARGETS=gfx1100", "-DCMAKE_HIP_ARCHITECTURES=gfx1100", "-DGGML_HIP_FORCE_MMQ=ON", *PIN)),
+        ("gfx1201", (*ORIGIN, "-DGGML_HIP=ON", "-DGPU_TARGETS=gfx1201", "-DCMAKE_HIP_ARCHITECTURES=gfx1201", "-DGGML_HIP_FORCE_MMQ=ON", *PIN)),
+        ("cuda", (*ORIGIN, "-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90", *PIN)),
+        ("vulkan", (*ORIGIN, "-DGGML_VULKAN=ON", *PIN)),
+        ("cpu", (*ORIGIN, *PIN)),
     ],
 )
 def test_configure_argv_of_every_profile(name: str, expected: tuple[str, ...]) -> None:
@@ -75,6 +76,7 @@ def test_a_define_overrides_in_place_and_the_hip_compiler_is_handed_to_cmake() -
     assert argv[len(head("cuda")) :] == (
         "-DCMAKE_HIP_COMPILER=/opt/rocm-therock/lib/llvm/bin/clang++",
         *COMMON,
+        *ORIGIN,
         "-DGGML_CUDA=ON",
         "-DCMAKE_CUDA_ARCHITECTURES=89",
         "-DLLAMA_BUILD_WEBUI=OFF",
