@@ -4,11 +4,16 @@
 or under the near-tie threshold both legs resume from the common prefix plus the baseline's token, so one
 near-tie never hides a later real divergence; above it the prompt fails with the evidence. Exact equality alone
 would fail a correct GPU build: on an H200 three of six prompts diverged at near-ties (docs/equivalence.md).
+
+A logprob or probability that is NaN or inf fails the prompt before anything is compared: a NaN margin is neither a
+near-tie nor a margin above one, and NaN logits can still pick equal tokens. llama-server writes its JSON with
+nlohmann::json, which writes NaN and inf as null, so a null figure is one of them.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +31,11 @@ NO_TOKEN_IDS = '{leg} server: the /completion answer has no token ids ("tokens")
 PROBABILITIES_ELSEWHERE = "{leg} server: token {index} is id {id} but its probabilities are for id {other}"
 SEGMENT_ASTRAY = "segment {segment} starts at token {start}, the common prefix is {common} tokens"
 TOKEN = "{text!r} (id {id})"
+# a figure that is NaN or inf: NON_FINITE, its {what} a NON_FINITE_FIELD, whose field is the token's own key or a CANDIDATE_FIELD
+NON_FINITE = "the {leg} leg's token {position} {token} has {what}: not a finite number, so the legs were not compared"
+NON_FINITE_FIELD = "{field} = {value}"
+CANDIDATE_FIELD = "{group}[{index}] (id {id}) {key}"
+NULL_FIGURE = "null (how the server's JSON writes NaN and inf)"
 NEAR_TIE = "token {position}: baseline {baseline} vs drafter {drafted}, margin {margin:.4f} nats"
 DIVERGED = "diverged at token {position}: baseline {baseline} vs drafter {drafted}, {margin}"
 NO_MARGIN = "no top-2 logprobs to judge by"
@@ -80,6 +90,7 @@ class Token:
     id: int
     text: str
     top: tuple[Candidate, ...] = ()
+    non_finite: str = ""  # the first figure of its answer that is NaN or inf (a NON_FINITE_FIELD), or ""
 
     @property
     def margin(self) -> float | None:
@@ -160,8 +171,8 @@ def parse_completion(answer: Mapping[str, Any], leg: str = "server", draft_max: 
         p = probs[k]
         if p.get("id") != tok_id:
             raise ServerFailed(PROBABILITIES_ELSEWHERE.format(leg=leg, index=k, id=tok_id, other=p.get("id")))
-        top = tuple(Candidate(int(c["id"]), str(c.get("token", "")), float(c["logprob"])) for c in p.get("top_logprobs", []))
-        tokens.append(Token(tok_id, str(p.get("token", "")), tuple(sorted(top, key=lambda c: -c.logprob))))
+        top = tuple(Candidate(int(c["id"]), str(c.get("token", "")), _figure(c["logprob"])) for c in p.get("top_logprobs", []))
+        tokens.append(Token(tok_id, str(p.get("token", "")), tuple(sorted(top, key=lambda c: -c.logprob)), _non_finite(p)))
     t = answer.get("timings") or {}
     timings = Timings(
         prompt_n=int(t.get("prompt_n", 0)),
@@ -173,6 +184,33 @@ def parse_completion(answer: Mapping[str, Any], leg: str = "server", draft_max: 
         draft_max=draft_max,
     )
     return Completion(tuple(tokens), str(answer.get("stop_type", "none")), timings)
+
+
+_FIGURES = ("logprob", "prob")  # the server's keys: logprobs, or with post_sampling_probs probabilities
+_CANDIDATES = ("top_logprobs", "top_probs")
+
+
+def _figure(value: Any) -> float:
+    """A figure of the answer as a float: null (the server's NaN or inf) as NaN."""
+    return math.nan if value is None else float(value)
+
+
+def _shown(value: Any) -> str:
+    return NULL_FIGURE if value is None else str(value)
+
+
+def _non_finite(entry: Mapping[str, Any]) -> str:
+    """The first figure of one token's probabilities that is NaN or inf, as a NON_FINITE_FIELD; "" when there is none."""
+    for key in _FIGURES:
+        if key in entry and not math.isfinite(_figure(entry[key])):
+            return NON_FINITE_FIELD.format(field=key, value=_shown(entry[key]))
+    for group in _CANDIDATES:
+        for index, c in enumerate(entry.get(group) or ()):
+            for key in _FIGURES:
+                if key in c and not math.isfinite(_figure(c[key])):
+                    field = CANDIDATE_FIELD.format(group=group, index=index, id=c.get("id"), key=key)
+                    return NON_FINITE_FIELD.format(field=field, value=_shown(c[key]))
+    return ""
 
 
 # -- the judge (pure) -------------------------------------------------------------------------------------------
@@ -265,9 +303,13 @@ def judge(prompt: Prompt, segments: Sequence[Segment], requested: int, near_tie:
         want = requested - seg.start
         # a speculative step may overshoot n_predict; what was not asked for is not judged
         a, b = seg.baseline.tokens[:want], seg.drafted.tokens[:want]
+        verdict = functools.partial(_finish, prompt, requested, near_ties=near_ties, baseline=base_t, drafted=draft_t, requests=len(segments), floors=floors)
+        broken = [(j, leg, t) for leg, part in (("baseline", a), ("drafter", b)) for j, t in enumerate(part) if t.non_finite]
+        if broken:
+            j, leg, t = min(broken, key=lambda x: x[0])
+            return verdict(Status.FAILED, NON_FINITE.format(leg=leg, position=seg.start + j, token=t.show(), what=t.non_finite), compared=len(common))
         i = next((j for j, (x, y) in enumerate(zip(a, b, strict=False)) if x.id != y.id), None)
 
-        verdict = functools.partial(_finish, prompt, requested, near_ties=near_ties, baseline=base_t, drafted=draft_t, requests=len(segments), floors=floors)
         if i is None:
             if not last:
                 raise ValueError(f"segment {k} matched to its end, yet segment {k + 1} follows")

@@ -289,3 +289,69 @@ def test_timings_add_up() -> None:
     assert t.acceptance == pytest.approx(0.25)
     assert t.tokens_per_step == pytest.approx(128 / 104)
     assert Timings().tokens_per_step == 0.0
+
+
+# -- non-finite logprobs ------------------------------------------------------------------------------------------
+# llama-server writes its JSON with nlohmann::json, which writes NaN and inf as null; Python's own json reads a NaN
+# or Infinity literal as a float. Either way the recorded answers' shape, with one figure forged.
+
+
+@pytest.mark.parametrize("value", [None, float("nan"), float("inf"), float("-inf")])
+def test_a_non_finite_logprob_where_the_legs_agree_fails_the_prompt_naming_it(recorded: Recorded, value: float | None) -> None:
+    raw = recorded.raw("baseline@0")
+    raw["completion_probabilities"][5]["top_logprobs"][1]["logprob"] = value
+    base = parse_completion(raw, "baseline@0")
+    drafted = recorded.answer("drafter@0")
+    assert [t.id for t in base.tokens] == [t.id for t in drafted.tokens]  # equal streams: this passed as identical
+    v = verdict(judge(recorded.prompt, [Segment(0, base, drafted)], 64, DEFAULT_NEAR_TIE))
+    assert v.status is Status.FAILED
+    figure = ej.NULL_FIGURE if value is None else str(value)
+    runner_up = raw["completion_probabilities"][5]["top_logprobs"][1]["id"]
+    what = ej.NON_FINITE_FIELD.format(field=ej.CANDIDATE_FIELD.format(group="top_logprobs", index=1, id=runner_up, key="logprob"), value=figure)
+    assert v.message == ej.NON_FINITE.format(leg="baseline", position=5, token=shown(base.tokens[5]), what=what)
+    assert v.divergence is None
+    assert v.near_ties == ()
+
+
+def test_a_non_finite_logprob_at_a_near_tie_is_not_a_near_tie(recorded: Recorded) -> None:
+    """Position 27 is a recorded near-tie: with its runner-up's logprob NaN the judge neither resumes past it nor
+    reports a divergence by a NaN margin."""
+    raw = recorded.raw("baseline@0")
+    raw["completion_probabilities"][27]["top_logprobs"][1]["logprob"] = float("nan")
+    base = parse_completion(raw, "baseline@0")
+    seg = Segment(0, base, flip(recorded.answer("drafter@0"), 27, recorded.answer("baseline@0")))
+    v = verdict(judge(recorded.prompt, [seg], 64, DEFAULT_NEAR_TIE))
+    assert v.status is Status.FAILED
+    assert said(ej.NON_FINITE, v.message, leg="baseline", position=27, token=shown(base.tokens[27]))
+    assert v.near_ties == ()
+    assert v.divergence is None
+
+
+def test_a_non_finite_figure_in_the_drafter_legs_answer_fails_too(recorded: Recorded) -> None:
+    raw = recorded.raw("drafter@0")
+    raw["completion_probabilities"][9]["logprob"] = None  # the chosen token's own logprob
+    drafted = parse_completion(raw, "drafter@0")
+    v = verdict(judge(recorded.prompt, [Segment(0, recorded.answer("baseline@0"), drafted)], 64, DEFAULT_NEAR_TIE))
+    what = ej.NON_FINITE_FIELD.format(field="logprob", value=ej.NULL_FIGURE)
+    assert v.message == ej.NON_FINITE.format(leg="drafter", position=9, token=shown(drafted.tokens[9]), what=what)
+
+
+def test_a_non_finite_probability_counts_as_well(recorded: Recorded) -> None:
+    """With post_sampling_probs the server sends probabilities (prob, top_probs) in place of logprobs."""
+    raw = recorded.raw("baseline@0")
+    p = raw["completion_probabilities"][3]
+    p["prob"] = 0.5
+    p["top_probs"] = [{"id": c["id"], "token": c["token"], "prob": 0.25} for c in p.pop("top_logprobs")]
+    p["top_probs"][0]["prob"] = None
+    base = parse_completion(raw, "baseline@0")
+    v = verdict(judge(recorded.prompt, [Segment(0, base, recorded.answer("drafter@0"))], 64, DEFAULT_NEAR_TIE))
+    field = ej.CANDIDATE_FIELD.format(group="top_probs", index=0, id=p["top_probs"][0]["id"], key="prob")
+    what = ej.NON_FINITE_FIELD.format(field=field, value=ej.NULL_FIGURE)
+    assert v.message == ej.NON_FINITE.format(leg="baseline", position=3, token=shown(base.tokens[3]), what=what)
+
+
+def test_a_non_finite_figure_past_the_request_is_not_judged(recorded: Recorded) -> None:
+    raw = recorded.raw("baseline@0")
+    raw["completion_probabilities"][50]["logprob"] = None
+    seg = Segment(0, parse_completion(raw, "baseline@0"), recorded.answer("drafter@0"))
+    assert verdict(judge(recorded.prompt, [seg], 40, DEFAULT_NEAR_TIE)).status is Status.PASSED
