@@ -1,6 +1,7 @@
 """``nox -s bench``: A/B measurements of serve configs on a llama-server (``--llama-server``, else the current build
 of ``--profile``), interleaved round by round against the first; ``--recipe ID``: a recipe's launch with and
-without it, a ``measured:`` line ready to paste, and with ``--check`` its claim re-judged."""
+without it, a ``measured:`` line ready to paste (none when the intervals overlap: no change), and with ``--check``
+its claim re-judged."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ import datetime
 import platform
 import shlex
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ci.command import resolve
 from ci.commands import a_folder, absolute, given, job_of, root_or_cwd, say
 from ci.commands.job import current
-from ci.errors import ConfigError, GateFailed
+from ci.errors import ConfigError, GateFailed, Refused
 from ci.files import kind_of
 from ci.gates.equivalence import plan as eq_plan
 from ci.gates.perf import judge as perf
@@ -35,9 +37,18 @@ NO_CHECK = 'recipe "{recipe}" has no "check" to re-judge; add one (docs/recipes.
 # the measured line: MEASURED, its parts each a METRIC_CHANGE (or the metric alone) joined by "; ", and ROUNDS
 MEASURED = 'measured: "{parts}, {rounds} ({command}, {date}, {host})"'
 METRIC_CHANGE = "{metric} {before:.1f} -> {after:.1f} t/s ({change:+.1f}%)"
+METRIC_NO_CHANGE = "{metric} {before:.1f} -> {after:.1f} t/s (no change)"  # the two 95% intervals of the median overlap
 ROUNDS = "median of {rounds} interleaved rounds"
+# every metric's intervals overlap: no measured line (a paste-ready "+0.4%" had claimed a change nothing showed)
+NO_CHANGE = (
+    "bench: recipe {recipe}: no change: with and without it the 95% intervals of the median overlap on every metric "
+    "({parts}, {rounds}); no measured: line to paste (more --rounds can resolve a small change)"
+)
 RECIPE_VERDICT = "bench: recipe {recipe}: {verdict}"  # verdict: the perf gate's message of its claim
 NOT_WRITABLE = "{what} {path}: {why}; give the path of a file, or a new name"
+# no --llama-server: the current build of the profile runs, or one line says why it cannot (bench and equivalence)
+OUTSIDE_PROJECT = "{command}: --llama-server PATH is required outside the project (inside it, the current build of --profile runs)"
+NO_CURRENT_BUILD = "{command}: no --llama-server, so the current build of profile {profile} runs, and {why}; or give --llama-server PATH"
 CLAIM_BROKEN = "bench: recipe {recipe}: its claim no longer holds ({claim}); re-measure it or drop the recipe"
 
 
@@ -57,8 +68,8 @@ def main(args: argparse.Namespace) -> int:
     if args.llama_server:
         llama_server, device, root = Path(resolve(args.llama_server)), args.device or "auto", root_or_cwd(args)
     else:
-        llama_server, profile_device, root = llama_server_of(args, args.profile)
-        device = args.device or profile_device
+        built = build_llama_server(args, args.profile, "bench")
+        llama_server, device, root = built.path, args.device or built.device, built.root
     if not Path(args.model).is_file():
         raise ConfigError(eq_plan.NO_SUCH_MODEL.format(option="-m", path=args.model))
     bench_plan = plans.plan(
@@ -75,16 +86,35 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def llama_server_of(args: argparse.Namespace, profile: str) -> tuple[Path, str, Path]:
-    """The current build's llama-server for ``profile``, its serve device, and the project's root."""
+@dataclass(frozen=True)
+class BuildServer:
+    """The current build's llama-server for a profile, as a command that was given no ``--llama-server`` runs it."""
+
+    path: Path
+    device: str  # the profile's serve device
+    root: Path  # the project's
+    profile: str
+    key: str  # the build key
+    sha256: str  # llama-server's, from build.json
+
+
+def build_llama_server(args: argparse.Namespace, profile: str | None, command: str) -> BuildServer:
+    """The current build of ``profile`` (None: the job's, ``$ONEBIT_PROFILE`` else the default) and its llama-server;
+    one line naming the way out when there is no project, no build, or a stale one."""
+    from ci.commands.main_job import PROFILE_VAR
+    from ci.compile.profiles import DEFAULT_PROFILE
+
     try:
         job = job_of(args)
     except ConfigError:
-        raise ConfigError("--llama-server PATH is required outside the project (inside it, the current build of --profile runs)") from None
-    build = current(job, profile)
-    return build.manifest.binary(build.build_dir, "llama-server"), job.profile(profile).serve_device, job.root
-
-
+        raise ConfigError(OUTSIDE_PROJECT.format(command=command)) from None
+    name = profile or job.env.get(PROFILE_VAR) or DEFAULT_PROFILE
+    try:
+        build = current(job, name)
+        path = build.manifest.binary(build.build_dir, "llama-server")
+    except Refused as exc:
+        raise Refused(NO_CURRENT_BUILD.format(command=command, profile=name, why=exc.message)) from None
+    return BuildServer(path, job.profile(name).serve_device, job.root, name, build.manifest.key, build.manifest.binaries["llama-server"].sha256)
 
 
 # -- a recipe re-measured ---------------------------------------------------------------------------------------------
@@ -121,6 +151,33 @@ def recipe_configs(recipe_id: str, args: str, recipes_file: Path | None) -> list
     return [plans.parse_config(f"without={own}--skip-recipe {recipe_id} {args}".strip()), plans.parse_config(f"with={own}{args}".strip())]
 
 
+def overlaps(a: bench.Figure, b: bench.Figure) -> bool:
+    """Whether the two figures' 95% intervals of the median overlap: no change shown (a figure without one: shown)."""
+    if a.spread is None or b.spread is None:
+        return False
+    return a.spread.low <= b.spread.high and b.spread.low <= a.spread.high
+
+
+def measured_line(recipe: str, metrics: Sequence[str], figures: Sequence[bench.Figure], rounds: int, command: str, date: str, host: str) -> str:
+    """The ``measured:`` line to paste into the recipe, each metric's change, or "no change" where the intervals
+    overlap; when they overlap on every metric, the line that says so in its place (pure)."""
+    by = {(f.config, f.metric): f for f in figures}
+    parts, changed = [], False
+    for metric in metrics:
+        a, b = by.get(("without", metric)), by.get(("with", metric))
+        if not (a and b):
+            continue
+        if overlaps(a, b):
+            parts.append(METRIC_NO_CHANGE.format(metric=metric, before=a.median, after=b.median))
+            continue
+        changed = True
+        parts.append(METRIC_CHANGE.format(metric=metric, before=a.median, after=b.median, change=100 * (b.median / a.median - 1)) if a.median else metric)
+    shown = ROUNDS.format(rounds=rounds)
+    if not changed:
+        return NO_CHANGE.format(recipe=recipe, parts="; ".join(parts), rounds=shown)
+    return MEASURED.format(parts="; ".join(parts), rounds=shown, command=command, date=date, host=host)
+
+
 def recipe_session(
     bench_plan: plans.BenchPlan, target: RecipeTarget, logs: Path, lock: Path | None, json_out: Path | None, command: str
 ) -> int:
@@ -131,14 +188,7 @@ def recipe_session(
     if target.id not in applied.get("with", ()):  # the two configs would be one: a measured line of noise
         raise ConfigError(DOES_NOT_APPLY.format(recipe=target.id, applied=", ".join(applied.get("with", ())) or APPLIES_NONE))
     result, figures = bench.measure(bench_plan, logs, lock, json_out, say)
-    by = {(f.config, f.metric): f for f in figures}
-    parts = []
-    for metric in bench_plan.metrics:
-        a, b = by.get(("without", metric)), by.get(("with", metric))
-        if a and b:
-            parts.append(METRIC_CHANGE.format(metric=metric, before=a.median, after=b.median, change=100 * (b.median / a.median - 1)) if a.median else metric)
-    rounds = ROUNDS.format(rounds=bench_plan.rounds)
-    say(MEASURED.format(parts="; ".join(parts), rounds=rounds, command=command, date=datetime.date.today().isoformat(), host=platform.node()))
+    say(measured_line(target.id, bench_plan.metrics, figures, bench_plan.rounds, command, datetime.date.today().isoformat(), platform.node()))
     if target.claim is None:
         return 0
     judged = perf.judge_check(target.claim, perf.per_round(target.claim, result.samples), None, "")
