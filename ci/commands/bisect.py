@@ -87,6 +87,12 @@ NOT_ANCESTOR = "--good {good} is not an ancestor of --bad {bad} ({relation}); gi
 NO_GATE = "no --gate given and the ledger has no failed gate record for profile {profile}; give --gate {gates}"  # gates: the registry's, joined by "|"
 UNDER_WAY = "a git bisect is already under way in {name}'s store; end it with git -C {name} bisect reset, then retry"
 GOOD_END_FAILS = "--check-good: the good end {commit} is {outcome} for {gate} ({reason}); give an older --good"
+# the good end came from the bump report (no --good; the pin is the bump's To) and is no good end here: after a bump
+# across forks its From is the old fork's commit, and the default bisect had failed on it without saying where it came from
+FROM_BUMP_REPORT = (
+    "{problem} (the good end is the From of {report}: From {start}, To {target}; after a bump to another fork that is "
+    "the old fork's commit); give --good SHA, a commit of this fork's history where the gate passes"
+)
 MAX_STEPS_TOO_FEW = "--max-steps {max_steps}: must be 1 or more"
 
 
@@ -287,6 +293,7 @@ class _Job:
     bad: str
     gate: Gate
     results: Path
+    said_of_good: Callable[[str], str] = str  # a problem with the good end, said with where that end came from
 
 
 def resolve(base: Job, request: BisectRequest, say: Callable[[str], None]) -> _Job:
@@ -305,19 +312,31 @@ def resolve(base: Job, request: BisectRequest, say: Callable[[str], None]) -> _J
     if request.bad is None and target is None:
         raise ConfigError(NO_BAD.format(report=shown(report, base.root)))
     bad = str(store.resolve(request.bad).id) if request.bad else str(target)
-    good_spec = request.good or (start if source.commit == bad and start else source.commit)
-    good = str(store.resolve(good_spec).id) if good_spec else source.commit
+    from_report = request.good is None and source.commit == bad and bool(start)
+    good_spec = request.good or (start if from_report else source.commit)
+
+    def said_of_good(problem: str) -> str:
+        if not from_report:
+            return problem
+        return FROM_BUMP_REPORT.format(problem=problem, report=shown(report, base.root), start=str(start)[:12], target=str(target)[:12])
+
+    try:
+        good = str(store.resolve(good_spec).id) if good_spec else source.commit
+    except OnebitError as exc:
+        if not from_report:
+            raise
+        raise ConfigError(said_of_good(exc.message)) from None
     if not store.has_commit(bad):
         raise ConfigError(f"--bad {bad[:12]}: not in the fork store; pass --remote with a mirror that has it")
     relation = store.move(good, bad).relation
     if relation is not Relation.AHEAD:
-        raise ConfigError(NOT_ANCESTOR.format(good=good[:7], bad=bad[:7], relation=relation.value))
+        raise ConfigError(said_of_good(NOT_ANCESTOR.format(good=good[:7], bad=bad[:7], relation=relation.value)))
     gate = registry.select([request.gate or default_gate(base.root, request.profile, bad)], base.pins)[0]
     if (source.gitdir / "BISECT_START").exists():
         raise Refused(UNDER_WAY.format(name=source.name))
     prepare(source, store)  # refuses, untouched, a checkout holding changes this tool did not make
     results = ledger.default_results_dir(base.root)
-    return _Job(base, request, source, store, good, bad, gate, results)
+    return _Job(base, request, source, store, good, bad, gate, results, said_of_good)
 
 
 def default_gate(root: Path, profile: str, bad: str) -> str:
@@ -493,7 +512,9 @@ def bisect(job: _Job, say: Callable[[str], None]) -> BisectAnswer:
                 show(first, "check-good")
                 if first.outcome is not Outcome.GOOD:
                     raise Refused(
-                        GOOD_END_FAILS.format(commit=job.good[:7], outcome=first.outcome.value, gate=job.gate.name, reason=first.reason)
+                        job.said_of_good(
+                            GOOD_END_FAILS.format(commit=job.good[:7], outcome=first.outcome.value, gate=job.gate.name, reason=first.reason)
+                        )
                     )
             said = git.run("bisect", "start", "--no-checkout", job.bad, job.good).output
             started = True

@@ -16,7 +16,7 @@ from ci.gates import registry
 from ci.gates.perf.judge import INCONCLUSIVE
 from ci.gates.results import CaseResult, GateResult, Status
 from ci.release import ledger
-from ci.source import sync
+from ci.source import store, sync
 from tests.support.project import Fork, Project
 
 
@@ -171,6 +171,28 @@ def test_when_the_pin_is_already_the_bumps_target_the_good_end_is_the_bumps_star
     report.parent.mkdir(parents=True)
     report.write_text(f"- From: `{fork.c1}`\n- To: `{fork.c6}`\n")
     job = bisect.resolve(ctx_of(project), request(fork), lambda line: None)
+    assert (job.good, job.bad) == (fork.c1, fork.c6)
+
+
+@pytest.mark.parametrize("start", ["elsewhere", "w1"])
+def test_a_good_end_from_the_bump_report_that_is_no_good_end_here_says_where_it_came_from(project: Project, fork: Fork, start: str) -> None:
+    """After a bump to another fork the report's From is the old fork's commit: not in this fork at all, or not in
+    the To's history. The default bisect had failed on it without naming the report (issue 37, item 5)."""
+    project.pins.write_text(project.pins.read_text().replace(fork.c1, fork.c6))
+    cacheinfo = f"160000,{fork.c6},third_party/llama.cpp-rocmfpx"
+    subprocess.run(["git", "update-index", "--cacheinfo", cacheinfo], cwd=project.root, check=True, capture_output=True)
+    old = "ab" * 20 if start == "elsewhere" else fork.w1
+    report = project.root / "build" / "bump-report.md"
+    report.parent.mkdir(parents=True)
+    report.write_text(f"- Fork: https://example.invalid/other.git, branch `main` (was https://example.invalid/old.git)\n- From: `{old}`\n- To: `{fork.c6}`\n")
+    r = project.ci("bisect", "--profile", "cpu", "--remote", str(fork.path), "--gate", "backend_ops")
+    assert r.code == 2, r.out + r.err
+    assert r.err.count("\n") == 1
+    problem = store.NOT_IN_FORK.format(spec=old) if start == "elsewhere" else bisect.NOT_ANCESTOR.format(good=old[:7], bad=fork.c6[:7], relation="sideways")
+    said_so = bisect.FROM_BUMP_REPORT.format(problem=problem, report="build/bump-report.md", start=old[:12], target=fork.c6[:12])
+    assert r.err == cli.ERROR.format(message=said_so) + "\n"
+    # given --good, the report's From is not used
+    job = bisect.resolve(ctx_of(project), request(fork, good=fork.c1), lambda line: None)
     assert (job.good, job.bad) == (fork.c1, fork.c6)
 
 
