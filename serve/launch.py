@@ -49,7 +49,7 @@ COPY_DIFFERS = "{path}: sha256 {got} as copied is not the {want} that was judged
 NO_PRIVATE_DIRECTORY = "no directory to run a private copy from ({tried}): each is missing, not this user's, or mounted noexec"
 SHADOWED = (
     "{file}: its {tag} entry {entry} is searched before or besides serve's private directory and holds {name}, "
-    "which would load instead of a judged file; build with RUNPATH $ORIGIN (-DCMAKE_BUILD_RPATH_USE_ORIGIN=ON)"
+    "which would load instead of a judged file; build with RUNPATH $ORIGIN (-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON -DCMAKE_INSTALL_RPATH=$ORIGIN)"
 )
 DROPPED = "--require-gated: not passed to llama-server: {names} (they make a loader take code the gates never judged)"
 PRIVATE = "--require-gated: running a private copy of llama-server and {count} libraries, hashed as copied, from {directory}"

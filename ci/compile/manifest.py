@@ -45,7 +45,7 @@ DIFFERS = "differs from its recorded sha256"
 NO_SUCH_BINARY = "the {profile} build has no {name}; add it to pins.yaml build.targets and build again"
 UNSAFE_SEARCH_PATH = (
     "{file}: {problem}; a binary of the build finds its libraries in the build alone "
-    "(link with RUNPATH $ORIGIN: -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON)"
+    "(link with RUNPATH $ORIGIN alone: -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON -DCMAKE_INSTALL_RPATH=$ORIGIN, as every profile does)"
 )
 STRAY_LIBRARY = (
     "{file}: no binary of the build loads it, and ggml opens every libggml-*.so beside its binaries; "

@@ -22,8 +22,11 @@ NO_PROFILE_GIVEN = "--profiles: no profile given (e.g. --profiles gfx1151,cuda)"
 
 # Every profile's binaries find the build's libraries by RUNPATH $ORIGIN, not by the build directory's absolute path:
 # the manifest's link closure (ci/compile/manifest.py) and serve's private copy of a gated llama-server both follow
-# $ORIGIN, and an absolute build path reaches whatever sits at that path on the serving machine.
-EVERY_PROFILE = ("-DCMAKE_BUILD_RPATH_USE_ORIGIN=ON",)
+# $ORIGIN, and an absolute build path reaches whatever sits at that path on the serving machine. Built with the install
+# RPATH, not CMAKE_BUILD_RPATH_USE_ORIGIN: for the fork's 89 targets with install rules that gave "$ORIGIN:", CMake's
+# padding for a later install-time rewrite, and an empty entry is the current directory to ld.so (the manifest refused
+# the build); with these, all 99 targets link with "$ORIGIN" alone (ciru-ai c14872f's build.ninja, 2026-12-05).
+EVERY_PROFILE = ("-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", "-DCMAKE_INSTALL_RPATH=$ORIGIN")
 
 
 @dataclass(frozen=True)
