@@ -10,6 +10,7 @@ from ci import errors
 from ci.errors import ConfigError
 from ci.gates.backend_ops import judge as judging
 from ci.gates.backend_ops import run as backend_ops
+from ci.gates.backend_ops import spec as bo_spec
 from ci.gates.backend_ops.judge import judge
 from ci.gates.backend_ops.output import CaseMark, parse_console, parse_sql
 from ci.gates.backend_ops.run import judge_log
@@ -332,7 +333,7 @@ def test_a_timeout() -> None:
     how = judging.HOW_TIMED_OUT.format(timeout=600.0) + judging.HOW_SIGNAL.format(signal="SIGKILL")
     assert pattern(CUT_SHORT, label=RUN, subject=judging.CUT_SUBJECT_RUN, how=how, lines="21 case lines", device="CUDA0").match(problem)
     assert judging.REST_NOT_RUN.format(op=OP, left=16, expected=36) in problem
-    assert props(result)["exit.GATED_DELTA_NET"] == judging.EXIT_TIMED_OUT.format(status=errors.KILLED_BY.format(name="SIGKILL", number=9))
+    assert props(result)["exit.GATED_DELTA_NET"] == bo_spec.EXIT_TIMED_OUT.format(status=errors.KILLED_BY.format(name="SIGKILL", number=9))
 
 
 # -- the report disagrees with itself or with the exit status -------------------------------------------------

@@ -16,7 +16,7 @@ from typing import NamedTuple
 from ci.errors import describe_returncode
 from ci.gates.backend_ops import NAME
 from ci.gates.backend_ops.output import CaseMark
-from ci.gates.backend_ops.spec import MIN_SHORT_SHA, SHA_PREFIX_RE, ConsoleRun, DirtyRule, GateSpec, Outcome, SqlRun
+from ci.gates.backend_ops.spec import ConsoleRun, DirtyRule, GateSpec, SqlRun, same_commit
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
 from ci.words import count, listed
 
@@ -113,16 +113,11 @@ BUILD_COMMIT_NOT_SEEN = "not seen"
 NO_PIN_GIVEN = "not made: no pinned commit given"
 NO_SQL_OUTPUT = "not made: no --output sql output"
 SOURCE_SAVED_LOG = "a saved console log"
-EXIT_TIMED_OUT = "timed out, {status}"
 # the summary: one of these three, TALLY per op joined by ", "
 TALLY = "{op} {passed}/{expected}"
 PASSED_AS_PINNED = "PASSED on {device}: {tallies} passed; build_commit {build_commit} is the pin {pin}"
 PASSED_UNCHECKED = "PASSED on {device}: {tallies} passed; build_commit check {check}"
 FAILED_SUMMARY = "FAILED on {device}: {tallies} passed; {problems}"
-
-
-def _same_commit(short: str, pinned: str) -> bool:
-    return len(short) >= MIN_SHORT_SHA and SHA_PREFIX_RE.match(short) is not None and (pinned.startswith(short) or short.startswith(pinned))
 
 
 def _quote(text: str, limit: int = 160) -> str:
@@ -339,7 +334,7 @@ def _judge_sql(j: _Judgement, sql: SqlRun, console_passed: Mapping[str, _Tally])
         j.problem(SQL_TIMED_OUT.format(label=label, timeout=sql.outcome.timeout) if sql.outcome.timeout else SQL_TIMED_OUT_UNTIMED.format(label=label))
     elif sql.outcome.killed:
         j.problem(SQL_KILLED.format(label=label, status=describe_returncode(sql.outcome.returncode or 0)))
-    elif sql.outcome.returncode not in (None, 0) and all(r.passed for r in report.rows if r.supported) and _console_all_passed(console_passed):
+    elif sql.outcome.returncode not in (None, 0) and all(r.passed for r in report.rows if r.supported) and all(t.printed_ok == t.ran for t in console_passed.values()):
         # a failing case has no row in --output sql (it exits 1 then): only a run whose console passed too is odd
         j.problem(SQL_EXITED_ALTHOUGH_PASSED.format(label=label, status=describe_returncode(sql.outcome.returncode or 0)))
     if not report.has_header:
@@ -365,7 +360,7 @@ def _judge_sql(j: _Judgement, sql: SqlRun, console_passed: Mapping[str, _Tally])
         before = len(j.problems)
         if short == "unknown":
             j.problem(COMMIT_UNKNOWN.format(build_commit=value, pin=spec.pin))
-        elif not _same_commit(short, spec.pinned_commit):
+        elif not same_commit(short, spec.pinned_commit):
             j.problem(OTHER_COMMIT.format(build_commit=value, pin=spec.pin, pinned=spec.pinned_commit))
         elif spec.dirty is DirtyRule.DIRTY and not dirty:
             j.problem(CLEAN_ALTHOUGH_PATCHED.format(build_commit=value))
@@ -391,17 +386,6 @@ def _judge_sql(j: _Judgement, sql: SqlRun, console_passed: Mapping[str, _Tally])
                 j.problem(SQL_DISAGREES.format(label=label, op=op, sql_passed=sql_ok, sql_ran=sql_ran, passed=ok, ran=ran))
 
 
-def _console_all_passed(console_passed: Mapping[str, _Tally]) -> bool:
-    return all(t.printed_ok == t.ran for t in console_passed.values())
-
-
-def _exit_text(outcome: Outcome) -> str:
-    if outcome.returncode is None:
-        return "not known"
-    text = describe_returncode(outcome.returncode)
-    return EXIT_TIMED_OUT.format(status=text) if outcome.timed_out else text
-
-
 def judge(spec: GateSpec, runs: Sequence[ConsoleRun], sql: SqlRun | None, *, sql_not_made: str = "") -> GateResult:
     """The verdict on the evidence. Every failure is one line in ``problems`` that says what was seen."""
     j = _Judgement(spec)
@@ -418,11 +402,11 @@ def judge(spec: GateSpec, runs: Sequence[ConsoleRun], sql: SqlRun | None, *, sql
         j.problem(MORE_FAILED.format(more=len(j.failed_names) - FAILURES_LISTED))
     for run in runs:
         if run.op is not None:
-            j.properties[f"exit.{run.op}"] = _exit_text(run.outcome)
+            j.properties[f"exit.{run.op}"] = run.outcome.described()
     if sql is not None:
         _judge_sql(j, sql, counted)
         j.properties["sql_cross_check"] = "made"
-        j.properties["exit.sql"] = _exit_text(sql.outcome)
+        j.properties["exit.sql"] = sql.outcome.described()
     else:
         j.properties["sql_cross_check"] = sql_not_made or "not made"
         j.properties["build_commit"] = BUILD_COMMIT_NOT_SEEN

@@ -11,13 +11,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ci.errors import ConfigError
+from ci.errors import ConfigError, describe_returncode
 from ci.gates.backend_ops.output import OP_RE, ConsoleReport, SqlReport
 
 SHA_PREFIX_RE = re.compile(r"^[0-9a-f]{7,40}$")
 MIN_SHORT_SHA = 7  # git rev-parse --short never prints fewer
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
+EXIT_TIMED_OUT = "timed out, {status}"
 BAD_DEVICE = '--device "{device}": not a test-backend-ops device name (ROCm0, CUDA0, Vulkan0, CPU, ...)'
 NO_EXPECTATIONS = "no test-backend-ops expectations: give --expect OP=N or set expect.backend_ops in pins.yaml"
 BAD_OP = 'expectation "{op}": not a ggml op name (upper case, as test-backend-ops -o takes it)'
@@ -129,6 +130,13 @@ class Outcome:
     def killed(self) -> bool:
         return self.timed_out or (self.returncode is not None and self.returncode < 0)
 
+    def described(self) -> str:
+        """How it exited, in words (a record's ``exit.OP`` property)."""
+        if self.returncode is None:
+            return "not known"
+        text = describe_returncode(self.returncode)
+        return EXIT_TIMED_OUT.format(status=text) if self.timed_out else text
+
     @property
     def signal_name(self) -> str:
         rc = self.returncode
@@ -155,3 +163,8 @@ class SqlRun:
     report: SqlReport
     outcome: Outcome = field(default_factory=Outcome)
     log: str = ""
+
+
+def same_commit(short: str, pinned: str) -> bool:
+    """Whether a build_commit ``short`` names the pinned commit (either a prefix of the other, 7 hex digits or more)."""
+    return len(short) >= MIN_SHORT_SHA and SHA_PREFIX_RE.match(short) is not None and (pinned.startswith(short) or short.startswith(pinned))
