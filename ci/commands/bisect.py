@@ -89,6 +89,7 @@ UNDER_WAY = "a git bisect is already under way in {name}'s store; end it with gi
 GOOD_END_FAILS = "--check-good: the good end {commit} is {outcome} for {gate} ({reason}); give an older --good"
 # the good end came from the bump report (no --good; the pin is the bump's To) and is no good end here: after a bump
 # across forks its From is the old fork's commit, and the default bisect had failed on it without saying where it came from
+REPORT_NOT_ANCESTOR = "{good} is not an ancestor of {bad} ({relation})"  # FROM_BUMP_REPORT's problem: no --good was given
 FROM_BUMP_REPORT = (
     "{problem} (the good end is the From of {report}: From {start}, To {target}; after a bump to another fork that is "
     "the old fork's commit); give --good SHA, a commit of this fork's history where the gate passes"
@@ -330,7 +331,9 @@ def resolve(base: Job, request: BisectRequest, say: Callable[[str], None]) -> _J
         raise ConfigError(f"--bad {bad[:12]}: not in the fork store; pass --remote with a mirror that has it")
     relation = store.move(good, bad).relation
     if relation is not Relation.AHEAD:
-        raise ConfigError(said_of_good(NOT_ANCESTOR.format(good=good[:7], bad=bad[:7], relation=relation.value)))
+        if from_report:
+            raise ConfigError(said_of_good(REPORT_NOT_ANCESTOR.format(good=good[:7], bad=bad[:7], relation=relation.value)))
+        raise ConfigError(NOT_ANCESTOR.format(good=good[:7], bad=bad[:7], relation=relation.value))
     gate = registry.select([request.gate or default_gate(base.root, request.profile, bad)], base.pins)[0]
     if (source.gitdir / "BISECT_START").exists():
         raise Refused(UNDER_WAY.format(name=source.name))

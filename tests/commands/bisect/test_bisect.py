@@ -188,7 +188,7 @@ def test_a_good_end_from_the_bump_report_that_is_no_good_end_here_says_where_it_
     r = project.ci("bisect", "--profile", "cpu", "--remote", str(fork.path), "--gate", "backend_ops")
     assert r.code == 2, r.out + r.err
     assert r.err.count("\n") == 1
-    problem = store.NOT_IN_FORK.format(spec=old) if start == "elsewhere" else bisect.NOT_ANCESTOR.format(good=old[:7], bad=fork.c6[:7], relation="sideways")
+    problem = store.NOT_IN_FORK.format(spec=old) if start == "elsewhere" else bisect.REPORT_NOT_ANCESTOR.format(good=old[:7], bad=fork.c6[:7], relation="sideways")
     said_so = bisect.FROM_BUMP_REPORT.format(problem=problem, report="build/bump-report.md", start=old[:12], target=fork.c6[:12])
     assert r.err == cli.ERROR.format(message=said_so) + "\n"
     # given --good, the report's From is not used
