@@ -34,7 +34,8 @@ COMPILED_UNTIMED = (
 UNIT_NOT_COMPILED = "{source}: no {object}"
 NO_DEVICE = (
     "gpu_tests: no {device} device here (the {profile} build's llama-server lists none): recorded the compile "
-    "(ledger line {line}); the device gates need a {profile} GPU{board}, and ship waits for them"
+    "(ledger line {line}); the device gates need a {profile} GPU{board}, and ship waits for them: CI's job "
+    "'gpu ({profile})' runs them on a self-hosted runner with one (.github/workflows/ci.yml, docs/ci.md)"
 )
 STRIX_HALO = " (Strix Halo)"  # NO_DEVICE's board, for gfx1151
 
