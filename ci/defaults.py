@@ -30,9 +30,15 @@ FLOOR_ACCEPTANCE = 0.1
 # what the engine's bench measured: a 1,838-token prompt (best / median of 5), 256 decode tokens (best of 3)
 BENCH_PROMPT_TOKENS = 1800
 BENCH_ROUNDS = 2
-# the perf gate's rounds: fewer give an interval too narrow to be inconclusive (1 round: low = high = the median), so
-# a record of fewer does not count for ship (ci/release/binding.py)
-PERF_ROUNDS = 5
+# the perf gate's rounds before its first look: the fewest whose order-statistic interval of the median reaches 95%
+# (ci/gates/perf/judge.py), so no verdict comes from fewer and a record of fewer does not count for ship
+# (ci/release/binding.py; 1 round gave an interval of width 0, never inconclusive)
+PERF_ROUNDS = 6
+# the perf gate's budget: it adds rounds until every check is settled or one of these runs out (docs/bench.md, "How
+# many rounds": on 2 shared cores a round took 1.1-12 s; at 30 rounds a check settles unless a fifth of its rounds
+# or more fall on the wrong side of its floor)
+PERF_MAX_ROUNDS = 30
+PERF_SECONDS = 600.0
 BENCH_PROMPT_REPS = 5
 BENCH_DECODE_REPS = 3
 BENCH_DECODE_TOKENS = 256

@@ -81,8 +81,9 @@ def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpa
     p.add_argument("--drafter", help="the equivalence gate's drafter GGUF")
     p.add_argument("--tokens", type=int, help="tokens per prompt for the equivalence gate (default: pins.yaml, 256)")
     p.add_argument(
-        "--rounds", type=int, default=d.PERF_ROUNDS, help=f"rounds of the perf gate, each running both configs once (default {d.PERF_ROUNDS}; fewer do not count for ship)"
-    )
+        "--rounds", type=int, default=d.PERF_MAX_ROUNDS,
+        help=f"the most rounds of the perf gate, each running both configs once: it looks after {d.PERF_ROUNDS} and every 2 more, and stops when every check is settled (default {d.PERF_MAX_ROUNDS}; at least {d.PERF_ROUNDS} are measured)",
+    )  # fmt: skip
     _out(p, "the JSON, JUnit and logs (default: build/results/<key>/)")
 
     p = command("ship", "build the serve launcher's wheel and sdist if every gate passed for the current build")
@@ -120,7 +121,7 @@ def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpa
     p.add_argument("--check-good", action="store_true", help="build and judge the good end first; stop when it does not pass")
     p.add_argument("--bump-report", metavar="FILE", help="the bump report the defaults come from (default: build/bump-report.md)")
     p.add_argument("--expect", action="append", default=[], metavar="OP=N", help="with --gate backend_ops: cases of OP each step must run and pass, in place of pins.yaml's (the pin's counts)")
-    p.add_argument("--rounds", type=int, default=d.PERF_ROUNDS, help="with --gate perf: rounds per step (an inconclusive step measures as many again)")
+    p.add_argument("--rounds", type=int, default=d.PERF_MAX_ROUNDS, help=f"with --gate perf: the most rounds per step (default {d.PERF_MAX_ROUNDS}; a check still inconclusive then skips the step)")
     _timeout(p)
     p.add_argument("--out", metavar="FILE", help="where the markdown report for the bump PR goes (default: build/bisect/report.md)")
 

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from ci.pin.pins import Pins
 
 ENOUGH_ROUNDS = "at least {rounds}"  # the perf gate's rounds as a criterion
+# how its verdicts were reached (ci/gates/perf/judge.py): a record judged another way judged other criteria
+LOOKS = "the order-statistic interval of the median: {first_level:g}% at {first} rounds, then {later_level:g}% every {step} more"
 
 
 class PerfGate(GateBase):
@@ -36,7 +38,11 @@ class PerfGate(GateBase):
 
         checks = {models: [[c.text, c.floor, c.tolerance] for c in checks] for models, checks in pins.perf}
         # its figures are of llama-servers started through 1bit serve, with the launcher's recipes
-        return {"checks": checks, "rounds": ENOUGH_ROUNDS.format(rounds=defaults.PERF_ROUNDS), "launcher_sha256": launcher_sha256()}
+        from ci.gates.perf import judge
+
+        looks = LOOKS.format(first_level=100 * judge.FIRST_LEVEL, first=judge.MIN_ROUNDS, later_level=100 * judge.LATER_LEVEL, step=judge.STEP)
+        rounds = ENOUGH_ROUNDS.format(rounds=defaults.PERF_ROUNDS)
+        return {"checks": checks, "rounds": rounds, "looks": looks, "launcher_sha256": launcher_sha256()}
 
     def judged(self, result: GateResult, pins: Pins, profile: str) -> dict[str, Any]:
         """The rounds it measured: enough, or how few."""
