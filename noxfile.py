@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import nox
@@ -55,7 +56,10 @@ def _python(session: nox.Session) -> str:
 
 
 def _ci(session: nox.Session, command: str) -> None:
-    session.run(_python(session), "-m", "ci", command, *session.posargs, external=session.venv_backend == "none")
+    # a bytecode folder made for this run: what ci imports before it can look (ci/cli.py) is never the tree's .pyc
+    with tempfile.TemporaryDirectory(prefix="onebit-bytecode-") as bytecode:
+        env = {"PYTHONPYCACHEPREFIX": bytecode}
+        session.run(_python(session), "-m", "ci", command, *session.posargs, env=env, external=session.venv_backend == "none")
 
 
 @nox.session

@@ -8,13 +8,16 @@ and print one line per error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from ci.errors import CommandFailed, OnebitError, ToolchainError
@@ -67,6 +70,30 @@ def dispatch(name: str) -> Callable[[argparse.Namespace], int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    with fresh_imports():  # the judges and the commands are imported from their sources, never the tree's bytecode
+        return _main(argv)
+
+
+@contextlib.contextmanager
+def fresh_imports() -> Iterator[None]:
+    """What this process imports from here on is compiled from its source, into a fresh folder removed afterwards:
+    the tree's __pycache__ is not read (a .pyc whose header carries its source's mtime and size is taken for that
+    source, and a weakened judge planted so ran under an unchanged digest). Here, not beside the launcher's bytecode
+    folders, so that as little as can be is imported before: ci/__init__.py, this module and ci/errors.py, which only
+    the fresh PYTHONPYCACHEPREFIX nox's sessions start ``python -m ci`` with protects."""
+    before = sys.pycache_prefix
+    folder = tempfile.mkdtemp(prefix="onebit-bytecode-")
+    sys.pycache_prefix = folder
+    try:
+        yield
+    finally:
+        sys.pycache_prefix = before
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    import ci
+    from ci.gates.serving import launcher
     from ci.parser import parser
 
     args = parser({name: dispatch(name) for name in COMMANDS}).parse_args(argv)
@@ -74,6 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ci.command import Terminated, signals_as_interrupt
 
     try:
+        # what would run unread by the digests of ci/ and serve/ (bytecode without its source, a link) is refused first
+        launcher.refuse_strays(Path(ci.__file__).resolve().parent, launcher.launcher_dir())
         handler: Callable[[argparse.Namespace], int] = args.func
         with signals_as_interrupt():  # SIGTERM and SIGHUP end what Ctrl-C ends
             return handler(args)

@@ -10,7 +10,9 @@ from pathlib import Path
 from ci.commands import given, job_of, say
 from ci.commands.job import Job, current
 from ci.compile.stage import CurrentBuild
+from ci.errors import Refused
 from ci.files import shown
+from ci.pin.verify import verify
 from ci.release import ledger, records, ship
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
@@ -18,9 +20,16 @@ SUMMARY_TITLE = "### ship, profile {profile}: {verdict}"
 EVERY_GATE_PASSED = "every gate passed"  # SUMMARY_TITLE's verdict
 REFUSED = "REFUSED"
 WROTE = "ship: wrote {path}"
+PIN_UNVERIFIED = "ship: the pin does not verify: {problems}; run nox -s verify_pin"  # release.json names the pin
 
 
-def session(job: Job, build: CurrentBuild, dist: Path | None, check_only: bool, say: Callable[[str], None]) -> int:
+def session(job: Job, build: CurrentBuild, dist: Path | None, check_only: bool, say: Callable[[str], None], *, verified: bool = False) -> int:
+    """The table; the distribution when every gate passed. The pin is verified first (unless the caller just did, as
+    the main job does): release.json names its url and branch, which the build key does not hold."""
+    if not verified:
+        pin = verify(job.project, job.pins, checkout_head=False)
+        if not pin.ok:
+            raise Refused(PIN_UNVERIFIED.format(problems="; ".join(pin.problems)))
     results_dir = ledger.default_results_dir(job.root)
     result = ship.check(build, job.pins, results_dir, job.root)
     standing = ship.table(result)

@@ -6,8 +6,12 @@ toolchain), not read from the manifest: a bump or a patch edited after the gates
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
-import shutil
+import os
+import secrets
+import stat
 import sys
 import tempfile
 import time
@@ -21,7 +25,7 @@ from ci.command import run
 from ci.compile.manifest import MANIFEST, Manifest
 from ci.compile.stage import CurrentBuild
 from ci.errors import GateFailed, Refused, ToolchainError
-from ci.files import shown, write_atomic
+from ci.files import shown
 from ci.gates import registry
 from ci.gates.equivalence.plan import RELEASE_MODELS, TINY_MODELS
 from ci.gates.perf import judge as perf
@@ -56,9 +60,11 @@ OTHER_BASELINE = "it compared with {judged}, and the last release now is {now}: 
 RELEASE_AT = "the release of pin {pin}"
 NO_RELEASE = "no release"
 LAUNCHER_COPY_DIFFERS = "ship: {launcher}: the wheel's copy of the launcher is not the launcher its gates judged ({why}); nothing was written"
-LINKED_FOLDER = "{link} is a link to a folder, whose files the launcher's digest does not read: make it a folder of its own, then the gates"
-CHANGED_WHILE_COPIED = "it changed while it was copied"
+# LAUNCHER_COPY_DIFFERS's whys
+NOT_JUDGED = "the copy's digest is {copy}, the gates' records judged {judged}: it was edited after they ran, or while ship ran"
+NO_JUDGED_LAUNCHER = "no record that counts names the launcher it judged"
 COPY_FAILED = "it could not be copied: {error}"
+DIST_IS_A_LINK = "ship: {dist} is a link; ship writes only into a folder of its own there (a link would send the wheel elsewhere)"
 
 
 class Standing(Enum):
@@ -169,7 +175,9 @@ def _on_models(rec: ledger_mod.Record, models: str, release: EquivalenceConfig |
 
 def check(build: CurrentBuild, pins: Pins, results_dir: Path, root: Path) -> ShipCheck:
     """Where each gate stands for the current build, after every binary and library of it is hashed again: ship
-    takes no stat data and no build.json on trust (binding.py)."""
+    takes no stat data and no build.json on trust (binding.py), and with no stray beside the code the digests bind
+    the records to (bytecode without its source, a link: the judging process would have imported it unread)."""
+    launcher_files.refuse_strays(binding.orchestration_dir(), launcher_files.launcher_dir())
     profile = build.manifest.profile
     wrong = build.manifest.reproved(build.build_dir)
     if wrong:
@@ -266,6 +274,10 @@ def release_manifest(pins: Pins, root: Path, result: ShipCheck, results_dir: Pat
             "one_off_flags": list(m.one_off_flags),
             "toolchain": m.toolchain,
             "binaries": {k: a.sha256 for k, a in m.binaries.items()},
+            # every library the gate binaries load from the build, and which each loads: 1bit serve checks and runs
+            # llama-server with exactly these (serve/gated.py reads both; a release without them is not gated)
+            "libraries": {k: a.sha256 for k, a in m.libraries.items()},
+            "loads": {k: list(v) for k, v in m.loads.items()},
         },
         "evidence": next((str((s.record.data.get("properties") or {}).get("models", "")) for s in result.standings if flags_of(s.gate).on_models and s.record), ""),
         "gates": {
@@ -314,45 +326,118 @@ def release_version(base_version: str, pin: str, key: str) -> str:
     return f"{base_version}+g{pin[:7]}.b{key[:8]}"
 
 
-def build_distribution(manifest: dict[str, Any], dist: Path, base_version: str) -> list[Path]:
-    """Wheel and sdist of the serve launcher with the release manifest inside and beside them."""
+def build_distribution(manifest: dict[str, Any], stage: Path, base_version: str) -> list[Path]:
+    """Wheel and sdist of the launcher copied into ``stage/serve`` (:func:`snapshot`), with the release manifest
+    inside, built in ``stage``; their paths there, then the release manifest's (written beside them)."""
     version = release_version(base_version, manifest["pin"]["commit"], manifest["build"]["key"])
-    with tempfile.TemporaryDirectory(prefix="onebit-ship-") as tmp:
-        stage = Path(tmp)
-        stage_launcher(stage / "serve")
-        (stage / "serve" / "release.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        packages = sorted(str(p.parent.relative_to(stage)).replace("/", ".") for p in (stage / "serve").rglob("__init__.py"))
-        (stage / "pyproject.toml").write_text(PYPROJECT.format(name=DIST_NAME, version=version, packages=json.dumps(packages)))
-        out = stage / "dist"
-        _require_pypa_build()
-        # run from the stage: the project's own build/ directory would shadow the package "build" (python -m build)
-        run([sys.executable, "-m", "build", "--no-isolation", "--sdist", "--wheel", "--outdir", str(out), str(stage)], cwd=stage, what="python -m build")
-        dist.mkdir(parents=True, exist_ok=True)
-        built = []
-        for f in sorted(out.iterdir()):
-            target = dist / f.name
-            shutil.copy2(f, target)
-            built.append(target)
-    stem = f"{DIST_NAME.replace('-', '_')}-{version}"
-    release = dist / f"{stem}.release.json"
-    write_atomic(release, json.dumps(manifest, indent=2) + "\n")
-    return [*built, release]
+    text = json.dumps(manifest, indent=2) + "\n"
+    _create(stage / "serve" / "release.json", text.encode())
+    packages = sorted(str(p.parent.relative_to(stage)).replace("/", ".") for p in (stage / "serve").rglob("__init__.py"))
+    _create(stage / "pyproject.toml", PYPROJECT.format(name=DIST_NAME, version=version, packages=json.dumps(packages)).encode())
+    out = stage / "dist"
+    _require_pypa_build()
+    # run from the stage: the project's own build/ directory would shadow the package "build" (python -m build)
+    run([sys.executable, "-m", "build", "--no-isolation", "--sdist", "--wheel", "--outdir", str(out), str(stage)], cwd=stage, what="python -m build")
+    release = stage / f"{DIST_NAME.replace('-', '_')}-{version}.release.json"
+    _create(release, text.encode())
+    return [*sorted(out.iterdir()), release]
 
 
-def stage_launcher(copy: Path) -> None:
-    """Copy the launcher for the wheel, and refuse a copy that is not the launcher its gates judged: the digest
-    (launcher_files.launcher_sha256) reads serve/'s files without following a link to a folder, which the copy follows."""
-    launcher = launcher_files.launcher_dir()
-    judged = launcher_files.launcher_sha256(launcher)
+def snapshot(launcher: Path, copy: Path) -> str:
+    """Copy the launcher into ``copy`` (in a private folder), and return the copy's digest: what the wheel is built
+    from, and what is held against the gates' records. Its strays (a link, bytecode) are refused first; what
+    changes while it is copied changes the copy's digest, which then is not the one they judged."""
+    launcher_files.refuse_strays(launcher)
     try:
-        shutil.copytree(launcher, copy, ignore=shutil.ignore_patterns(*launcher_files.LAUNCHER_SKIPS))
-        same = launcher_files.launcher_sha256(copy) == judged
-    except OSError as exc:  # shutil.Error too: a dangling link, a file that went away while it was copied
+        os.mkdir(copy, 0o700)
+        for path, st in launcher_files.entries(launcher):
+            target = copy / path.relative_to(launcher)
+            if stat.S_ISDIR(st.st_mode):
+                os.mkdir(target, 0o755)
+            elif stat.S_ISREG(st.st_mode):
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+                with os.fdopen(fd, "rb") as fh:
+                    _create(target, fh.read(), 0o644 | (st.st_mode & 0o111))
+            else:  # a link or a pipe that came after the strays were looked for
+                raise OSError(errno.EINVAL, "neither a file nor a folder", str(path))
+    except OSError as exc:  # a file that went away, or came, while it was copied
         raise Refused(LAUNCHER_COPY_DIFFERS.format(launcher=launcher, why=COPY_FAILED.format(error=str(exc)[:200]))) from None
-    if not same:
-        links = sorted(p.relative_to(launcher).as_posix() for p in launcher.rglob("*") if p.is_symlink() and p.is_dir())
-        why = LINKED_FOLDER.format(link=links[0]) if links else CHANGED_WHILE_COPIED
-        raise Refused(LAUNCHER_COPY_DIFFERS.format(launcher=launcher, why=why))
+    return launcher_files.launcher_sha256(copy)
+
+
+def judged_launcher(result: ShipCheck, launcher: Path, copy: str) -> None:
+    """Refuse a copy whose digest is not the launcher every counted record that names one judged (the route's, the
+    equivalence's, the perf's criteria), or when none names one."""
+    judged = [str(c["launcher_sha256"]) for s in result.standings if s.record is not None and isinstance(c := s.record.data.get("criteria"), Mapping) and "launcher_sha256" in c]
+    if not judged:
+        raise Refused(LAUNCHER_COPY_DIFFERS.format(launcher=launcher, why=NO_JUDGED_LAUNCHER))
+    other = next((d for d in judged if d != copy), None)
+    if other is not None:
+        raise Refused(LAUNCHER_COPY_DIFFERS.format(launcher=launcher, why=NOT_JUDGED.format(copy=copy[:12], judged=other[:12])))
+
+
+def _create(path: Path, data: bytes, mode: int = 0o644, dir_fd: int | None = None) -> None:
+    """Write ``data`` to a file ``path`` that must not exist yet (never through a link left at its name); removed
+    again when it cannot be written whole."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=dir_fd)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(path, dir_fd=dir_fd)
+        raise
+
+
+def publish(built: Sequence[Path], dist: Path, root: Path) -> list[Path]:
+    """Each of ``built`` into ``dist`` under its own name: written under a fresh name made there (``O_EXCL``, no link
+    followed), then renamed over the name, so that what stood there (a link to a file elsewhere) is replaced, never
+    written through. ``dist`` itself must be a folder, not a link: a link to a folder elsewhere is refused."""
+    try:
+        st = os.lstat(dist)
+    except FileNotFoundError:
+        dist.mkdir(parents=True)
+        st = os.lstat(dist)
+    if stat.S_ISLNK(st.st_mode):
+        raise Refused(DIST_IS_A_LINK.format(dist=_lexically(dist, root)))
+    folder = os.open(dist, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)  # a link swapped in since: ELOOP, named
+    try:
+        for path in built:
+            fresh = _create_fresh(path.name, path.read_bytes(), folder)
+            try:
+                os.replace(fresh, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(fresh, dir_fd=folder)
+                raise
+        os.fsync(folder)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(dist)) from None
+    finally:
+        os.close(folder)
+    return [dist / path.name for path in built]
+
+
+def _create_fresh(name: str, data: bytes, folder: int) -> str:
+    """``data`` in a new file of ``folder`` under a fresh name (O_EXCL: a name taken meanwhile is passed over, never
+    written through); the name."""
+    while True:
+        fresh = f".{name}.{secrets.token_hex(8)}.tmp"
+        try:
+            _create(Path(fresh), data, dir_fd=folder)
+        except FileExistsError:
+            continue
+        return fresh
+
+
+def _lexically(path: Path, root: Path) -> str:
+    """``path`` as given, relative to ``root`` when inside it, without following a link (:func:`shown` resolves)."""
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def _require_pypa_build() -> None:
@@ -370,22 +455,32 @@ def refusal(result: ShipCheck) -> GateFailed:
 
 
 def ship(pins: Pins, root: Path, result: ShipCheck, results_dir: Path, dist: Path) -> list[Path]:
-    """Build the distribution for a passing ``result`` (a refused one raises)."""
-    from importlib import metadata
-
+    """Build the distribution for a passing ``result`` (a refused one raises): the launcher copied once into a private
+    folder, that copy's digest held against the gates' records, the wheel built from the copy, and each output put in
+    ``dist`` under a fresh name and renamed (:func:`publish`)."""
     if not result.ok:
         raise refusal(result)
     manifest = release_manifest(pins, root, result, results_dir)
-    try:
-        base = metadata.version("onebit-ci")
-    except metadata.PackageNotFoundError:  # run from a checkout that was never installed (a GPU box, --no-venv)
-        import re
-
-        found = re.search(r'^version = "([^"]+)"', (SOURCE_ROOT / "pyproject.toml").read_text(), re.MULTILINE)
-        base = found.group(1) if found else "0.0.0"
-    built = build_distribution(manifest, dist, base)
+    base = _base_version()
+    with tempfile.TemporaryDirectory(prefix="onebit-ship-") as tmp:  # made 0700: nobody else writes in it
+        stage = Path(tmp)
+        launcher = launcher_files.launcher_dir()
+        judged_launcher(result, launcher, snapshot(launcher, stage / "serve"))
+        built = publish(build_distribution(manifest, stage, base), dist, root)
     # the release in the ledger: the next bump's perf gate compares with this build's figures
     m = result.manifest
     shipped = GateResult(SHIP, Status.PASSED, f"shipped {built[0].name}", properties=(("release", built[-1].name),))
     ledger_mod.append(ledger_mod.ledger_path(results_dir), shipped, binding.context_of(pins, m))
     return built
+
+
+def _base_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("onebit-ci")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed (a GPU box, --no-venv)
+        import re
+
+        found = re.search(r'^version = "([^"]+)"', (SOURCE_ROOT / "pyproject.toml").read_text(), re.MULTILINE)
+        return found.group(1) if found else "0.0.0"

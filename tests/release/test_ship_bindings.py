@@ -46,26 +46,27 @@ def test_an_equivalence_run_on_other_prompts_than_the_committed_ones_does_not_co
 def test_a_link_to_a_folder_in_the_launcher_does_not_ship_files_its_digest_never_read(
     build_project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The launcher's digest lists serve/'s files without following a link to a folder; the wheel's copy follows it.
-    A package linked in from outside serve/ shipped whatever it held at ship time, never judged by any gate."""
+    """The launcher's digest listed serve/'s files without following a link to a folder; the wheel's copy followed it.
+    A package linked in from outside serve/ shipped whatever it held at ship time, never judged by any gate. Now the
+    digest holds the link (never followed), and every command refuses to start beside it (issue 36)."""
     launcher = tmp_path / "serve"
     shutil.copytree(launcher_files.launcher_dir(), launcher, ignore=shutil.ignore_patterns(*launcher_files.LAUNCHER_SKIPS))
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     (outside / "__init__.py").write_text("")
-    (launcher / "extras").symlink_to(outside, target_is_directory=True)
     monkeypatch.setattr(launcher_files, "launcher_dir", lambda: launcher)
     m = built(build_project)
     record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
+    judged = launcher_files.launcher_sha256()
+    (launcher / "extras").symlink_to(outside, target_is_directory=True)
     (outside / "__init__.py").write_text("import os  # after the gates ran\n")
-    assert launcher_files.launcher_sha256() == launcher_files.launcher_sha256(launcher)  # the digest never read it
+    assert launcher_files.launcher_sha256() != judged  # the digest sees the link
     r = ship(build_project)
     assert r.code == 4, r.out
-    why = release_ship.LINKED_FOLDER.format(link="extras")
-    assert r.err == cli.ERROR.format(message=release_ship.LAUNCHER_COPY_DIFFERS.format(launcher=launcher, why=why)) + "\n"
+    why = launcher_files.A_LINK.format(target=outside)
+    assert r.err == cli.ERROR.format(message=launcher_files.STRAY.format(path="serve/extras", why=why, more="")) + "\n"
     assert not (build_project.root / "dist").exists()
     (launcher / "extras").unlink()  # the launcher as its gates judged it, without the link
-    record(build_project, m, GATES.route, GATES.equivalence)
     r = ship(build_project)
     assert r.code == 0, r.err
     with zipfile.ZipFile(next((build_project.root / "dist").glob("onebit_serve-*.whl"))) as zf:

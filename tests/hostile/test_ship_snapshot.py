@@ -1,0 +1,140 @@
+"""Ship stages once, from a snapshot (issue 36, item 3). Ship checked serve/ and then copied it: an edit in between
+(the window widened by a slow GITHUB_STEP_SUMMARY write) went into the wheel. An edited url or branch in pins.yaml
+went into release.json unverified. And the outputs were written through whatever stood at their names: a link
+planted at the wheel's predictable name in dist/ made ship overwrite a file elsewhere.
+
+Now ship verifies the pin, copies serve/ into a private folder, hashes the copy, holds that digest against the
+gates' records, builds the wheel from the copy and writes each output under a fresh name in dist/ (a link itself
+refused), renamed into place."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import zipfile
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ci import cli, command
+from ci.commands import ship as ship_command
+from ci.gates.serving import launcher as launcher_files
+from ci.pin import verify
+from ci.release import records
+from ci.release import ship as release_ship
+from tests.release.test_ship import GATES, built, record, ship
+from tests.support.messages import said
+from tests.support.project import FORK_URL, Project
+
+EDIT = "\nDEVICE_CHOICES = ()  # edited while ship ran\n"
+
+
+def launcher_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    launcher = tmp_path / "serve"
+    shutil.copytree(launcher_files.launcher_dir(), launcher, ignore=shutil.ignore_patterns(*launcher_files.LAUNCHER_SKIPS))
+    monkeypatch.setattr(launcher_files, "launcher_dir", lambda: launcher)
+    return launcher
+
+
+def wheel_text(project: Project, name: str) -> str:
+    with zipfile.ZipFile(next((project.root / "dist").glob("onebit_serve-*.whl"))) as zf:
+        return zf.read(name).decode()
+
+
+def test_an_edit_to_the_launcher_between_the_check_and_the_copy_is_not_shipped(build_project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    launcher = launcher_copy(tmp_path, monkeypatch)
+    m = built(build_project)
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
+    judged = launcher_files.launcher_sha256()
+    summary = records.step_summary
+
+    def slow_summary(markdown: str) -> None:  # the job summary's write: the launcher is edited meanwhile
+        summary(markdown)
+        with (launcher / "route.py").open("a") as f:
+            f.write(EDIT)
+
+    monkeypatch.setattr(records, "step_summary", slow_summary)
+    r = ship(build_project)
+    assert r.code == 4, r.out + r.err
+    why = release_ship.NOT_JUDGED.format(copy=launcher_files.launcher_sha256()[:12], judged=judged[:12])
+    assert r.err == cli.ERROR.format(message=release_ship.LAUNCHER_COPY_DIFFERS.format(launcher=launcher, why=why)) + "\n"
+    assert not (build_project.root / "dist").exists()
+
+
+def test_an_edit_to_the_launcher_after_the_copy_is_not_in_the_wheel(build_project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    launcher = launcher_copy(tmp_path, monkeypatch)
+    m = built(build_project)
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
+    committed = (launcher / "route.py").read_text()
+    def edited_while_built(*args: Any, **kwargs: Any) -> Any:
+        with (launcher / "route.py").open("a") as f:
+            f.write(EDIT)
+        return command.run(*args, **kwargs)
+
+    monkeypatch.setattr("ci.release.ship.run", edited_while_built)  # python -m build, from the copy
+    r = ship(build_project)
+    assert r.code == 0, r.out + r.err
+    assert wheel_text(build_project, "serve/route.py") == committed
+
+
+@pytest.mark.parametrize(("key", "value"), [("url", "https://example.invalid/someone-else/ROCmFPX.git"), ("branch", "elsewhere")])
+def test_an_edited_pin_url_or_branch_is_refused_before_anything_is_written(build_project: Project, key: str, value: str) -> None:
+    m = built(build_project)
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
+    pinned = {"url": FORK_URL, "branch": "main"}[key]
+    build_project.pins.write_text(build_project.pins.read_text().replace(f"{key}: {pinned}\n", f"{key}: {value}\n", 1))
+    r = ship(build_project)
+    assert r.code == 4, r.out + r.err
+    disagrees = verify.URL_DISAGREES if key == "url" else verify.BRANCH_DISAGREES
+    assert said(ship_command.PIN_UNVERIFIED, r.err), r.err
+    assert said(disagrees, r.err, **{key: pinned}, pinned=value), r.err
+    assert not (build_project.root / "dist").exists()
+
+
+def wheel_name(m: dict[str, Any]) -> str:
+    version = release_ship.release_version(metadata.version("onebit-ci"), m["pin"]["commit"], m["key"])
+    return f"onebit_serve-{version}-py3-none-any.whl"
+
+
+def test_a_link_at_the_wheel_s_name_in_dist_writes_nothing_elsewhere(build_project: Project, tmp_path: Path) -> None:
+    m = built(build_project)
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
+    victim = tmp_path / "victim"
+    victim.write_text("not the wheel\n")
+    dist = build_project.root / "dist"
+    dist.mkdir()
+    (dist / wheel_name(m)).symlink_to(victim)
+    r = ship(build_project)
+    assert victim.read_text() == "not the wheel\n"
+    assert r.code == 0, r.out + r.err
+    assert not (dist / wheel_name(m)).is_symlink()
+    assert zipfile.is_zipfile(dist / wheel_name(m))
+    assert sorted(p.name for p in dist.iterdir() if p.name.startswith(".")) == []  # no temporary name left
+
+
+def test_a_dist_that_is_a_link_is_refused(build_project: Project, tmp_path: Path) -> None:
+    m = built(build_project)
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (build_project.root / "dist").symlink_to(elsewhere, target_is_directory=True)
+    r = ship(build_project)
+    assert r.code == 4, r.out + r.err
+    assert r.err == cli.ERROR.format(message=release_ship.DIST_IS_A_LINK.format(dist="dist")) + "\n"
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_release_json_names_the_libraries_and_what_each_binary_loads(make_build_project: Callable[..., Project]) -> None:
+    """1bit serve --require-gated runs llama-server with exactly the libraries release.json names (serve/gated.py)."""
+    project = make_build_project()
+    m = built(project)
+    record(project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
+    r = ship(project)
+    assert r.code == 0, r.out + r.err
+    release = json.loads(next((project.root / "dist").glob("onebit_serve-*.release.json")).read_text())
+    assert release["build"]["libraries"] == {k: v["sha256"] for k, v in m.get("libraries", {}).items()}
+    assert release["build"]["loads"] == {k: list(v) for k, v in m.get("loads", {}).items()}
+    assert json.loads(wheel_text(project, "serve/release.json")) == release
