@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import logging
 import os
+import select
 import shutil
 import sys
 import tempfile
@@ -32,6 +34,7 @@ ERROR = PROG + ": error: {message}"  # each line of an error's message
 INTERRUPTED = PROG + ": interrupted"
 INTERRUPTED_BY = PROG + ": interrupted by {signal}"
 AT_FILE = "{path}: {reason}"  # an OSError that names its file (ERROR's message): a full disk, a read-only directory
+OUTPUT_CLOSED = "stdout was closed while this ran (what read it ended: | head?); stopped"
 
 
 # each command's module under ci/commands/ and its function there: imported when dispatched, so --help stays quick
@@ -129,6 +132,9 @@ def _main(argv: Sequence[str] | None) -> int:
     except OSError as exc:  # the disk, not the code: a full disk, a read-only or vanished directory
         if args.debug:
             raise
+        if exc.errno == errno.EPIPE and _stdout_gone():  # nox -s build | head -1: whoever raised it, that is the cause
+            print(ERROR.format(message=OUTPUT_CLOSED), file=sys.stderr)
+            return IO_ERROR
         reason = exc.strerror or exc
         print(ERROR.format(message=AT_FILE.format(path=exc.filename, reason=reason) if exc.filename else reason), file=sys.stderr)
         return IO_ERROR
@@ -138,6 +144,23 @@ def _main(argv: Sequence[str] | None) -> int:
         where = _crash_log(args, argv)
         print(f"{PROG}: internal error: {type(exc).__name__}: {str(exc)[:200]}; details in {where}", file=sys.stderr)
         return INTERNAL_ERROR
+
+
+def _stdout_gone() -> bool:
+    """Whether this process's stdout is a pipe that nothing reads any more; if so it is pointed at /dev/null, so that
+    the interpreter's last flush at exit does not print "Exception ignored ... BrokenPipeError" after our line."""
+    try:
+        fd = sys.stdout.fileno()
+        poll = select.poll()
+        poll.register(fd, select.POLLOUT)
+        gone = any(events & select.POLLERR for _, events in poll.poll(0))  # a pipe's write end with no reader left
+    except (OSError, ValueError, AttributeError):  # not a file (a test's StringIO), or closed
+        return False
+    if gone:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    return gone
 
 
 def _crash_log(args: argparse.Namespace, argv: Sequence[str] | None) -> str:
