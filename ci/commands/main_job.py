@@ -48,7 +48,7 @@ def run(job: Job, profile_name: str, remote: str | None, say: Callable[[str], No
     records.report(done, TITLE.format(profile=profile.name), say)
     if SELFTEST in required(job.pins):
         selftest_session(job, current, None, (), say)
-    return ship_session(job, current, None, False, say)
+    return ship_session(job, current, None, False, say, verified=True)  # the job verified the pin first
 
 
 def _no_toolchain(job: Job, profile: str, missing: str, say: Callable[[str], None]) -> int:
