@@ -33,6 +33,7 @@ from ci.gates.results import CaseResult, GateResult, Status, case_counts
 from ci.gates.selftest import NAME
 from ci.gates.selftest import faults as fault_set
 from ci.gates.selftest.faults import FAULTS, Fault, KnownGates, faults_sha256, files_at, stale, unjudged
+from ci.gates.serving.launcher import process_bytecode, with_bytecode
 from ci.git import Git
 from ci.places import id_problem, relative_problem
 from ci.schema import load_json
@@ -309,7 +310,8 @@ def _run_all(
                 argv = namespace_argv(project_root, profile, trial, faults_file)
                 argv[0] = resolve(argv[0])
                 with (trial.work / "run.log").open("wb") as log:
-                    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+                    # a fresh bytecode folder: the fault's ci compiles from source, whoever started this one
+                    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=with_bytecode(os.environ, process_bytecode()))
                 running[proc] = (trial, time.monotonic())
             late = [proc for proc, (_, t0) in running.items() if proc.poll() is None and time.monotonic() - t0 > timeout]
             for proc in late:
