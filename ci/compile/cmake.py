@@ -15,12 +15,12 @@ import os
 import platform
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from ci.command import run
+from ci.command import environment, run
 from ci.compile import profiles as profiles_mod
 from ci.compile import undeclared
 from ci.compile.flags import Flags
@@ -42,6 +42,7 @@ WHOLE_COMPILE = ".onebit-whole-compile.json"
 NINJA_LOG = ".ninja_log"
 LOG = "build.log"
 BUILD_TYPES = ("Release", "RelWithDebInfo", "Debug", "MinSizeRel")
+BUILD_VARIABLES = ("CCACHE_DIR",)  # passed to the build besides: where ccache keeps its cache (GGML_CCACHE finds ccache)
 UNUSED_RE = re.compile(r"Manually-specified variables were not used by the project:\s*\n((?:\s*\n)*(?:[ \t]+\S[^\n]*\n)+)")
 PROGRESS_RE = re.compile(r"^\[(\d+)/(\d+)\] ")
 
@@ -258,9 +259,17 @@ def _deprecation(output: str, name: str) -> str:
     return " ".join(x.strip() for x in (m.group(0).split("\n")[0], m.group(1) or "") if x)
 
 
+def build_environment(plan: BuildPlan, source: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What CMake, ninja and the compilers get (the fork's CMakeLists runs in it): the one environment of every program
+    (:func:`ci.command.environment`: an allow-list, never the ledger's key), the profile's variables and ccache's
+    folder among it, the toolchain's own (ROCM_PATH, HIP_PATH, ...) over it. CFLAGS, CXXFLAGS and the like are not
+    passed: the build key does not hold them (a flag goes through ONEBIT_CMAKE_ARGS or --define, docs/build.md)."""
+    return environment(source, declared=(*plan.profile.variables, *BUILD_VARIABLES), given=plan.env)
+
+
 def execute(plan: BuildPlan, decision: Decision, say: Callable[[str], None]) -> Manifest:
     plan.build_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **dict(plan.env)}
+    env = build_environment(plan)
     started = time.monotonic()
     whole = nothing_compiled(plan.build_dir)
     progress = Progress(say)

@@ -36,6 +36,10 @@ class Profile:
     device: str  # the name test-backend-ops -b and llama-server --device take
     flags: tuple[str, ...]
     about: str
+    # Variables of this machine's environment that the profile's build and gates need beyond ci.command's allow-list
+    # (PATH, HOME, LANG, LC_*, TMPDIR and the families that can change a result, GGML_*, VK_*, HIP_*, CUDA_*, ...):
+    # passed on when set, and recorded in every gate record of the profile (docs/release.md, "The environment")
+    variables: tuple[str, ...] = ()
 
     @property
     def serve_device(self) -> str:
@@ -67,7 +71,8 @@ PROFILES: dict[str, Profile] = {
         _hip("gfx1100", "RDNA3 (RX 7900): HIP through ROCm"),
         _hip("gfx1201", "RDNA4 (RX 9070): HIP through ROCm"),
         Profile("cuda", "cuda", "CUDA0", (*EVERY_PROFILE, "-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90"), "NVIDIA, sm_90 (H100/H200) unless overridden"),
-        Profile("vulkan", "vulkan", "Vulkan0", (*EVERY_PROFILE, "-DGGML_VULKAN=ON"), "any Vulkan GPU"),
+        # the H200's Vulkan: the NVIDIA driver's manifest (VK_DRIVER_FILES) and an SDK newer than the system's headers
+        Profile("vulkan", "vulkan", "Vulkan0", (*EVERY_PROFILE, "-DGGML_VULKAN=ON"), "any Vulkan GPU", ("VK_DRIVER_FILES", "VULKAN_SDK")),
         Profile("cpu", "cpu", "CPU", EVERY_PROFILE, "the CPU alone (CI, and the reference path)"),
     )
 }

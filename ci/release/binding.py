@@ -3,14 +3,14 @@
 At gate time each record carries ``manifest_sha256`` (:attr:`Manifest.digest`: the build key and every binary's and
 library's sha256) and ``criteria`` (what the gate judged against: the expected case counts; the token count, floors,
 spec type and prompts; the architectures with their seed and threshold; the perf checks; the fault set; for route and
-equivalence, the launcher's files; for route, the files that decide which route tests run; for every gate, the ci
-package that ran and judged it) with its digest. At ship
-time :func:`why_not_counted` compares them with the build.json ship reads, whose binaries it has just hashed again
+equivalence, the launcher's files; for route, the files that decide which route tests run; for every gate, the
+variables of the environment that can change its result and the ci package that ran and judged it) with its digest.
+At ship time :func:`why_not_counted` compares them with the build.json ship reads, whose binaries it has just hashed again
 (:meth:`Manifest.reproved`), and with the criteria pins.yaml, the committed faults and prompts, the launcher and its
 route tests give now. A binary swapped with its sha256 rewritten in build.json, a count raised after gating, a
 shorter equivalence run or one on other prompts, an archs run on fewer architectures, a launcher edited after its
-tests ran, route tests run under a conftest edited for the run and put back, or a self-test on a user's one-fault file
-no longer counts.
+tests ran, route tests run under a conftest edited for the run and put back, a self-test on a user's one-fault file,
+or a pass under another setting of a variable that changes results no longer counts.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ci.command import recorded_environment
+from ci.compile import profiles
 from ci.compile.manifest import Manifest
 from ci.gates import registry
 from ci.gates.results import GateResult
@@ -48,13 +50,22 @@ def orchestration_sha256() -> str:
     return launcher_sha256(orchestration_dir())
 
 
+def environment_criterion(profile: str, source: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables of this machine's environment that can change a gate's result and that its programs are given
+    (:func:`ci.command.recorded_environment`: GGML_*, LLAMA_*, LD_*, VK_*, HIP_*, CUDA_*, ..., ONEBIT_PASS_ENV's and
+    the profile's own), by name: a pass under GGML_VK_DISABLE_GRAPH_OPTIMIZE=1 does not count for a ship without it."""
+    found = profiles.PROFILES.get(profile)
+    return recorded_environment(source, found.variables if found is not None else ())
+
+
 def current_criteria(pins: Pins, gate: str, profile: str, ci_sha256: str | None = None) -> dict[str, Any]:
     """What ``gate`` must have judged against for a build of ``pins`` and ``profile``, now: its own criteria (the
-    gate's :meth:`~ci.gates.protocol.Gate.criteria`) and the orchestration's digest (``ci_sha256`` when the caller has
-    worked it out already). A name no gate has wants what no record can give."""
+    gate's :meth:`~ci.gates.protocol.Gate.criteria`), the environment its programs would run in, and the
+    orchestration's digest (``ci_sha256`` when the caller has worked it out already). A name no gate has wants what no
+    record can give."""
     found = registry.by_name(gate)
     own = found.criteria(pins, profile) if found is not None else {"gate": NO_SUCH_GATE.format(gate=gate)}
-    return {**own, "ci_sha256": ci_sha256 or orchestration_sha256()}
+    return {**own, "environment": environment_criterion(profile), "ci_sha256": ci_sha256 or orchestration_sha256()}
 
 
 CriteriaNow = Callable[[str], Mapping[str, Any]]
@@ -73,7 +84,8 @@ def judged_criteria(pins: Pins, result: GateResult, profile: str) -> dict[str, A
     the route and equivalence gates, the launcher (and the route tests) as they are when the record is written, right
     after the gate."""
     found = registry.by_name(result.gate)  # none for a record ship never counts (the gfx1151 compile record)
-    return {**(found.judged(result, pins, profile) if found is not None else {}), "ci_sha256": orchestration_sha256()}
+    judged = found.judged(result, pins, profile) if found is not None else {}
+    return {**judged, "environment": environment_criterion(profile), "ci_sha256": orchestration_sha256()}
 
 
 def context_of(pins: Pins, manifest: Manifest) -> ledger.BuildContext:

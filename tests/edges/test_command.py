@@ -190,6 +190,7 @@ def test_sigterm_as_a_program_starts_ends_it(tmp_path: Path, monkeypatch: pytest
     """A SIGTERM between the program's start and its being known to the caller left it running."""
     hang = script(tmp_path / "hang.sh", "sleep 300\n")
     monkeypatch.setenv("ONEBIT_TEST_TAG", str(tmp_path))  # the shell's own: it may not have started its sleep yet
+    monkeypatch.setenv(command.PASS_VAR, "ONEBIT_TEST_TAG")  # passed on past the allow-list, as an operator names one
     monkeypatch.setattr(subprocess, "Popen", SignalledAsItStarts)
     with command.signals_as_interrupt(), pytest.raises(command.Terminated):
         command.run_together([[hang], [hang]], timeout=120, quiet=True) if together else command.run([hang], timeout=120, quiet=True)
@@ -241,3 +242,20 @@ def test_a_signal_as_held_signals_are_put_back_leaves_no_handler_holding(monkeyp
         for s, handler in before.items():
             real(s, handler)
     assert after == before
+
+
+def test_the_environment_is_the_allow_list_the_declared_names_and_what_the_caller_sets() -> None:
+    source = {"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "GGML_X": "1", "VULKAN_SDK": "/sdk", "EDITOR": "vi", "ONEBIT_LEDGER_KEY": "k"}
+    assert command.environment(source) == {"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "GGML_X": "1"}
+    declared = command.environment(source, declared=("VULKAN_SDK", "ONEBIT_LEDGER_KEY"), given={"ROCM_PATH": "/opt/rocm", "ONEBIT_LEDGER_WITNESS": "/w"})
+    assert declared == {"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "GGML_X": "1", "VULKAN_SDK": "/sdk", "ROCM_PATH": "/opt/rocm"}
+    assert command.recorded_environment(source, ("VULKAN_SDK",)) == {"GGML_X": "1", "VULKAN_SDK": "/sdk"}
+    assert list(command.recorded_environment({"VK_B": "2", "GGML_A": "1"})) == ["GGML_A", "VK_B"]
+
+
+def test_each_program_gets_a_mark_of_its_own_and_the_folder_it_is_given(tmp_path: Path) -> None:
+    show = [sys.executable, "-c", f"import os; print(os.environ[{command.TREE_VAR!r}], os.getcwd())"]
+    first = command.run(show, quiet=True, cwd=tmp_path).output.split()
+    second = command.run(show, quiet=True, env={"PATH": os.environ["PATH"], command.TREE_VAR: "inherited"}).output.split()
+    assert first[1] == str(tmp_path)
+    assert len({first[0], second[0], "inherited"}) == 3

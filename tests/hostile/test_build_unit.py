@@ -19,6 +19,7 @@ from tests.support.build import build_cpu, manifest
 from tests.support.messages import said
 from tests.support.project import Project
 
+
 def test_every_profile_links_its_binaries_by_origin() -> None:
     """By the install RPATH $ORIGIN: CMAKE_BUILD_RPATH_USE_ORIGIN gave the fork's targets "$ORIGIN:", CMake's padding,
     whose empty entry ld.so reads as the current directory."""

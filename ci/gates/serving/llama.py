@@ -31,7 +31,7 @@ import psutil
 import requests
 
 from ci import defaults
-from ci.command import Process, descendants, resolve, signals_held, wait_gone
+from ci.command import Process, adopt_orphans, descendants, environment, resolve, signals_held, tree_marked, wait_gone
 from ci.errors import ServerFailed, describe_returncode
 from ci.gates.serving.launcher import process_bytecode, with_bytecode
 from ci.schema import parse_json
@@ -171,8 +171,10 @@ class LlamaServer:
         self._log = open(self.log_path, "wb")  # noqa: SIM115 -- closed in stop(), which every path reaches
         log.info("$ %s", self.launch.display())
         self._started = time.monotonic()
-        # the launcher runs its source, not bytecode left in serve/__pycache__ (launcher_files.process_bytecode)
-        env = with_bytecode({**os.environ, **dict(self.launch.env)}, process_bytecode())
+        # the launcher runs its source, not bytecode left in serve/__pycache__ (launcher_files.process_bytecode), in the
+        # one environment of what a gate starts (ci.command.environment), marked: its tree's orphans come back here
+        env = tree_marked(with_bytecode(environment(given=self.launch.env), process_bytecode()))
+        adopt_orphans()
         with signals_held():  # a Ctrl-C as it starts is raised once the server is known here, so stop() ends it
             self._proc = subprocess.Popen(
                 argv,
