@@ -165,7 +165,7 @@ def lint(session: nox.Session) -> None:
 def route_tests(session: nox.Session) -> None:
     """The no-GPU route tests of the serve launcher (hadamard_route, recipes_route)."""
     _install(session)
-    session.run("pytest", "tests/serve", *session.posargs)
+    session.run("pytest", "tests/route", "tests/serve", *session.posargs)
 
 
 @nox.session(default=False)

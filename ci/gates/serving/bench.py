@@ -321,14 +321,21 @@ def chart(result: BenchResult, path: Path) -> Path | None:
         return None
     p = result.plan
     metrics = list(p.metrics)
+    figures = {(f.config, f.metric): f for f in summarise(p, result.samples)}
     fig, axes = plt.subplots(1, len(metrics), figsize=(3.0 * len(metrics) + 0.6, 3.2), squeeze=False)
     for ax, metric in zip(axes[0], metrics, strict=True):
+        labels = []
         for x, config in enumerate(p.configs):
             ys = [s.tps for s in result.samples if s.metric == metric and s.config == config.name]
             ax.scatter([x + 0.04 * (k % 5 - 2) for k in range(len(ys))], ys, s=12, alpha=0.7)
             if ys:
                 ax.hlines(statistics.median(ys), x - 0.25, x + 0.25, colors="black", linewidth=1)
-        ax.set_xticks(range(len(p.configs)), [c.name for c in p.configs], fontsize=7)
+            f = figures.get((config.name, metric))
+            if f is not None and f.spread is not None:  # the median's 95% interval beside the samples
+                ax.errorbar([x + 0.3], [f.median], yerr=[[f.median - f.spread.low], [f.spread.high - f.median]], fmt="_", color="black", capsize=3)
+            labels.append(config.name if f is None or f.change_pct is None else f"{config.name}\n{f.change_pct:+.1f}%")
+        ax.set_xticks(range(len(p.configs)), labels, fontsize=7)
+        ax.set_ylim(bottom=0)  # a rate's axis from 0: a 2% change looks like one
         ax.set_title(metric, fontsize=8)
         ax.set_ylabel("t/s", fontsize=7)
     fig.suptitle(f"bench: {p.model.name}, {p.rounds} interleaved round(s), baseline {p.baseline.name}", fontsize=9)
