@@ -145,6 +145,17 @@ def simulated(trials: int) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.gates.perf.simulation import GATE, NAIVE, exact, lognormal, simulate, simulate_old
 
+    print("The bench's bootstrap 95% interval of the median of n rounds, and how often it really holds the median:")
+    print("| n | " + " | ".join(str(n) for n in range(5, 13)) + " |")
+    print("| --- |" + " --- |" * 8)
+    print("| order statistics | " + " | ".join(bootstrap_order(n) for n in range(5, 13)) + " |")
+    print("| holds the median | " + " | ".join(f"{100 * coverage(*bootstrap_ends(n), n):.1f}%" for n in range(5, 13)) + " |")
+    print("\nThe gate's looks, with a floor at the true median: how often a verdict comes, each way (exact), by --rounds:")
+    for most in (10, 20, 30, 50, 100):
+        passed, _ = exact(perf.Budget(max_rounds=most, seconds=math.inf), 0.5)
+        naive, _ = exact(perf.Budget(max_rounds=most, seconds=math.inf, later_level=perf.FIRST_LEVEL), 0.5)
+        print(f"  --rounds {most}: {100 * passed:.2f}% (95% at every look: {100 * naive:.2f}%)")
+    print()
     normal = statistics.NormalDist()
     cases = [
         ("floor at the true median (lognormal, 30% spread): both verdicts wrong", 1.0, 0.3, 0.0, 1.0),
@@ -165,6 +176,26 @@ def simulated(trials: int) -> None:
             print(f"| {label} | {name} | {row(verdicts, trials)} | {mean:.1f} | {100 * passed:.2f}% / {100 * failed:.2f}% |")
         verdicts, mean = simulate_old(draw, floor, trials)
         print(f"| {label} | the old gate (5 + 5, bootstrap) | {row(verdicts, trials)} | {mean:.1f} | |")
+
+
+def bootstrap_ends(n: int) -> tuple[float, float]:
+    """Where the bench's bootstrap interval of n rounds falls among them: 1-based ranks, x.5 between two."""
+    s = bench.spread([float(k) for k in range(1, n + 1)])
+    return s.low, s.high
+
+
+def bootstrap_order(n: int) -> str:
+    low, high = bootstrap_ends(n)
+    return f"x{low:g}-x{high:g}"
+
+
+def coverage(low: float, high: float, n: int) -> float:
+    """How often ``[x_low, x_high]`` of n rounds holds their median, for any continuous distribution (a rank x.5, a
+    midpoint, counts as the rank below for the low end and above for the high: generous)."""
+    a, b = math.floor(low), math.ceil(high)
+    tail = sum(math.comb(n, i) for i in range(a)) / 2**n
+    upper = sum(math.comb(n, i) for i in range(n - b + 1)) / 2**n
+    return float(1 - tail - upper)
 
 
 def row(verdicts: Counter[str], trials: int) -> str:

@@ -17,8 +17,9 @@ rounds", with the simulation that chose it: tests/gates/perf/test_simulation.py)
 number (a NaN or infinite t/s, a ratio over 0) fails its check outright, named.
 
 When a build of the same profile and models shipped before, each check is also compared with that release's
-median (the ledger's perf record of the shipped build): a drop beyond the declared tolerance fails, naming both
-figures and both pins, so a "6.7 -> 5.4 tokens per step" is caught at bump time.
+median (the ledger's perf record of the shipped build), once, at the look that settles the check (or the last): a
+drop beyond the declared tolerance fails, decisively, naming both figures and both pins, so a "6.7 -> 5.4 tokens per
+step" is caught at bump time.
 """
 
 from __future__ import annotations
@@ -278,21 +279,27 @@ def judge_settled(
     clock: Callable[[], float] = time.monotonic,
 ) -> Settled:
     """Measure in batches (``measure(n)``: n more rounds) and look after each, until every check is settled or the
-    budget is spent. A check is settled at the first look whose interval clears its floor (or that finds a regression
-    or a value that is not finite), and that verdict stands: it is never re-judged on later rounds. The samples only
-    grow. What is still straddling when the budget is spent is inconclusive, with what would settle it."""
+    budget is spent. A check is settled at the first look whose interval clears its floor (or that finds a value that
+    is not finite), and that verdict stands: it is never re-judged on later rounds. The comparison with the last
+    release, a point median against its tolerance, is made once, at the look that settles the check (or the last):
+    made at every look it would get as many chances to fail an honest build. The samples only grow. What is still
+    straddling when the budget is spent, and did not regress, is inconclusive, with what would settle it."""
     t0 = clock()
     samples: list[Sample] = []
     settled: dict[int, Judged] = {}
-    latest: list[Judged] = []
-    rounds, stopped = 0, None
+    rounds, stopped, level = 0, None, budget.first_level
     looks = budget.looks()
     for k, look in enumerate(looks):
         samples = more_rounds(samples, measure(look - rounds))
         rounds = look
         level = budget.level(look)
-        latest = [settled.get(i) or judge_look(c, per_round(c, samples), released, pin, level) for i, c in enumerate(checks)]
-        settled |= {i: j for i, j in enumerate(latest) if i not in settled and not j.inconclusive}
+        for i, c in enumerate(checks):
+            if i in settled:
+                continue
+            values = per_round(c, samples)
+            on_its_floor = judge_look(c, values, None, pin, level)
+            if not on_its_floor.inconclusive:
+                settled[i] = judge_look(c, values, released, pin, level) if released is not None else on_its_floor
         if len(settled) == len(checks):
             break
         if k + 1 == len(looks):
@@ -302,14 +309,15 @@ def judge_settled(
         if spent + spent / rounds * (looks[k + 1] - rounds) > budget.seconds:
             stopped = OUT_OF_TIME.format(seconds=budget.seconds)
             break
-    settle = SETTLE_ROUNDS.format(rounds=rounds) if stopped == OUT_OF_ROUNDS else SETTLE_TIME
-    judged = [settled.get(i) or _unsettled(j, rounds, stopped or "", settle) for i, j in enumerate(latest)]
+    unsettled = UNSETTLED.format(rounds=rounds, stopped=stopped, settle=SETTLE_ROUNDS.format(rounds=rounds) if stopped == OUT_OF_ROUNDS else SETTLE_TIME)
+    judged = []
+    for i, c in enumerate(checks):
+        if i in settled:
+            judged.append(settled[i])
+        else:  # its floor still straddled: inconclusive, unless it regressed
+            j = judge_look(c, per_round(c, samples), released, pin, level)
+            judged.append(dataclasses.replace(j, message=j.message.replace(IS_INCONCLUSIVE, unsettled, 1)))
     return Settled(judged, samples, rounds, stopped)
-
-
-def _unsettled(j: Judged, rounds: int, stopped: str, settle: str) -> Judged:
-    message = j.message.removesuffix(IS_INCONCLUSIVE) + UNSETTLED.format(rounds=rounds, stopped=stopped, settle=settle)
-    return dataclasses.replace(j, message=message)
 
 
 def result(

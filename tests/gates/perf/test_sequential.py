@@ -176,3 +176,22 @@ def test_a_round_whose_value_is_not_finite_fails_its_check_named_never_dropped()
     result = perf.result(settled.judged, None, "a" * 40, "x", 1.0, settled.rounds)
     json.dumps(result.to_json(), allow_nan=False)  # the record holds no NaN; the message names it
     assert "round5" not in " ".join(name for name, _ in result.metrics)
+
+
+def test_the_last_release_is_compared_once_at_the_look_that_settles_the_check() -> None:
+    """A regression is a point median against the release's: compared at every look, a median that dips below the
+    tolerance at one look (here 2.6 at 6 rounds, against 3.0 less 10%) would fail an honest build whose floor is
+    still unsettled; compared at the look that settles the floor (12 rounds, median 3.0), it holds."""
+    c = check(f"{RATIO} >= 2.5")
+    released = perf.Released("b" * 40, {RATIO: 3.0})
+    draws = Draws([2.6, 2.6, 2.6, 3.0, 3.0, 2.4] + [3.0] * 30)
+    settled = perf.judge_settled([c], draws, perf.Budget(), released, "a" * 40, draws.clock)
+    (j,) = settled.judged
+    assert (j.status, settled.rounds) == (Status.PASSED, 12), j.message
+    slower = Draws([2.0, 2.2, 2.1, 2.0, 2.3, 2.6] + [2.1, 2.6] * 20)  # straddles 2.5 to the end, its median 2.15
+    settled = perf.judge_settled([c], slower, perf.Budget(max_rounds=10), released, "a" * 40, slower.clock)
+    (j,) = settled.judged
+    assert (j.status, j.inconclusive, settled.rounds) == (Status.FAILED, False, 10), j.message  # decisive: bisect can use it
+    assert perf.REGRESSION.format(median=2.15, pin="aaaaaaa", before=3.0, released="bbbbbbb", change=-28.3, tolerance=10) in j.message
+    unsettled = perf.UNSETTLED.format(rounds=10, stopped=perf.OUT_OF_ROUNDS, settle=perf.SETTLE_ROUNDS.format(rounds=10))
+    assert j.message.startswith(perf.FIGURE.format(check=RATIO, median=2.15, level="99", low=2.0, high=2.6, rounds=10, floor=2.5) + unsettled)
