@@ -46,6 +46,8 @@ def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("STANDIN_ARGV", str(tmp_path / "argv.jsonl"))
     monkeypatch.setenv("STANDIN_CONSOLE", str(DATA / "h200-cuda0.console.txt"))
     monkeypatch.setenv("STANDIN_SQL", str(DATA / "h200-cuda0-rocmfpx-c14872f.sql.txt"))
+    # what the stand-in reads is no program's by default (ci.command.environment): the test names it to be passed on
+    monkeypatch.setenv("ONEBIT_PASS_ENV", "STANDIN_ARGV STANDIN_CONSOLE STANDIN_SQL STANDIN_SIGNAL STANDIN_HANG STANDIN_EXIT")
     return exe
 
 

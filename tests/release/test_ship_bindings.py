@@ -91,7 +91,7 @@ def test_a_perf_pass_judged_before_the_last_release_does_not_count(make_build_pr
     why = release_ship.OTHER_BASELINE.format(judged=release_ship.NO_RELEASE, now=release_ship.RELEASE_AT.format(pin="e" * 7))
     assert release_ship.NOT_COUNTED.format(why=why, line=4, more="") in r.out
     assert not (project.root / "dist").exists()
-    released = dataclasses.replace(perf_result(str(defaults.PERF_ROUNDS)), properties=(*perf_result("5").properties, ("released_pin", "e" * 40)))
+    released = dataclasses.replace(perf_result(str(defaults.PERF_ROUNDS)), properties=(*perf_result(str(defaults.PERF_ROUNDS)).properties, ("released_pin", "e" * 40)))
     record(project, m, released)  # measured against that release: counts
     assert ship(project, "--check").code == 0
 

@@ -3,12 +3,11 @@ gate: the route tests (hadamard_route, recipes_route) and the launcher's other t
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
 
-from ci.command import run
+from ci.command import environment, run
 from ci.errors import ConfigError
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
 from ci.gates.route import NAME
@@ -17,9 +16,8 @@ from ci.gates.serving.launcher import SOURCE_ROOT, files_sha256, files_under, ow
 GATE = NAME
 
 
-# pytest's environment options: PYTEST_ADDOPTS="-k x" ran 5 of 180 tests, a plugin in PYTEST_PLUGINS skipped them all,
-# and either record passed. The gate runs the whole suite as the checkout says, so these are left out.
-NOT_PASSED_ON = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
+# pytest's environment options (PYTEST_ADDOPTS="-k x" ran 5 of 180 tests, a plugin in PYTEST_PLUGINS skipped them all,
+# and either record passed) are not among what ci.command.environment passes on: the gate runs the whole suite.
 # and no plugin that an installed package declares (entry point pytest11) is loaded: a package on the path whose
 # plugin deselected a test made the record "1/1 passed" on a suite of two. tests/serve needs none of them.
 ENV_SET = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
@@ -59,8 +57,8 @@ def route_gate(out: Path, source: Path = SOURCE_ROOT) -> GateResult:
     started = time.monotonic()
     with own_bytecode() as bytecode:
         argv = [sys.executable, "-c", PYTEST_NOT_FROM_THE_CHECKOUT, *TEST_FOLDERS, "-c", PROJECT_CONFIG, "--rootdir", ".", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
-        env = {k: v for k, v in os.environ.items() if k not in NOT_PASSED_ON}
-        done = run(argv, cwd=source, env=with_bytecode({**env, **ENV_SET}, bytecode), check=False, what=f"pytest {' '.join(TEST_FOLDERS)}")
+        # the one environment every program gets (ci.command.environment): no PYTEST_* of the caller's, no ledger key
+        done = run(argv, cwd=source, env=with_bytecode(environment(given=ENV_SET), bytecode), check=False, what=f"pytest {' '.join(TEST_FOLDERS)}")
     seconds = time.monotonic() - started
     cases = _junit_cases(junit) if junit.is_file() else []
     problems = []

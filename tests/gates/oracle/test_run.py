@@ -115,6 +115,12 @@ class Build:
         return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
 
 
+@pytest.fixture(autouse=True)
+def _stand_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the stand-ins read is no program's by default (ci.command.environment): the tests name it to be passed on."""
+    monkeypatch.setenv("ONEBIT_PASS_ENV", "ORACLE_STAND_IN ORACLE_STAND_IN_CC")
+
+
 @pytest.fixture
 def build(tmp_path: Path) -> Build:
     return Build(tmp_path / "build")
