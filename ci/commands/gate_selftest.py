@@ -5,7 +5,6 @@ record goes to the ledger under the build key, for ship when pins.yaml's release
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -15,7 +14,7 @@ from ci.command import run
 from ci.commands import absolute, job_of, say
 from ci.commands.gpu_tests import under_test
 from ci.commands.job import Job, current
-from ci.compile.cmake import BuildRequest
+from ci.compile.cmake import BuildRequest, build_environment
 from ci.compile.stage import CurrentBuild, current_build
 from ci.errors import ConfigError, GateFailed
 from ci.files import shown, write_json
@@ -98,7 +97,7 @@ def selftest_fault(args: argparse.Namespace) -> int:
         run(["mount", "--bind", str(copy), str(over)], what="mount --bind")
     t = time.monotonic()
     with (trial.work / "build.log").open("w") as log:
-        run(list(plan.build_argv), env={**os.environ, **dict(plan.env)}, log_file=log, what=f"rebuild with {fault.id}")
+        run(list(plan.build_argv), env=build_environment(plan), log_file=log, what=f"rebuild with {fault.id}")  # as a build's: no key
     rebuild = time.monotonic() - t
     target = under_test(job, build)
     for gate in registry.select(fault.gates, job.pins):
