@@ -26,7 +26,7 @@ MODEL_OTHER_FILE = "pins.yaml: equivalence.{key}: {path} has sha256 {sha256}, no
 @dataclass(frozen=True)
 class GateOptions:
     timeout: float = defaults.TIMEOUT  # seconds per test-backend-ops run
-    rounds: int = 5  # the perf gate's rounds (docs/bench.md: how many give a stable verdict)
+    rounds: int = defaults.PERF_MAX_ROUNDS  # the most rounds of the perf gate (it stops once every check is settled)
     model: Path | None = None  # the equivalence gate's target; default pins.yaml, else tiny models
     drafter: Path | None = None
     tokens: int | None = None
