@@ -7,28 +7,14 @@ mistake in the check would otherwise reach it (these tests run as root on some m
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "rocm_root.py"
+from tests.support.rocm_root import load
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rocm_root", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["rocm_root"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-rocm_root = _load()
+rocm_root = load()
 
 
 @pytest.fixture

@@ -4,31 +4,17 @@ root it made, and the builds in it, are in docs/build.md)."""
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from tests.support.messages import pattern
+from tests.support.rocm_root import SCRIPT, load
 
-SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "rocm_root.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rocm_root", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["rocm_root"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-rocm_root = _load()
+rocm_root = load()
 ROOT = Path("/srv/sid")
 CHROOT = ("chroot", "/srv/sid", "/usr/bin/env", "-C", "/", "DEBIAN_FRONTEND=noninteractive", "HOME=/root")
 
