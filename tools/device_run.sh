@@ -14,6 +14,9 @@
 #   .dev/mirror           a bare mirror of the fork (the fetch tool's snapshot serves)
 #   .dev/*.patch          patches to add to the series for this run (e.g. the layer-inputs offset at c14872f)
 #   .whl/                 wheels the machine lacks (pygit2, cffi, pycparser, gguf, junitparser)
+#   .dev/deb/             for vulkan: Debian's glslc, libshaderc1, the loader libvulkan1 and the glvnd libraries
+#                         (unpacked into /), and libvulkan-dev and spirv-headers 1.4.309 (trixie's; into the folder
+#                         VULKAN_SDK names): docs/ci.md, "A GPU machine with no network"
 # and, to move the pin to another fork for the run: DEVICE_PIN=SHA DEVICE_URL=URL [DEVICE_BRANCH=B] [DEVICE_CASES=N,
 # the pin's GATED_DELTA_NET count]. Work goes to /tmp/onebit-device (it stays while the machine is warm).
 set -euo pipefail
@@ -31,6 +34,18 @@ if [ -d "$here/.whl" ] && [ ! -d "$work/site" ]; then
 fi
 export PYTHONPATH=$work/site
 ci() { (cd "$work/proj" && python3 -m ci "$@"); }
+if [[ " ${profiles[*]} " == *" vulkan "* ]] && [ -d "$here/.dev/deb" ]; then
+    if [ ! -d "$work/vulkan-sdk" ]; then
+        for f in "$here"/.dev/deb/*.deb; do
+            case "$(basename "$f")" in
+            libvulkan-dev_* | spirv-headers_*) dpkg -x "$f" "$work/vulkan-sdk" ;;
+            *) dpkg -x "$f" / ;;
+            esac
+        done
+        ldconfig
+    fi
+    export VULKAN_SDK=$work/vulkan-sdk/usr VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
+fi
 save() { cp "$1" "$out/$2" 2>/dev/null || true; }  # a result to $OUT the moment it exists
 
 case "$phase" in

@@ -307,6 +307,25 @@ def test_a_fault_whose_gate_fails_the_unplanted_build_is_not_judged_unless_it_is
         selftest.load_faults(path)
 
 
+def test_a_fix_the_checkout_carries_already_is_not_the_next_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Vulkan at c14872f + the offset patch, equivalence failed the unplanted build for another reason (the MTP leg),
+    and the self-test said to carry the patch the series carried already: a fix whose search is gone from the checkout
+    is no way out, and the step is to find why the gate fails."""
+    from types import SimpleNamespace
+
+    path = tmp_path / "faults.yaml"
+    path.write_text(PIN_FAILS)
+    fault, fix = selftest.load_faults(path)
+    monkeypatch.setattr(selftest, "Git", lambda *a: SimpleNamespace(write_tree=lambda: "t" * 40))
+    monkeypatch.setattr(selftest, "files_at", lambda gitdir, tree, paths: {p: fix.replace for p in paths})  # the fix is in
+    told: list[str] = []
+    failing = {"equivalence": "failed: build/results/ledger.jsonl line 4"}
+    source = SimpleNamespace(gitdir=tmp_path, workdir=tmp_path)
+    selftest.selftest("k" * 64, source, tmp_path, tmp_path, "cpu", path, ["snapshot-slot"], told.append, failing=failing)  # type: ignore[arg-type]
+    find = selftest.NEXT_FIND.format(gate="equivalence", profile="cpu")
+    assert told == [selftest.FAULT_SAYS.format(fault="snapshot-slot", what=selftest.NOT_JUDGED_NEXT.format(why=fault_set.unjudged(fault, failing), steps=find))]
+
+
 def test_the_unplanted_builds_failing_gates_come_from_its_newest_records(tmp_path: Path) -> None:
     from ci.commands.gate_selftest import unplanted_failures
     from ci.gates.results import GateResult

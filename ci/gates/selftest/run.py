@@ -221,6 +221,12 @@ def selftest(
         raise ConfigError(FAULT_TIMEOUT_NOT_POSITIVE.format(timeout=timeout))
     root = project_root / "build" / "selftest" / profile
     fixes = {f.gate: f for f in every if f.fixes and profile in f.profiles}  # each gate's fix the pin lacks (--fault or not)
+    if fixes and failing and source is not None:
+        # only a fix the checkout (pin + series) still lacks is the way out: on Vulkan at c14872f + the offset patch,
+        # equivalence fails for another reason (the MTP leg) and the self-test had said to carry the patch carried already
+        tree = Git(source.gitdir, source.workdir).write_tree()
+        there = files_at(source.gitdir, tree, [f.file for f in fixes.values()])
+        fixes = {g: f for g, f in fixes.items() if (there.get(f.file) or "").count(f.search) == 1}
     outcomes: dict[str, Outcome] = {}
     for fault in faults:
         if (why := unjudged(fault, failing or {})) is not None:
