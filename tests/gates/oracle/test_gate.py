@@ -56,8 +56,8 @@ def test_a_profile_with_no_floors_and_no_default_is_refused(tmp_path: Path) -> N
     path.write_text(text[:start] + text[end + 1 :], encoding="utf-8")
     loaded = pins.load(path)
     with pytest.raises(ConfigError) as exc:
-        oracle_gate.GATE.criteria(loaded, "vulkan")
-    assert exc.value.message == oracle_gate.NO_FLOORS.format(profile="vulkan")
+        oracle_gate.GATE.criteria(loaded, "gfx1100")
+    assert exc.value.message == oracle_gate.NO_FLOORS.format(profile="gfx1100")
 
 
 def test_without_the_section_the_gate_is_not_required(tmp_path: Path) -> None:
