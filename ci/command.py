@@ -42,6 +42,7 @@ TAIL_LINES = 40
 NOT_ON_PATH = "{program}: not found on PATH; install it or put it on PATH"
 LOADS_CODE_SET = "{name} is set: it loads code into every program a gate or a build starts, whose results would not be the build's; unset it"
 FLAG_FROM_ENV = "{name} is set: llama-server takes it as a flag that no gate planned; unset it (a gate's flags are its own)"
+NOT_PASSABLE = "ONEBIT_PASS_ENV names {name}: it changes how the gates themselves run and judge (pytest's options, Python's start-up, this tool's own settings); take it out"
 NOT_ABSOLUTE = (
     "{name}: the entry '{entry}' is not an absolute path: an empty or relative entry is searched from the working "
     "directory, where a planted library loads; give absolute paths only"
@@ -63,8 +64,11 @@ RESULT_PREFIXES = (
     "CUDA_", "NVIDIA_", "MESA_", "RADV_", "OMP_", "GOMP_", "KMP_", "OPENBLAS_",
 )  # fmt: skip
 RESULT_NAMES = ("PYTHONPATH", "DRI_PRIME")
-# Names the operator passes on besides (split on commas and blanks): passed and recorded as the families are.
+# Names the operator passes on besides (split on commas and blanks): passed and recorded as the families are. Never
+# the judges' own: PYTEST_ADDOPTS="-k hadamard" passed that way made the route gate's record 18/18 of 180 (a hostile
+# pass, 2026-12-05), so pytest's, Python's start-up (but PYTHONPATH) and this tool's own variables are refused there.
 PASS_VAR = "ONEBIT_PASS_ENV"
+NOT_PASSABLE_NAMES = re.compile(r"PYTEST_\w*|PY_COLORS|PYTHON(?!PATH$)\w*|ONEBIT_\w*|NOX_\w*")
 # Never given to any program, however it is started or named: whoever reads the key can sign any ledger record, and the
 # witness names the file that stops a rewind (ci/release/ledger.py's KEY_VAR and WITNESS_VAR).
 NEVER_PASSED = ("ONEBIT_LEDGER_KEY", "ONEBIT_LEDGER_WITNESS")
@@ -95,7 +99,11 @@ def recorded(name: str, declared: Collection[str] = ()) -> bool:
 
 
 def _declared(source: Mapping[str, str], declared: Iterable[str]) -> frozenset[str]:
-    return frozenset((*declared, *source.get(PASS_VAR, "").replace(",", " ").split()))
+    named = source.get(PASS_VAR, "").replace(",", " ").split()
+    for name in named:
+        if NOT_PASSABLE_NAMES.fullmatch(name):
+            raise Refused(NOT_PASSABLE.format(name=name))
+    return frozenset((*declared, *named))
 
 
 def environment(

@@ -228,3 +228,13 @@ def test_every_gates_criteria_carry_the_environment(build_project: Project, monk
     assert binding.judged_criteria(pins, GATES.route, str(m["profile"]))["environment"] == {"HIP_VISIBLE_DEVICES": "1"}
     for gate in registry.required(pins):
         assert binding.current_criteria(pins, gate, str(m["profile"]))["environment"] == {"HIP_VISIBLE_DEVICES": "1"}, gate
+
+
+@pytest.mark.parametrize("name", ["PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTHONSTARTUP", "PYTHONPYCACHEPREFIX", "ONEBIT_RESULTS_DIR", "NOX_DEFAULT_VENV_BACKEND"])
+def test_the_judges_own_variables_cannot_be_passed_on_by_name(name: str) -> None:
+    """A hostile pass: ONEBIT_PASS_ENV="PYTEST_ADDOPTS" with PYTEST_ADDOPTS="-k test_hadamard_route" made the route
+    gate's record 18/18 of 180 tests, and ship counted it."""
+    with pytest.raises(Refused) as exc:
+        command.environment({"PATH": "/usr/bin", "ONEBIT_PASS_ENV": f"STANDIN {name}", name: "-k x"})
+    assert exc.value.message == command.NOT_PASSABLE.format(name=name)
+    assert command.environment({"PATH": "/usr/bin", "ONEBIT_PASS_ENV": "PYTHONPATH STANDIN", "STANDIN": "1"})["STANDIN"] == "1"
