@@ -106,6 +106,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         # what would run unread by the digests of ci/ and serve/ (bytecode without its source, a link) is refused first
         launcher.refuse_strays(Path(ci.__file__).resolve().parent, launcher.launcher_dir())
+        launcher.remember_start(Path(ci.__file__).resolve().parent)  # before any judge is imported (binding.judging_now)
         handler: Callable[[argparse.Namespace], int] = args.func
         with signals_as_interrupt():  # SIGTERM and SIGHUP end what Ctrl-C ends
             return handler(args)

@@ -76,13 +76,14 @@ def run_gates(job: Job, build: CurrentBuild, request: GpuTestsRequest, say: Call
         say(compile_record.no_device_line(manifest.profile, manifest.device, line.line if line else None))
         return [compiled]
     target = under_test(job, build)
+    judging = binding.judging_now()  # every judge imported, and their digest, before any program of the build runs
     done: list[GateResult] = []
     for gate in select(request.gates, job.pins):
         say(f"gpu_tests: {gate.name} ...")
         result = gate.run(target, request.options, out)
         line = records.record(
             result, out, {"build_key": key, "profile": manifest.profile}, ledger_path=ledger.ledger_path(results_dir),
-            build=binding.context_of(job.pins, manifest), root=job.root,
+            build=binding.context_of(job.pins, manifest, judging), root=job.root,
         )  # fmt: skip
         say(GATE_DONE.format(gate=gate.name, status=result.status.value, summary=result.summary, line=line.line if line else "?"))
         if gate.flags.shows_cases:  # each case's figures (the perf checks), and where its chart is

@@ -23,9 +23,10 @@ from typing import Any
 from ci.command import recorded_environment
 from ci.compile import profiles
 from ci.compile.manifest import Manifest
+from ci.errors import Refused
 from ci.gates import registry
 from ci.gates.results import GateResult
-from ci.gates.serving.launcher import launcher_sha256
+from ci.gates.serving.launcher import at_start, launcher_sha256
 from ci.pin.pins import Pins
 from ci.release import ledger
 
@@ -33,7 +34,8 @@ from ci.release import ledger
 OTHER_BINARIES = "it judged other binaries (manifest {recorded}, build.json now {current})"
 OTHER_CRITERIA = "it judged other criteria than pins.yaml's and the committed faults' ({changes})"
 NO_SUCH_GATE = "no gate of this checkout is called {gate}"
-CRITERION_CHANGED = "{criterion} {judged}, now {current}"  # OTHER_CRITERIA's changes, joined by "; "
+CRITERION_CHANGED = "{criterion} {judged}, now {current}"
+CI_CHANGED = "ci/ changed while the gates ran (ci_sha256 {judged} when they started, {now} now): not recorded in the ledger; run them again on an unchanged checkout"  # OTHER_CRITERIA's changes, joined by "; "
 
 
 def orchestration_dir() -> Path:
@@ -78,21 +80,47 @@ def criteria_now(pins: Pins, profile: str) -> CriteriaNow:
     return functools.cache(lambda gate: current_criteria(pins, gate, profile, ci_sha256))
 
 
-def judged_criteria(pins: Pins, result: GateResult, profile: str) -> dict[str, Any]:
+def judged_criteria(pins: Pins, result: GateResult, profile: str, ci_sha256: str | None = None) -> dict[str, Any]:
     """What ``result`` was judged against: from the result itself where the gate says (the equivalence run's tokens
     and floors, the architectures archs ran, the self-test's fault set), else from the pins.yaml it ran under and, for
     the route and equivalence gates, the launcher (and the route tests) as they are when the record is written, right
     after the gate."""
     found = registry.by_name(result.gate)  # none for a record ship never counts (the gfx1151 compile record)
     judged = found.judged(result, pins, profile) if found is not None else {}
-    return {**judged, "environment": environment_criterion(profile), "ci_sha256": orchestration_sha256()}
+    now = orchestration_sha256()
+    if ci_sha256 is not None and now != ci_sha256:
+        raise Refused(CI_CHANGED.format(judged=ci_sha256[:12], now=now[:12]))
+    return {**judged, "environment": environment_criterion(profile), "ci_sha256": now}
 
 
-def context_of(pins: Pins, manifest: Manifest) -> ledger.BuildContext:
-    """The ledger context of a gate run on ``manifest``'s build: its identity, its digest, and each gate's criteria."""
+def judging_now() -> str:
+    """The ci package's digest as the gates start, every module of ci.gates imported first and the digest unchanged
+    since the command started: a judge is then the code the digest read, whatever a program the gates start (the
+    fork's, under test) writes into ci/ afterwards. A hostile pass
+    (2026-12-05) planted a judge that turned a FAILED backend_ops into a pass and put its own file back on import: its
+    record carried the clean tree's ci_sha256, and ship wrote the wheel."""
+    import importlib
+    import pkgutil
+
+    import ci.gates
+
+    before = at_start(orchestration_dir()) or orchestration_sha256()  # as the command started, when the CLI took it
+    for module in pkgutil.walk_packages(ci.gates.__path__, "ci.gates."):
+        if not module.name.endswith(".task_driver"):  # the KernelForge task's standalone script
+            importlib.import_module(module.name)
+    now = orchestration_sha256()
+    if now != before:
+        raise Refused(CI_CHANGED.format(judged=before[:12], now=now[:12]))
+    return now
+
+
+def context_of(pins: Pins, manifest: Manifest, ci_sha256: str | None = None) -> ledger.BuildContext:
+    """The ledger context of a gate run on ``manifest``'s build: its identity, its digest, and each gate's criteria.
+    ``ci_sha256``: the ci package's digest when the gates started (:func:`judging_now`); a record is written only when
+    it is still that, so code that edits ci/ while the gates run and puts it back before the record never counts."""
 
     def judged(result: GateResult) -> Mapping[str, Any]:
-        return judged_criteria(pins, result, manifest.profile)
+        return judged_criteria(pins, result, manifest.profile, ci_sha256)
 
     return ledger.BuildContext(
         manifest.key, manifest.pin_commit, manifest.series_digest, manifest.profile, manifest.device, manifest.digest, judged

@@ -194,3 +194,17 @@ def process_bytecode() -> dict[str, str]:
             atexit.register(shutil.rmtree, folder, ignore_errors=True)
             _LAUNCHERS_BYTECODE.append(folder)
         return {BYTECODE_FOLDER: _LAUNCHERS_BYTECODE[0]}
+
+
+_AT_START: dict[Path, str] = {}  # a folder's digest as this process's command started (remember_start)
+
+
+def remember_start(root: Path) -> None:
+    """Take ``root``'s digest now, as the command starts, before it imports the judges: what a judge's import does to
+    its own file afterwards (a planted one put itself back) is then a change of the folder, not its clean digest."""
+    _AT_START[root.resolve()] = launcher_sha256(root)
+
+
+def at_start(root: Path) -> str | None:
+    """``root``'s digest as this process's command started, or None when it was not taken."""
+    return _AT_START.get(root.resolve())

@@ -1,0 +1,50 @@
+"""A judge that puts itself back (a hostile pass, 2026-12-05): a line planted in ci/gates/backend_ops/judge.py turned a
+FAILED run into a pass and copied the committed file back over itself when imported; the record carried the clean
+tree's ci_sha256, and ship wrote the wheel. The digest is now taken as the command starts, compared after every judge
+is imported, and again when each record is written: a change anywhere between is refused, nothing recorded."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ci.errors import Refused
+from ci.gates.results import GateResult, Status
+from ci.gates.serving import launcher as launcher_files
+from ci.pin import pins
+from ci.release import binding
+
+REPO_PINS = Path(__file__).resolve().parents[2] / "pins.yaml"
+
+
+@pytest.fixture
+def orchestration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    copy = tmp_path / "ci"
+    shutil.copytree(binding.orchestration_dir(), copy, ignore=shutil.ignore_patterns(*launcher_files.LAUNCHER_SKIPS))
+    monkeypatch.setattr(binding, "orchestration_dir", lambda: copy)
+    return copy
+
+
+def test_a_judge_that_puts_itself_back_on_import_is_refused_before_any_gate(orchestration: Path) -> None:
+    judge = orchestration / "gates" / "backend_ops" / "judge.py"
+    committed = judge.read_text()
+    judge.write_text(committed + "\n# planted: every result a pass, and this file put back on import\n")
+    launcher_files.remember_start(orchestration)  # the CLI takes it as the command starts
+    judge.write_text(committed)  # what the planted import did
+    with pytest.raises(Refused) as exc:
+        binding.judging_now()
+    assert exc.value.message.startswith("ci/ changed while the gates ran")
+
+
+def test_a_change_to_ci_while_a_gate_runs_is_not_recorded(orchestration: Path) -> None:
+    launcher_files.remember_start(orchestration)
+    judging = binding.judging_now()
+    loaded = pins.load(REPO_PINS)
+    result = GateResult("archs", Status.PASSED, "PASSED", properties=(("archs", "llama"), ("seed", "1"), ("threshold", "0.0001")))
+    assert binding.judged_criteria(loaded, result, "cpu", judging)["ci_sha256"] == judging  # unchanged: recorded as judged
+    (orchestration / "gates" / "archs" / "judge.py").write_text("# written by a program the gate started\n")
+    with pytest.raises(Refused) as exc:
+        binding.judged_criteria(loaded, result, "cpu", judging)
+    assert exc.value.message == binding.CI_CHANGED.format(judged=judging[:12], now=binding.orchestration_sha256()[:12])
