@@ -80,6 +80,10 @@ def test_a_variable_named_in_onebit_pass_env_is_passed_on_and_recorded(tmp_path:
     monkeypatch.setenv("SITE_KNOB", "3")
     monkeypatch.setenv(command.PASS_VAR, "SITE_KNOB ONEBIT_LEDGER_KEY")
     monkeypatch.setenv(ledger.KEY_VAR, "the-ledger-key")
+    with pytest.raises(Refused) as exc:  # naming the key is refused outright, as every ONEBIT_* is
+        command.run([sys.executable, "-c", DUMP_ENV, str(tmp_path / "env.json")], quiet=True)
+    assert exc.value.message == command.NOT_PASSABLE.format(name=ledger.KEY_VAR)
+    monkeypatch.setenv(command.PASS_VAR, "SITE_KNOB")
     command.run([sys.executable, "-c", DUMP_ENV, str(tmp_path / "env.json")], quiet=True)
     env = env_of(tmp_path / "env.json")
     assert env["SITE_KNOB"] == "3"

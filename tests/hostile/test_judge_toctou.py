@@ -48,3 +48,24 @@ def test_a_change_to_ci_while_a_gate_runs_is_not_recorded(orchestration: Path) -
     with pytest.raises(Refused) as exc:
         binding.judged_criteria(loaded, result, "cpu", judging)
     assert exc.value.message == binding.CI_CHANGED.format(judged=judging[:12], now=binding.orchestration_sha256()[:12])
+
+
+def test_route_tests_changed_while_they_ran_are_an_error_and_record_what_they_started_as(tmp_path: Path) -> None:
+    """A conftest hook planted for the run and put back before the record (the hostile pass: 'route passed 1/1' and ship
+    wrote the wheel): what changes while the tests run is an error, and the record names the digests they started at."""
+    from ci.gates.route import run as route
+    from ci.gates.route.gate import GATE as ROUTE
+
+    source = tmp_path / "src"
+    (source / "tests" / "route").mkdir(parents=True)
+    (source / "tests" / "serve").mkdir(parents=True)
+    (source / "pyproject.toml").write_text('[tool.pytest.ini_options]\naddopts = ["-ra"]\n')
+    (source / "tests" / "serve" / "test_it.py").write_text(
+        "from pathlib import Path\n\n\ndef test_it() -> None:\n    (Path(__file__).parent / 'conftest.py').write_text('# planted, to be put back\\n')\n"
+    )
+    (tmp_path / "out").mkdir()
+    started = route.route_tests_sha256(source)
+    result = route.route_gate(tmp_path / "out", source)
+    assert result.status is Status.ERROR
+    assert route.CHANGED_WHILE_RUNNING in result.problems
+    assert ROUTE.judged(result, pins.load(REPO_PINS), "cpu")["route_tests_sha256"] == started

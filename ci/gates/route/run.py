@@ -11,7 +11,7 @@ from ci.command import environment, run
 from ci.errors import ConfigError
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
 from ci.gates.route import NAME
-from ci.gates.serving.launcher import SOURCE_ROOT, files_sha256, files_under, own_bytecode, with_bytecode
+from ci.gates.serving.launcher import SOURCE_ROOT, files_sha256, files_under, launcher_sha256, own_bytecode, with_bytecode
 
 GATE = NAME
 
@@ -26,6 +26,9 @@ ENV_SET = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 # Not ``python -I`` (3.11's -P is too new): it would drop PYTHONPATH, which a machine with packages in --target uses.
 PYTEST_NOT_FROM_THE_CHECKOUT = "import sys; del sys.path[0]; import pytest; sys.exit(pytest.main(sys.argv[1:]))"
 SKIPPED = "{count} route test(s) skipped ({first}): the route gate runs every test; find what skips them"
+# the launcher or the files that decide its tests changed between the start of the run and its end (and may have been
+# put back before the record): what the tests judged is not what the digests would say, so nothing counts
+CHANGED_WHILE_RUNNING = "the launcher or its route tests changed while the tests ran: run the route gate again on an unchanged checkout"
 NO_PROJECT_CONFIG = "{config}: missing; the route gate runs pytest with the project's own configuration and no other"
 # the one pytest configuration the gate reads (-c): pytest takes the first it finds from tests/serve upwards, so a
 # pytest.ini, tox.ini or setup.cfg added for the gate run with -k, then removed, recorded a pass on fewer tests
@@ -55,6 +58,7 @@ def route_gate(out: Path, source: Path = SOURCE_ROOT) -> GateResult:
     junit = out / "route.pytest.junit.xml"
     junit.unlink(missing_ok=True)
     started = time.monotonic()
+    judged = (launcher_sha256(), route_tests_sha256(source))  # what the tests read, as they start
     with own_bytecode() as bytecode:
         argv = [sys.executable, "-c", PYTEST_NOT_FROM_THE_CHECKOUT, *TEST_FOLDERS, "-c", PROJECT_CONFIG, "--rootdir", ".", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
         # the one environment every program gets (ci.command.environment): no PYTEST_* of the caller's, no ledger key
@@ -73,7 +77,11 @@ def route_gate(out: Path, source: Path = SOURCE_ROOT) -> GateResult:
         problems.append(f"pytest {' '.join(TEST_FOLDERS)} exited with status {done.returncode}")
     status = Status.PASSED if not problems else Status.FAILED
     summary = f"{sum(c.status is Status.PASSED for c in cases)}/{len(cases)} route tests passed"
-    return GateResult(GATE, status, summary, tuple(cases), tuple(problems), case_counts(cases), seconds=seconds)
+    if (launcher_sha256(), route_tests_sha256(source)) != judged:
+        problems.append(CHANGED_WHILE_RUNNING)
+        status = Status.ERROR
+    props = (("launcher_sha256", judged[0]), ("route_tests_sha256", judged[1]))
+    return GateResult(GATE, status, summary, tuple(cases), tuple(problems), case_counts(cases), props, seconds=seconds)
 
 
 def _junit_cases(path: Path) -> list[CaseResult]:
