@@ -210,9 +210,17 @@ def test_the_launcher_a_gate_starts_gets_the_allow_list(tmp_path: Path, monkeypa
     assert "PYTHONPYCACHEPREFIX" in env
 
 
+def no_recorded_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This machine's own recorded variables left out (a PYTHONPATH set where the tests run), so that a test sees only
+    what it sets."""
+    for name in [n for n in os.environ if command.recorded(n)]:
+        monkeypatch.delenv(name)
+
+
 def test_a_pass_under_one_setting_does_not_count_for_another(build_project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/gates.md: GGML_VK_DISABLE_GRAPH_OPTIMIZE=1 turns the MTP leg's verdict on Vulkan; a pass under it counted
     for a ship without it."""
+    no_recorded_variables(monkeypatch)
     m = built(build_project)
     monkeypatch.setenv("GGML_VK_DISABLE_GRAPH_OPTIMIZE", "1")
     record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
@@ -226,6 +234,7 @@ def test_a_pass_under_one_setting_does_not_count_for_another(build_project: Proj
 
 
 def test_every_gates_criteria_carry_the_environment(build_project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    no_recorded_variables(monkeypatch)
     m = built(build_project)
     monkeypatch.setenv("HIP_VISIBLE_DEVICES", "1")
     pins = pins_mod.load(build_project.root / "pins.yaml")
