@@ -41,6 +41,7 @@ from ci.words import AND_MORE
 
 DIST_NAME = "onebit-serve"
 SHIP = "ship"  # the ledger's record of a release
+COUNTED = "counted.{gate}"  # a ship record's property: the ledger line of the gate's record that counted for it
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 TABLE_HEAD = "ship: build {key} ({profile}, pin {pin}, patches {patches})"
@@ -235,11 +236,22 @@ def released_record(book: ledger_mod.Ledger, profile: str, key: str, gate: str, 
     for rec in reversed(book.records):
         if rec.gate != SHIP or rec.data.get("profile") != profile or rec.build_key == key:
             continue
-        found = ledger_mod.latest(book, gate, rec.build_key)
+        found = counted_record(book, rec, gate)
         if found is None or (models is not None and (found.data.get("properties") or {}).get("models") != models):
             continue
         return str(rec.data.get("pin", "")), found.data
     return None
+
+
+def counted_record(book: ledger_mod.Ledger, shipped: ledger_mod.Record, gate: str) -> ledger_mod.Record | None:
+    """The record of ``gate`` that counted when ``shipped`` (a ship record) was written: the line it names. A later run
+    of the released build (a 1-round perf failure at a tenth of its figures, a hostile pass found) is not the release's
+    figures. A ship record written before it named them: the build's newest record, as then."""
+    line = str((shipped.data.get("properties") or {}).get(COUNTED.format(gate=gate), ""))
+    if not line:
+        return ledger_mod.latest(book, gate, shipped.build_key)
+    found = next((r for r in book.records if str(r.line) == line), None)
+    return found if found is not None and found.gate == gate and found.build_key == shipped.build_key else None
 
 
 def last_record(results_dir: Path, profile: str, key: str, gate: str) -> tuple[str, Mapping[str, Any]] | None:
@@ -469,7 +481,9 @@ def ship(pins: Pins, root: Path, result: ShipCheck, results_dir: Path, dist: Pat
         built = publish(build_distribution(manifest, stage, base), dist, root)
     # the release in the ledger: the next bump's perf gate compares with this build's figures
     m = result.manifest
-    shipped = GateResult(SHIP, Status.PASSED, f"shipped {built[0].name}", properties=(("release", built[-1].name),))
+    # and which record of each gate counted for it: what the next build is compared with, not a later run of this one
+    counted = tuple((COUNTED.format(gate=s.gate), str(s.record.line)) for s in result.standings if s.record is not None)
+    shipped = GateResult(SHIP, Status.PASSED, f"shipped {built[0].name}", properties=(("release", built[-1].name), *counted))
     ledger_mod.append(ledger_mod.ledger_path(results_dir), shipped, binding.context_of(pins, m))
     return built
 
