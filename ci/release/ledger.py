@@ -47,6 +47,7 @@ KEY_VAR = "ONEBIT_LEDGER_KEY"
 WITNESS_VAR = "ONEBIT_LEDGER_WITNESS"
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
+MISSHAPEN = "{path}:{line}: the record's {field} is not of its shape (a text, a number, a mapping or a list of texts): this is no record a gate wrote; move the ledger away or restore it"
 NOT_JSON = "{path}:{line}: not a JSON record (a damaged ledger); restore it from a backup or move it away"
 BROKEN_CHAIN = "{where} (line {line} chains to {got}, not {expected})"
 EDITED_OR_REMOVED = "{path}:{line}: the record was edited, or one after it removed"  # BROKEN_CHAIN's where
@@ -214,6 +215,27 @@ def _signature(key: bytes, data: Mapping[str, Any]) -> str:
     return hmac.new(key, body, hashlib.sha256).hexdigest()
 
 
+# the shape each field a reader uses must have: a record of another shape is refused, named, before anything reads it
+SHAPES: dict[str, tuple[type, ...]] = {
+    "gate": (str,), "verdict": (str,), "prev": (str,), "time": (str,), "seq": (int,), "build_key": (str,), "summary": (str,),
+    "properties": (dict,), "criteria": (dict,), "counts": (dict,), "metrics": (dict,), "problems": (list,),
+}  # fmt: skip
+
+
+def _misshapen(data: Mapping[str, Any]) -> str | None:
+    """The first field of a record that is not of the shape its readers take (a hostile pass: ``properties: "x"`` or
+    ``problems: 5`` ended ship in an internal error, ``seq: true`` was taken as 1), or None."""
+    for name, kinds in SHAPES.items():
+        value = data.get(name)
+        if value is None and name not in ("gate", "verdict", "prev", "time"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            return name
+    if not all(isinstance(p, str) for p in data.get("problems") or []):
+        return "problems"
+    return None
+
+
 def read(path: Path, key: bytes | None = None, witness: Path | None = None) -> Ledger:
     """Every record, checked: each line JSON with the record's fields, its sequence number its line, the chain
     unbroken, the tip equal to the head file, with ``key`` every record's and the head's signature (without it, a
@@ -245,6 +267,8 @@ def read(path: Path, key: bytes | None = None, witness: Path | None = None) -> L
             raise ConfigError(NOT_JSON.format(path=path, line=n)) from None
         if not isinstance(data, dict) or not {"gate", "verdict", "prev", "time"} <= data.keys():
             raise ConfigError(f"{path}:{n}: not a ledger record (needs gate, verdict, prev, time)")
+        if (field := _misshapen(data)) is not None:
+            raise ConfigError(MISSHAPEN.format(path=path, line=n, field=field))
         if key is None and "sig" in data:
             raise ConfigError(SIGNED_WITHOUT_KEY.format(where=f"{path}:{n}", var=KEY_VAR))
         if data["prev"] != prev:

@@ -38,6 +38,7 @@ from ci.pin.pins import EquivalenceConfig, Pins
 from ci.release import binding
 from ci.release import ledger as ledger_mod
 from ci.words import AND_MORE
+from serve.errors import printable
 
 DIST_NAME = "onebit-serve"
 SHIP = "ship"  # the ledger's record of a release
@@ -265,7 +266,7 @@ def table(result: ShipCheck) -> str:
     lines = [TABLE_HEAD.format(key=result.key[:12], profile=m.profile, pin=m.pin_commit[:7], patches=m.series_digest[:12])]
     for s in result.standings:
         shown = s.state.value if s.state is Standing.PASSED else s.state.value.upper()
-        lines.append(TABLE_ROW.format(gate=s.gate.ljust(width), state=shown, detail=s.detail))
+        lines.append(TABLE_ROW.format(gate=s.gate.ljust(width), state=shown, detail=printable(s.detail)))  # a record's text: no escape reaches the terminal
     lines += [f"  ledger: {note}" for note in result.notes]
     return "\n".join(lines)
 
