@@ -65,8 +65,8 @@ def test_a_log_that_cannot_be_written_ends_the_program_and_names_the_log() -> No
 
 
 def script(path: Path, text: str) -> str:
-    """An executable shell script whose processes carry ONEBIT_TEST_TAG, the test's folder (:func:`sleeps_of`)."""
-    path.write_text(f"#!/bin/sh\nexport ONEBIT_TEST_TAG={path.parent}\n" + text)
+    """An executable shell script whose processes carry TEST_PROCESS_TAG, the test's folder (:func:`sleeps_of`)."""
+    path.write_text(f"#!/bin/sh\nexport TEST_PROCESS_TAG={path.parent}\n" + text)
     path.chmod(0o755)
     return str(path)
 
@@ -76,7 +76,7 @@ def sleeps_of(tmp_path: Path) -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
-            if p.environ().get("ONEBIT_TEST_TAG") == str(tmp_path) and p.status() != psutil.STATUS_ZOMBIE:
+            if p.environ().get("TEST_PROCESS_TAG") == str(tmp_path) and p.status() != psutil.STATUS_ZOMBIE:
                 found.append(p)
     return found
 
@@ -189,8 +189,8 @@ class SignalledAsItStarts(subprocess.Popen[str]):
 def test_sigterm_as_a_program_starts_ends_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, together: bool) -> None:
     """A SIGTERM between the program's start and its being known to the caller left it running."""
     hang = script(tmp_path / "hang.sh", "sleep 300\n")
-    monkeypatch.setenv("ONEBIT_TEST_TAG", str(tmp_path))  # the shell's own: it may not have started its sleep yet
-    monkeypatch.setenv(command.PASS_VAR, "ONEBIT_TEST_TAG")  # passed on past the allow-list, as an operator names one
+    monkeypatch.setenv("TEST_PROCESS_TAG", str(tmp_path))  # the shell's own: it may not have started its sleep yet
+    monkeypatch.setenv(command.PASS_VAR, "TEST_PROCESS_TAG")  # passed on past the allow-list, as an operator names one
     monkeypatch.setattr(subprocess, "Popen", SignalledAsItStarts)
     with command.signals_as_interrupt(), pytest.raises(command.Terminated):
         command.run_together([[hang], [hang]], timeout=120, quiet=True) if together else command.run([hang], timeout=120, quiet=True)

@@ -67,7 +67,7 @@ class InterruptedAsItStarts(subprocess.Popen[bytes]):
 def test_ctrl_c_as_the_server_starts_stops_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The start was outside the block that stops the server on an error, and the server was not known yet: it ran on."""
     argv = (sys.executable, "-c", "import time; time.sleep(300)")
-    launch = ServerLaunch("baseline", argv, "127.0.0.1", free_ports(1)[0], env=(("ONEBIT_TEST_TAG", str(tmp_path)),))
+    launch = ServerLaunch("baseline", argv, "127.0.0.1", free_ports(1)[0], env=(("TEST_PROCESS_TAG", str(tmp_path)),))
     monkeypatch.setattr(subprocess, "Popen", InterruptedAsItStarts)
     with pytest.raises(KeyboardInterrupt), LlamaServer(launch, tmp_path / "server.log"):
         pass
@@ -80,5 +80,5 @@ def test_ctrl_c_as_the_server_starts_stops_it(tmp_path: Path, monkeypatch: pytes
 
 def tagged(p: psutil.Process, tag: Path) -> bool:
     with contextlib.suppress(psutil.Error):
-        return p.environ().get("ONEBIT_TEST_TAG") == str(tag) and p.status() != psutil.STATUS_ZOMBIE
+        return p.environ().get("TEST_PROCESS_TAG") == str(tag) and p.status() != psutil.STATUS_ZOMBIE
     return False

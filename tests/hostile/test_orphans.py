@@ -23,7 +23,7 @@ from ci.gates.serving.llama import LlamaServer, ServerLaunch, free_ports
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a child subreaper is Linux's")
 
-TAG = "ONEBIT_TEST_TAG"
+TAG = "TEST_PROCESS_TAG"
 ORPHANS = 8  # as many as one passing gate left
 
 # Four double forks with setsid (the daemon's way) and four shell orphans ``( sleep & )``; then it serves /health.
