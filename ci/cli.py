@@ -59,6 +59,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# the commands that write gate records: ci/'s digest is taken as they start (binding.judging_now compares it)
+RECORDING = frozenset(("gpu-tests", "main-job"))
+
+
 def dispatch(name: str) -> Callable[[argparse.Namespace], int]:
     module, function = COMMANDS[name]
 
@@ -106,7 +110,8 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         # what would run unread by the digests of ci/ and serve/ (bytecode without its source, a link) is refused first
         launcher.refuse_strays(Path(ci.__file__).resolve().parent, launcher.launcher_dir())
-        launcher.remember_start(Path(ci.__file__).resolve().parent)  # before any judge is imported (binding.judging_now)
+        if args.command in RECORDING:  # before any judge is imported (binding.judging_now)
+            launcher.remember_start(Path(ci.__file__).resolve().parent)
         handler: Callable[[argparse.Namespace], int] = args.func
         with signals_as_interrupt():  # SIGTERM and SIGHUP end what Ctrl-C ends
             return handler(args)

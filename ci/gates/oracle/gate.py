@@ -58,19 +58,20 @@ class OracleGate(GateBase):
         raise ConfigError(NO_FLOORS.format(profile=profile))
 
     def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
-        from ci.gates.oracle import run
+        from ci.gates.oracle import run, timing
 
         manifest = target.build.manifest
         expectation = self.expectation(target.pins, manifest.profile)
-        return run.gate_on_build(
-            lib_dir=target.build.build_dir / "bin",
-            include_dir=target.root / target.pins.submodule / "ggml" / "include",
-            device=manifest.device,
-            floors=floors_of(expectation),
-            work_dir=out / "oracle",
-            time_tolerance=expectation.time_tolerance,
-            released=_released_metrics(target.released(NAME)),
+        return run.run_gate(
+            target.build.build_dir / "bin",
+            target.root / target.pins.submodule / "ggml" / "include",
+            manifest.device,
+            floors_of(expectation),
+            out / "oracle",
             properties=(("cases_sha256", cases_sha256()), ("time_tolerance", f"{expectation.time_tolerance:g}")),
+            timed=timing.TIMED,
+            released=_released_metrics(target.released(NAME)),
+            time_tolerance=expectation.time_tolerance,
         )
 
     def criteria(self, pins: Pins, profile: str) -> dict[str, Any]:

@@ -30,10 +30,10 @@ from ci.gates.oracle import timing
 from ci.gates.oracle.cases import Case, Inputs, draw
 from ci.gates.oracle.judge import GATE, Floors, Measured, Outcome, Score, judge, judge_case
 from ci.gates.oracle.reference import gated_delta_net
-from ci.gates.oracle.wire import CFLAGS, compile_argv, encode, split
+from ci.gates.oracle.wire import CFLAGS, compile_argv, encode, library, split
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
 
-__all__ = ["CaseRun", "DriverBuild", "compile_driver", "encode", "gate_on_build", "plan_driver", "run_case", "run_cases", "run_gate", "split"]
+__all__ = ["CaseRun", "DriverBuild", "compile_driver", "encode", "plan_driver", "run_case", "run_cases", "run_gate", "split"]
 
 SOURCE = Path(__file__).with_name("driver.c")
 HEADERS = ("ggml.h", "ggml-backend.h", "ggml-alloc.h")  # what driver.c includes
@@ -77,14 +77,10 @@ class DriverBuild:
 
 
 def _library(folder: Path, name: str) -> Path:
-    """``lib{name}.so`` in ``folder``, else its versioned file (a wheel ships those alone)."""
-    plain = folder / f"lib{name}.so"
-    if plain.is_file():
-        return plain
-    versioned = sorted(folder.glob(f"lib{name}.so.*"), key=lambda p: (len(p.name), p.name))
-    if not versioned:
+    found = library(folder, name)
+    if found is None:
         raise ToolchainError(NO_LIBRARY.format(folder=folder, name=name))
-    return versioned[0]
+    return found
 
 
 def plan_driver(lib_dir: Path, include_dir: Path, cache_root: Path, compiler: str = "cc", source: Path = SOURCE) -> DriverBuild:
@@ -232,10 +228,14 @@ def run_gate(
     compiler: str = "cc",
     timeout: float = TIMEOUT,
     properties: Sequence[tuple[str, str]] = (),
+    timed: Sequence[str] = (),
+    released: tuple[str, Mapping[str, float]] | None = None,
+    time_tolerance: float = 0.25,
 ) -> GateResult:
     """Compile the driver for the build (cached under ``cache_root``, default ``work_dir``), run every case on
-    ``device``, judge. A driver that does not compile against the build's headers is the gate's error: the header
-    is the contract, and it changed."""
+    ``device``, judge; then, for each ``timed`` case, the op's time against the ``released`` record's samples (its pin
+    and metrics) when there is one. A driver that does not compile against the build's headers is the gate's error:
+    the header is the contract, and it changed."""
     t0 = time.monotonic()
     build = plan_driver(lib_dir, include_dir, cache_root or work_dir, compiler)
     try:
@@ -245,50 +245,45 @@ def run_gate(
         return GateResult(GATE, Status.ERROR, message, problems=(message,), seconds=time.monotonic() - t0)
     runs = run_cases(driver, device, floors, work_dir, cases, lib_dir=lib_dir, timeout=timeout)
     props = (("driver_key", build.key[:16]), *properties)
-    return judge([(r.result, r.score) for r in runs], floors, device, time.monotonic() - t0, props)
-
-
-def gate_on_build(
-    lib_dir: Path,
-    include_dir: Path,
-    device: str,
-    floors: Floors,
-    work_dir: Path,
-    *,
-    time_tolerance: float,
-    released: tuple[str, Mapping[str, float]] | None,
-    properties: Sequence[tuple[str, str]] = (),
-    cases: Sequence[Case] = oracle_cases.CASES,
-    timed: Sequence[str] = timing.TIMED,
-) -> GateResult:
-    """The gate on a build: every case judged against the float64 reference (:func:`run_gate`), then the op's time on
-    each ``timed`` case, compared with the ``released`` record's samples (its pin and metrics) when there is one."""
-    t0 = time.monotonic()
-    result = run_gate(lib_dir, include_dir, device, floors, work_dir, cases, properties=properties)
-    if result.status is Status.ERROR and not result.cases:  # the driver did not compile: nothing to time
+    result = judge([(r.result, r.score) for r in runs], floors, device, time.monotonic() - t0, props)
+    if not timed:
         return result
-    driver = plan_driver(lib_dir, include_dir, work_dir).executable
+    return _with_times(result, driver, lib_dir, device, work_dir, [c for c in cases if c.id in timed], released, time_tolerance, t0)
+
+
+def _with_times(
+    result: GateResult,
+    driver: Path,
+    lib_dir: Path,
+    device: str,
+    work_dir: Path,
+    timed: Sequence[Case],
+    released: tuple[str, Mapping[str, float]] | None,
+    time_tolerance: float,
+    t0: float,
+) -> GateResult:
+    """``result`` with a case per timed case (:mod:`ci.gates.oracle.timing`), its samples in the metrics and the
+    release it compared with (``released_pin``, "" for none) in the properties."""
     threads = default_threads(device)
-    by_id = {c.id: c for c in cases}
     time_cases, metrics = [], list(result.metrics)
-    for case_id in (c for c in timed if c in by_id):
+    for case in timed:
         samples: tuple[float, ...] = ()
         for _ in range(2):  # an inconclusive comparison is measured as many samples again, once
-            measured = run_case(driver, device, by_id[case_id], work_dir, lib_dir=lib_dir, threads=threads, bench=timing.SAMPLES)
+            measured = run_case(driver, device, case, work_dir, lib_dir=lib_dir, threads=threads, bench=timing.SAMPLES)
             samples += measured.samples_ms
-            judged = timing.judge_time(case_id, samples, released, time_tolerance)
+            judged = timing.judge_time(case.id, samples, released, time_tolerance)
             if not judged.inconclusive:
                 break
         time_cases.append(judged)
-        metrics += timing.metrics_of(case_id, samples) if samples else ()
+        metrics += timing.metrics_of(case.id, samples) if samples else ()
     cases_out = (*result.cases, *time_cases)
     problems = (*result.problems, *(c.message for c in time_cases if not c.status.ok))
     status = result.status
     if status is Status.PASSED and any(not c.status.ok for c in time_cases):
         status = Status.FAILED if any(c.status is Status.FAILED for c in time_cases) else Status.ERROR
     summary = result.summary if status is result.status else f"{status.value.upper()}{result.summary[len(result.status.value):]}; {problems[-1]}"
-    released_pin = (("released_pin", released[0]),) if released is not None else (("released_pin", ""),)
     return dataclasses.replace(
         result, status=status, summary=summary, cases=cases_out, problems=problems, counts=case_counts(cases_out),
-        properties=(*result.properties, *released_pin), metrics=tuple(metrics), seconds=time.monotonic() - t0,
+        properties=(*result.properties, ("released_pin", released[0] if released is not None else "")), metrics=tuple(metrics),
+        seconds=time.monotonic() - t0,
     )  # fmt: skip

@@ -52,13 +52,10 @@ def shown(db: float) -> str:
 
 
 def library(folder: Path, name: str) -> Path:
-    plain = folder / f"lib{name}.so"
-    if plain.is_file():
-        return plain
-    versioned = sorted(folder.glob(f"lib{name}.so.*"), key=lambda p: (len(p.name), p.name))
-    if not versioned:
+    found = wire.library(folder, name)
+    if found is None:
         raise SystemExit(f"driver.py: {folder}: no lib{name}.so; give --lib-dir the build's folder of ggml libraries")
-    return versioned[0]
+    return found
 
 
 def compile_driver(lib_dir: Path, include_dir: Path, work: Path) -> Path:

@@ -29,6 +29,15 @@ _Float = TypeVar("_Float", bound=np.floating[Any])
 SHORT_OUTPUT = "{count} floats written, {expected} expected"
 
 
+def library(folder: Path, name: str) -> Path | None:
+    """``lib{name}.so`` in ``folder``, else its shortest versioned file (a wheel ships those alone); None when neither."""
+    plain = folder / f"lib{name}.so"
+    if plain.is_file():
+        return plain
+    versioned = sorted(folder.glob(f"lib{name}.so.*"), key=lambda p: (len(p.name), p.name))
+    return versioned[0] if versioned else None
+
+
 def compile_argv(compiler: str, include_dir: Path, source: Path, output: Path, libraries: Sequence[Path], lib_dir: Path) -> tuple[str, ...]:
     """The driver's compile against a build's headers, linked with its libraries; the rpath is the build's folder,
     absolute: never the current directory, whatever the caller's."""

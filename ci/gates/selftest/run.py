@@ -15,6 +15,7 @@ A fault whose anchor no longer occurs exactly once at the pin is *stale*: report
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 import subprocess
@@ -221,11 +222,11 @@ def selftest(
         raise ConfigError(FAULT_TIMEOUT_NOT_POSITIVE.format(timeout=timeout))
     root = project_root / "build" / "selftest" / profile
     fixes = {f.gate: f for f in every if f.fixes and profile in f.profiles}  # each gate's fix the pin lacks (--fault or not)
+    tree = functools.cache(lambda: Git(source.gitdir, source.workdir).write_tree())  # the checkout's, written once if read
     if fixes and failing and source is not None:
         # only a fix the checkout (pin + series) still lacks is the way out: on Vulkan at c14872f + the offset patch,
         # equivalence fails for another reason (the MTP leg) and the self-test had said to carry the patch carried already
-        tree = Git(source.gitdir, source.workdir).write_tree()
-        there = files_at(source.gitdir, tree, [f.file for f in fixes.values()])
+        there = files_at(source.gitdir, tree(), [f.file for f in fixes.values()])
         fixes = {g: f for g, f in fixes.items() if (there.get(f.file) or "").count(f.search) == 1}
     outcomes: dict[str, Outcome] = {}
     for fault in faults:
@@ -235,7 +236,7 @@ def selftest(
             say(FAULT_SAYS.format(fault=fault.id, what=why))
             outcomes[fault.id] = Outcome(fault, {}, why, 0.0, blocked_by=blocked)
     to_plant = [f for f in faults if f.id not in outcomes]
-    texts = files_at(source.gitdir, Git(source.gitdir, source.workdir).write_tree(), [f.file for f in to_plant]) if to_plant else {}
+    texts = files_at(source.gitdir, tree(), [f.file for f in to_plant]) if to_plant else {}
     trials: list[Trial] = []
     for fault in to_plant:
         why = stale(fault, texts[fault.file])

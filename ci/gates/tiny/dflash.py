@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ci.gates.tiny.qwen35 import ANCHOR, MASK, QK_GAIN, TARGET, Qwen35Spec, ones, qwen35_weights, zeros
-from ci.gates.tiny.writer import BOS_ID, UNK_ID, add_vocab, gguf_model, vocab
+from ci.gates.tiny.writer import BOS_ID, UNK_ID, add_block_keys, add_vocab, gguf_model, vocab
 
 DFLASH = "dflash"
 
@@ -170,16 +170,8 @@ def write_dflash(path: Path, spec: DFlashSpec) -> Path:
 
 def _dflash_keys(w: Any, spec: DFlashSpec) -> None:
     a = DFLASH
-    w.add_uint32(f"{a}.context_length", spec.target.context)
-    w.add_uint32(f"{a}.embedding_length", spec.dim)
-    w.add_uint32(f"{a}.block_count", spec.layers)
-    w.add_uint32(f"{a}.feed_forward_length", spec.ff)
-    w.add_uint32(f"{a}.attention.head_count", spec.heads)
-    w.add_uint32(f"{a}.attention.head_count_kv", spec.heads)
-    w.add_uint32(f"{a}.attention.key_length", spec.head_dim)
-    w.add_uint32(f"{a}.attention.value_length", spec.head_dim)
-    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
-    w.add_uint32(f"{a}.rope.dimension_count", spec.head_dim)
+    s = spec
+    add_block_keys(w, a, context=s.target.context, dim=s.dim, blocks=s.layers, ff=s.ff, heads=s.heads, heads_kv=s.heads, head_dim=s.head_dim, rope_dim=s.head_dim)
     w.add_float32(f"{a}.rope.freq_base", 10000000.0)
     w.add_array(f"{a}.target_layers", list(spec.target_layers))
     w.add_uint32(f"{a}.target_hidden_size", spec.target.dim)

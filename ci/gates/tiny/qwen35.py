@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ci.gates.tiny.writer import CONTROLS, UNK_ID, add_vocab, gguf_model, perturbed, vocab
+from ci.gates.tiny.writer import CONTROLS, UNK_ID, add_block_keys, add_vocab, gguf_model, perturbed, vocab
 
 QWEN35 = "qwen35"
 # embedding features of the target that the DFlash drafter keys on (the target's first two columns)
@@ -224,16 +224,8 @@ def write_mtp(path: Path, spec: MtpSpec) -> Path:
 
 def _qwen35_keys(w: Any, spec: Qwen35Spec, blocks: int) -> None:
     a = QWEN35
-    w.add_uint32(f"{a}.context_length", spec.context)
-    w.add_uint32(f"{a}.embedding_length", spec.dim)
-    w.add_uint32(f"{a}.block_count", blocks)
-    w.add_uint32(f"{a}.feed_forward_length", spec.ff)
-    w.add_uint32(f"{a}.attention.head_count", spec.heads)
-    w.add_uint32(f"{a}.attention.head_count_kv", spec.heads_kv)
-    w.add_uint32(f"{a}.attention.key_length", spec.head_dim)
-    w.add_uint32(f"{a}.attention.value_length", spec.head_dim)
-    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
-    w.add_uint32(f"{a}.rope.dimension_count", spec.rope_dim)
+    s = spec
+    add_block_keys(w, a, context=s.context, dim=s.dim, blocks=blocks, ff=s.ff, heads=s.heads, heads_kv=s.heads_kv, head_dim=s.head_dim, rope_dim=s.rope_dim)
     # IMROPE's sections (temporal, height, width, extra) in rotary pairs; text positions use them all alike
     pairs = spec.rope_dim // 2
     w.add_array(f"{a}.rope.dimension_sections", [pairs - 2 * (pairs // 3), pairs // 3, pairs // 3, 0])

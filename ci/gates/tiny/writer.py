@@ -83,6 +83,21 @@ def add_vocab(writer: Any, eos_id: int = EOS_ID) -> None:
     writer.add_add_eos_token(False)
 
 
+def add_block_keys(writer: Any, arch: str, *, context: int, dim: int, blocks: int, ff: int, heads: int, heads_kv: int, head_dim: int, rope_dim: int) -> None:
+    """The keys every tiny transformer's blocks share (``arch``'s context, widths, heads, norm epsilon and rotary
+    width), in the order the writers have always written them: a file's bytes do not move."""
+    writer.add_uint32(f"{arch}.context_length", context)
+    writer.add_uint32(f"{arch}.embedding_length", dim)
+    writer.add_uint32(f"{arch}.block_count", blocks)
+    writer.add_uint32(f"{arch}.feed_forward_length", ff)
+    writer.add_uint32(f"{arch}.attention.head_count", heads)
+    writer.add_uint32(f"{arch}.attention.head_count_kv", heads_kv)
+    writer.add_uint32(f"{arch}.attention.key_length", head_dim)
+    writer.add_uint32(f"{arch}.attention.value_length", head_dim)
+    writer.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)
+    writer.add_uint32(f"{arch}.rope.dimension_count", rope_dim)
+
+
 @contextlib.contextmanager
 def gguf_model(path: Path, architecture: str, name: str, tensors: Sequence[tuple[str, np.ndarray]]) -> Iterator[Any]:
     """A GGUF writer for ``path``: the block adds the keys, then the tensors are written and the file takes its place.
