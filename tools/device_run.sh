@@ -81,6 +81,8 @@ gates)
         [ "${DEVICE_GATES:-1}" = 1 ] && ci gpu-tests --profile "$profile" 2>&1 | tee "$work/gates-$profile.log" | grep -E '^(gpu_tests|route|backend_ops|oracle|equivalence|archs|perf) ' || true
         save "$work/gates-$profile.log" "gates-$profile.log"
         save "$work/proj/build/results/ledger.jsonl" "ledger.jsonl"
+        chart=$(find "$work/proj/build/results" -name perf.svg -newer "$work/build-$profile.rc" 2>/dev/null | head -1)
+        [ -n "$chart" ] && save "$chart" "perf-$profile.svg" && save "$(dirname "$chart")/perf-samples.json" "perf-samples-$profile.json"
         echo "device_run: $profile gates in $(( $(date +%s) - t0 )) s"
         faults=$(cd "$work/proj" && python3 -c "from ci.gates.selftest.run import load_faults; import sys; print(' '.join('--fault ' + f.id for f in load_faults() if sys.argv[1] in f.profiles))" "$profile")
         if [ -n "$faults" ] && [ "${DEVICE_SELFTEST:-1}" = 1 ]; then
@@ -92,7 +94,7 @@ gates)
         fi
         if [ "${DEVICE_BENCH:-1}" = 1 ]; then
             t0=$(date +%s)
-            (cd "$work/proj" && python3 benchmarks/engine_path_cost.py --profile "$profile" --rounds 2 > "$work/cost-$profile.log" 2>&1) || true
+            (cd "$work/proj" && python3 benchmarks/engine_path_cost.py --profile "$profile" --llama-server "$work/proj/build/$profile/bin/llama-server" --rounds 2 > "$work/cost-$profile.log" 2>&1) || true
             save "$work/cost-$profile.log" "cost-$profile.log"
             echo "device_run: $profile engine-path cost in $(( $(date +%s) - t0 )) s"
         fi

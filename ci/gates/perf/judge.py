@@ -369,6 +369,7 @@ def chart(judged: Sequence[Judged], path: Path, title: str) -> Path | None:
                         fmt="o", color=colour, capsize=4, label=INTERVAL_LABEL.format(level=f"{100 * j.level:g}"))  # fmt: skip
         ax.axhline(j.check.floor, color="black", linestyle="--", linewidth=1, label=FLOOR_LABEL.format(floor=j.check.floor))
         ax.set_xlim(-0.5, 0.7)
+        ax.set_ylim(bottom=0)  # every check is a rate, a fraction or a ratio of rates: from 0, so 2% looks like 2%
         ax.set_xticks([])
         ax.set_title(f"{j.check.name}\n{j.status.value}", fontsize=8, color=colour)
         ax.tick_params(labelsize=7)
