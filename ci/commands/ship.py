@@ -31,6 +31,12 @@ def session(job: Job, build: CurrentBuild, dist: Path | None, check_only: bool, 
         if not pin.ok:
             raise Refused(PIN_UNVERIFIED.format(problems="; ".join(pin.problems)))
     results_dir = ledger.default_results_dir(job.root)
+    # the ledger held from the read to the release's record: a gate's record appended meanwhile lands after it
+    with ledger.hold(ledger.ledger_path(results_dir)):
+        return _decide(job, build, results_dir, dist, check_only, say)
+
+
+def _decide(job: Job, build: CurrentBuild, results_dir: Path, dist: Path | None, check_only: bool, say: Callable[[str], None]) -> int:
     result = ship.check(build, job.pins, results_dir, job.root)
     standing = ship.table(result)
     say(standing)

@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -133,15 +134,35 @@ def ledger_path(results_dir: Path) -> Path:
     return results_dir / LEDGER
 
 
+_HELD = threading.local()  # the locks this thread holds (their files' real paths): taken again, they are not waited for
+
+
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
+    """The file's lock (``<name>.lock`` beside it), exclusive between processes and threads (flock on a descriptor of
+    its own); re-entrant within a thread, so that ship, holding the ledger's, appends its own record."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as fh:
+    lock = os.path.realpath(path.with_name(path.name + ".lock"))
+    held: set[str] = getattr(_HELD, "paths", set())
+    _HELD.paths = held
+    if lock in held:
+        yield
+        return
+    with open(lock, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
+        held.add(lock)
         try:
             yield
         finally:
+            held.discard(lock)
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def hold(path: Path) -> contextlib.AbstractContextManager[None]:
+    """The ledger at ``path`` held: no record is appended by anyone else until the block ends. Ship holds it from its
+    read to its own record, so that a record appended while it decides (a slow step summary) lands after the release,
+    never between the check and the wheel."""
+    return _locked(path)
 
 
 def head_path(path: Path) -> Path:

@@ -138,3 +138,31 @@ def test_release_json_names_the_libraries_and_what_each_binary_loads(make_build_
     assert release["build"]["libraries"] == {k: v["sha256"] for k, v in m.get("libraries", {}).items()}
     assert release["build"]["loads"] == {k: list(v) for k, v in m.get("loads", {}).items()}
     assert json.loads(wheel_text(project, "serve/release.json")) == release
+
+
+def test_a_record_appended_while_ship_decides_lands_after_the_release(build_project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ship read the ledger, then wrote the step summary (a FIFO there blocks for as long as its reader likes), then
+    built and published: a FAILED record appended meanwhile landed before the release, and the wheel shipped on a
+    ledger that no longer said every gate passed. Ship now holds the ledger's lock from its read to its own record:
+    an append waits, and lands after the release it could not have stopped."""
+    import threading
+
+    from ci.gates.results import Status
+    from ci.release import ledger
+
+    m = built(build_project)
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
+    summary = records.step_summary
+    failing = threading.Thread(target=record, args=(build_project, m, GATES.backend_ops_failed))
+
+    def slow_summary(markdown: str) -> None:  # while ship decides, a gate run ends FAILED
+        summary(markdown)
+        failing.start()
+        failing.join(timeout=1.0)  # it may land now only if ship holds no lock
+
+    monkeypatch.setattr(records, "step_summary", slow_summary)
+    r = ship(build_project)
+    failing.join()
+    assert r.code == 0, r.out + r.err
+    book = ledger.read(build_project.root / "build" / "results" / "ledger.jsonl")
+    assert [(rec.gate, rec.verdict) for rec in book.records[-2:]] == [("ship", Status.PASSED.value), ("backend_ops", Status.FAILED.value)]
