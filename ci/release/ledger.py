@@ -27,6 +27,7 @@ import hmac
 import json
 import os
 import platform
+import secrets
 import sys
 import threading
 import time
@@ -321,8 +322,17 @@ def read(path: Path, key: bytes | None = None, witness: Path | None = None) -> L
 
 
 def _witness_key(path: Path) -> str:
-    """A ledger's entry in a witness: its resolved path, so ledgers on one runner share a witness file."""
+    """A ledger's entry in a witness by place: its resolved path, so ledgers on one runner share a witness file."""
     return os.path.realpath(path)
+
+
+CHAIN_KEY = "chain:{sha256}"  # a ledger's entry in a witness by identity: the sha256 of its first record's line
+
+
+def _chain_key(first: str) -> str:
+    """A ledger's entry by what it is, wherever it lies: an old copy read from another results directory (or through
+    a link) has the same first record, and is held to the count the witness saw of that chain."""
+    return CHAIN_KEY.format(sha256=first)
 
 
 def _read_witness(witness: Path) -> tuple[dict[str, tuple[int, str]], tuple[int, str] | None]:
@@ -355,25 +365,29 @@ def _check_witness(path: Path, records: Sequence[Record], witness: Path | None) 
     if witness is None or not os.path.lexists(witness):
         return
     entries, unnamed = _read_witness(witness)
-    seen = entries.get(_witness_key(path), unnamed)
-    if seen is None:
-        return
-    count, sha = seen
-    if count > len(records):
-        raise ConfigError(REWOUND.format(path=path, held=len(records), witness=witness, var=WITNESS_VAR, seen=count))
-    if count and records[count - 1].sha256 != sha:
-        raise ConfigError(f"{path}:{count}: not the record {witness} ({WITNESS_VAR}) saw there (sha256 {sha[:12]}); the ledger was rewritten")
+    by_place = entries.get(_witness_key(path), unnamed)
+    by_chain = entries.get(_chain_key(records[0].sha256)) if records else None
+    for seen in (by_place, by_chain):
+        if seen is None:
+            continue
+        count, sha = seen
+        if count > len(records):
+            raise ConfigError(REWOUND.format(path=path, held=len(records), witness=witness, var=WITNESS_VAR, seen=count))
+        if count and records[count - 1].sha256 != sha:
+            raise ConfigError(f"{path}:{count}: not the record {witness} ({WITNESS_VAR}) saw there (sha256 {sha[:12]}); the ledger was rewritten")
 
 
-def _advance_witness(witness: Path | None, path: Path, count: int, sha: str) -> None:
-    """This ledger's entry moved to (count, sha), the other ledgers' kept; under the witness's own lock, since
-    ledgers with locks of their own share it. A witness of one unnamed ledger becomes this ledger's entry: the
-    append read and checked this ledger against it."""
+def _advance_witness(witness: Path | None, path: Path, count: int, sha: str, first: str) -> None:
+    """This ledger's entries (by its place and by its chain, whose first record's sha256 is ``first``) moved to
+    (count, sha), the other ledgers' kept; under the witness's own lock, since ledgers with locks of their own share
+    it. A witness of one unnamed ledger becomes this ledger's entry: the append read and checked this ledger against
+    it."""
     if witness is None:
         return
     with _locked(witness):
         entries = _read_witness(witness)[0] if os.path.lexists(witness) else {}
         entries[_witness_key(path)] = (count, sha)
+        entries[_chain_key(first)] = (count, sha)
         doc = {"ledgers": {k: {"count": c, "sha256": s} for k, (c, s) in sorted(entries.items())}}
         write_atomic(witness, json.dumps(doc, indent=1) + "\n")
 
@@ -446,6 +460,8 @@ def append(
             "artefacts": dict(artefacts or {}),
             "prev": prev,
         }
+        if n == 1:  # the chain's identity: two ledgers begun alike (one gate, one second, one build) still differ
+            data["chain"] = secrets.token_hex(16)
         data["criteria_sha256"] = criteria_digest(data["criteria"])
         if key is not None:
             data["sig"] = _signature(key, data)
@@ -464,7 +480,7 @@ def append(
         except OSError as exc:
             raise OSError(exc.errno, HEAD_NOT_WRITTEN.format(**said, seq=n, error=_why(exc)), str(path)) from None
         try:
-            _advance_witness(witness, path, n, digest)
+            _advance_witness(witness, path, n, digest, ledger.records[0].sha256 if ledger.records else digest)
         except OSError as exc:
             raise OSError(exc.errno, WITNESS_NOT_WRITTEN.format(**said, seq=n, witness=witness, var=WITNESS_VAR, error=_why(exc)), str(path)) from None
         return Record(n, data, digest)

@@ -176,4 +176,28 @@ def test_a_witness_written_before_entries_still_holds_and_becomes_this_ledgers_e
     assert rewound.value.message == ledger.REWOUND.format(path=path, held=3, witness=witness, var=ledger.WITNESS_VAR, seen=4)
     witness.write_text(json.dumps({"count": 3, "sha256": tip}) + "\n")
     last = ledger.append(path, result("route"), CONTEXT, key=KEY, witness=witness)
-    assert json.loads(witness.read_text()) == {"ledgers": {str(path.resolve()): {"count": 4, "sha256": last.sha256}}}
+    first = ledger.read(path, KEY).records[0].sha256
+    entry = {"count": 4, "sha256": last.sha256}
+    assert json.loads(witness.read_text()) == {"ledgers": {str(path.resolve()): entry, ledger.CHAIN_KEY.format(sha256=first): entry}}
+
+
+@pytest.mark.parametrize("how", ["another results directory", "a link to the copy"])
+def test_an_old_copy_of_a_ledger_put_elsewhere_is_caught_as_rewound(tmp_path: Path, how: str) -> None:
+    """The witness kept a ledger's entry by its path: an old copy of a signed ledger (taken before a FAILED record was
+    appended) read from another path (ONEBIT_RESULTS_DIR at the copy, or build/results made a link to it) had no
+    entry, so the failure was gone unseen. A ledger's chain (its first record) has an entry too now, wherever it lies."""
+    witness = tmp_path / "state" / "ledger.witness"
+    a = tmp_path / "a" / "ledger.jsonl"
+    three_records(a, witness)
+    saved = tmp_path / "saved"
+    shutil.copytree(a.parent, saved)
+    ledger.append(a, result("perf", Status.FAILED), CONTEXT, key=KEY, witness=witness)
+    if how == "a link to the copy":
+        shutil.rmtree(a.parent)
+        a.parent.symlink_to(saved)
+        where = a
+    else:
+        where = saved / "ledger.jsonl"
+    with pytest.raises(ConfigError) as rewound:
+        ledger.read(where, KEY, witness=witness)
+    assert rewound.value.message == ledger.REWOUND.format(path=where, held=3, witness=witness, var=ledger.WITNESS_VAR, seen=4)
