@@ -111,24 +111,36 @@ def cache_dir() -> Path:
     return Path(base) / "onebit-ci"
 
 
+# The ledger's signing key (ci/release/ledger.py's KEY_VAR): with it set, the sha256 cache's entries are signed too
+LEDGER_KEY_VAR = "ONEBIT_LEDGER_KEY"
+
+
 def sha256_cached(path: Path) -> str:
     """The sha256 of ``path``, remembered by (real path, size, mtime_ns, inode, ctime_ns) as git's index does: a model
     of many GB is hashed once, not on every gate run. The ctime is in the stamp because an edit in place can put size,
-    mtime and inode back, and not the ctime."""
+    mtime and inode back, and not the ctime. With the ledger's key set (:data:`LEDGER_KEY_VAR`) each entry carries an
+    HMAC of its stamp and digest under it: every program a gate starts runs as this user, with this HOME, but never with
+    the key, so an entry it writes (a swapped model given its release's digest) is not taken, and the file is hashed."""
     import hashlib
+    import hmac
 
     st = path.stat()
     stamp = f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\0{st.st_ctime_ns}"
     entry = cache_dir() / "sha256" / hashlib.sha256(stamp.encode()).hexdigest()
+    key = os.environ.get(LEDGER_KEY_VAR, "").encode()
+
+    def signed(digest: str) -> str:
+        return hmac.new(key, f"{stamp}\0{digest}".encode(), hashlib.sha256).hexdigest() if key else ""
+
     try:
-        known = entry.read_text().strip()
-        if len(known) == 64:
+        known, _, mac = entry.read_text().strip().partition(" ")
+        if len(known) == 64 and hmac.compare_digest(mac, signed(known)):
             return known
     except OSError:
         pass
     digest = sha256_file(path)
     with contextlib.suppress(OSError):  # a cache that cannot be written only costs the next run a hash
-        write_atomic(entry, digest + "\n")
+        write_atomic(entry, f"{digest} {signed(digest)}".rstrip() + "\n")
     return digest
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ci.errors import ConfigError
-from ci.files import write_atomic
+from ci.files import LEDGER_KEY_VAR, write_atomic
 from ci.gates.results import GateResult
 from ci.schema import parse_json
 from serve.bounded import CONFIG_LIMIT, LEDGER_LIMIT, read_regular
@@ -45,7 +45,7 @@ from serve.bounded import CONFIG_LIMIT, LEDGER_LIMIT, read_regular
 LEDGER = "ledger.jsonl"
 HEAD_SUFFIX = ".head"  # ledger.jsonl.head: the count and the last line's sha256
 GENESIS = "0" * 64
-KEY_VAR = "ONEBIT_LEDGER_KEY"
+KEY_VAR = LEDGER_KEY_VAR  # ONEBIT_LEDGER_KEY
 WITNESS_VAR = "ONEBIT_LEDGER_WITNESS"
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
