@@ -47,7 +47,12 @@ def test_an_entry_written_under_the_key_is_taken_and_another_keys_is_not(model: 
     truth = files.sha256_cached(model)  # hashed, remembered with its HMAC
     calls: list[Path] = []
     hashed = files.sha256_file
-    monkeypatch.setattr(files, "sha256_file", lambda p: calls.append(p) or hashed(p))
+
+    def counted(p: Path) -> str:
+        calls.append(p)
+        return hashed(p)
+
+    monkeypatch.setattr(files, "sha256_file", counted)
     assert (files.sha256_cached(model), calls) == (truth, [])  # taken: no second hash
     monkeypatch.setenv(files.LEDGER_KEY_VAR, "another runner's")
     assert (files.sha256_cached(model), calls) == (truth, [model])  # not this key's: hashed again
