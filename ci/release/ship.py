@@ -37,6 +37,7 @@ from ci.gates.serving.launcher import SOURCE_ROOT
 from ci.pin.pins import EquivalenceConfig, Pins
 from ci.release import binding
 from ci.release import ledger as ledger_mod
+from ci.release.compile_record import STRIX_HALO
 from ci.words import AND_MORE
 from serve.errors import printable
 
@@ -50,6 +51,8 @@ TABLE_ROW = "  {gate}  {state:<8}  {detail}"  # gate padded to the longest gate'
 MODELS_TAG = " [{models}]"  # a counted equivalence or perf record's detail ends with the models it ran on
 NOT_COUNTED = "; not counted: {why} (ledger line {line}{more})"  # the last record that does not count
 OTHER_MODELS = "models {models}"  # NOT_COUNTED's why for a record on other models than the release's
+# a FAILED record of this build's binaries under other criteria, newer than any that counts: it stands
+FAILED_ELSEWHERE = "; it FAILED under other settings: {why} (ledger line {line}): a pass under today's criteria after it counts"
 NO_COUNTED_RECORD = "no record {what} for this build: run nox -s gpu_tests{note}"
 ON_MODELS = "on the {models}"  # NO_COUNTED_RECORD's what, for an equivalence or perf gate
 THAT_COUNTS = "that counts"  # NO_COUNTED_RECORD's what, for any other gate
@@ -57,6 +60,12 @@ STALE_RECORD = "no record for this build; the last ({verdict}, line {line}) judg
 NO_RECORD = "no record: run nox -s gpu_tests"
 NO_PYPA = "ship: the Python package {package} is not installed here; pip install {package} (nox -s ship installs it)"
 REFUSED = "ship: refused: {failing} of {total} gates have not passed for this build ({gates})"
+CPU_DEVICE = "CPU"  # the cpu profile's device (ci/compile/profiles.py): its gates run anywhere
+# after REFUSED, for a profile of a GPU: gpu_tests on a machine without one runs none of the gates ship waits for
+GATES_NEED_A_DEVICE = (
+    "; the gates need a {device} device, a {profile} GPU{board}: run nox -s gpu_tests -- --profile {profile} where there "
+    "is one, as CI's job 'gpu ({profile})' does on a self-hosted runner (.github/workflows/ci.yml, docs/ci.md)"
+)
 # NOT_COUNTED's why for a perf record judged against another release than the last one now (each RELEASE_AT or NO_RELEASE)
 OTHER_BASELINE = "it compared with {judged}, and the last release now is {now}: run the perf gate again"
 RELEASE_AT = "the release of pin {pin}"
@@ -113,19 +122,24 @@ def standings(
     required: Sequence[str] | None = None,
     release: EquivalenceConfig | None = None,
     why_not: Callable[[ledger_mod.Record], str | None] | None = None,
+    failed_here: Callable[[ledger_mod.Record], bool] | None = None,
 ) -> tuple[GateStanding, ...]:
     """Where each required gate stands for the build ``key``, from the ledger's records (pure). The equivalence and
     perf records that count are those on the models the release is judged on (:func:`counted_models`; pins.yaml's
     by sha256 when it gives them), and, given ``why_not`` (binding.why_not_counted), those that judged exactly the
-    build's binaries against today's criteria; any other stays in the ledger and is shown as not counted."""
+    build's binaries against today's criteria; any other stays in the ledger and is shown as not counted. But a
+    failure is evidence whatever the settings it ran under: a record ``failed_here`` says FAILED on this build's
+    binaries (on the release's models), newer than the one that counts, stands (:data:`FAILED_ELSEWHERE`)."""
     out = []
     models = counted_models(release)
     for gate in always() if required is None else required:
         mine = [r for r in ledger.records if r.gate == gate and r.build_key == key]
         reasons: dict[int, str] = {}
+        other_models: set[int] = set()  # records of another test than the release's: never held against it
         for r in mine:
             if flags_of(gate).on_models and not _on_models(r, models, release):
                 reasons[r.line] = OTHER_MODELS.format(models=_models_of(r))
+                other_models.add(r.line)
             elif why_not is not None and (why := why_not(r)) is not None:
                 reasons[r.line] = why
         counted = [r for r in mine if r.line not in reasons]
@@ -136,6 +150,12 @@ def standings(
             more = AND_MORE.format(count=len(ignored) - 1) if len(ignored) > 1 else ""
             note = NOT_COUNTED.format(why=reasons[last.line], line=last.line, more=more)
         rec = counted[-1] if counted else None
+        failed = [r for r in ignored if failed_here is not None and r.line not in other_models and failed_here(r)]
+        if failed and (rec is None or failed[-1].line > rec.line):
+            last = failed[-1]
+            detail = f"{last.data.get('summary', '')} ({last.data.get('time', '')})"
+            out.append(GateStanding(gate, Standing.FAILED, detail + FAILED_ELSEWHERE.format(why=reasons[last.line], line=last.line), last))
+            continue
         if rec is not None:
             state = Standing.PASSED if rec.verdict == Status.PASSED.value else Standing.FAILED
             problems = list(rec.data.get("problems", []))
@@ -201,7 +221,12 @@ def check(build: CurrentBuild, pins: Pins, results_dir: Path, root: Path) -> Shi
     def why_not(record: ledger_mod.Record) -> str | None:
         return binding.why_not_counted(record, build.manifest, pins, now) or other_baseline(record, baseline)
 
-    found = standings(ledger, build.key, required(pins), release=pins.equivalence, why_not=why_not)
+    def failed_here(record: ledger_mod.Record) -> bool:
+        """A FAILED record of a gate this checkout has, that judged exactly this build's binaries."""
+        judged = record.data.get("manifest_sha256")
+        return record.verdict == Status.FAILED.value and judged == build.manifest.digest and registry.by_name(record.gate) is not None
+
+    found = standings(ledger, build.key, required(pins), release=pins.equivalence, why_not=why_not, failed_here=failed_here)
     return ShipCheck(build.key, build.manifest, found, ledger.notes)
 
 
@@ -464,7 +489,11 @@ def _require_pypa_build() -> None:
 
 def refusal(result: ShipCheck) -> GateFailed:
     bad = [s for s in result.standings if s.state is not Standing.PASSED]
-    return GateFailed(REFUSED.format(failing=len(bad), total=len(result.standings), gates=", ".join(s.gate for s in bad)))
+    message = REFUSED.format(failing=len(bad), total=len(result.standings), gates=", ".join(s.gate for s in bad))
+    m = result.manifest
+    if m.device != CPU_DEVICE and any(s.state in (Standing.MISSING, Standing.STALE) for s in bad):
+        message += GATES_NEED_A_DEVICE.format(device=m.device, profile=m.profile, board=STRIX_HALO if m.profile == "gfx1151" else "")
+    return GateFailed(message)
 
 
 def ship(pins: Pins, root: Path, result: ShipCheck, results_dir: Path, dist: Path) -> list[Path]:

@@ -117,6 +117,9 @@ def test_ship_still_wants_the_device_gates_after_a_compile_record_stand_in(tmp_p
     assert compile_record.GATE not in always()
     assert [s.gate for s in standings] == list(always())
     assert not any(s.state is ship.Standing.PASSED for s in standings)
+    # and its refusal says where they can run: gpu_tests here runs none of them (issue 37)
+    refused = ship.refusal(ship.ShipCheck(build.key, build.manifest, standings, ()))
+    assert refused.message.endswith(ship.GATES_NEED_A_DEVICE.format(device="ROCm0", profile="gfx1151", board=compile_record.STRIX_HALO))
 
 
 def test_a_bump_report_gets_the_compile_verdict_of_the_new_pin(build_project: Project) -> None:
@@ -143,3 +146,10 @@ def test_no_toolchain_no_verdict_and_the_report_untouched(build_project: Project
     assert report.read_text() == "the report\n"
     missing = rocm.ROCM_PATH_MISSING.format(profile="gfx1151", root=tmp_path / "no-rocm")
     assert said == [bump_pin.NO_COMPILE_VERDICT.format(profile="gfx1151", reason=missing)]
+
+
+def test_a_cpu_refusal_names_no_device() -> None:
+    standings = (ship.GateStanding("route", ship.Standing.MISSING, ship.NO_RECORD),)
+    manifest = Manifest(key="k" * 64, configure_key="c" * 64, profile="cpu", device="CPU", pin={}, patches={}, flags=(), toolchain={}, build_type="Release", targets=(), binaries={}, seconds=1.0)
+    refused = ship.refusal(ship.ShipCheck("k" * 64, manifest, standings, ()))
+    assert refused.message == ship.REFUSED.format(failing=1, total=1, gates="route")
