@@ -22,6 +22,15 @@ _OFFSET_RE = re.compile(r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines
 _FAILED_AT_RE = re.compile(r"^error: patch failed: (.+):(\d+)$", re.MULTILINE)
 _OBJECT_RE = re.compile(r"\A(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")
 _LOCK_RE = re.compile(r"Unable to create '([^']+\.lock)': File exists")
+# Every git this tool starts runs git's own housekeeping in the foreground. A command that writes objects (commit, am,
+# fetch, merge) then starts ``git gc --auto`` (``git maintenance run --auto`` since git 2.29), which by default
+# (gc.autoDetach; maintenance.autoDetach from git 2.47, falling back to it) forks itself off and outlives the command:
+# a ``git gc`` left running in the fork store, or, where the command layer adopts orphans (ci.command), ended with the
+# command's tree half-way through a repack. In the foreground it is part of the command, and over when the command is.
+# Not gc.auto=0: the loose objects the tool writes itself (write-tree, apply --cached, a bisect's steps) would then
+# pile up with nothing to pack them. Given as ``-c``, git hands the settings on to each git it starts
+# (GIT_CONFIG_PARAMETERS); a git that does not know maintenance.autoDetach ignores it.
+AUTO_GC_IN_THE_FOREGROUND = ("-c", "gc.autoDetach=false", "-c", "maintenance.autoDetach=false")
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 LOCKED = "{lock} exists: another git is working in {where}; wait for it, or remove the lock if none runs"
@@ -47,15 +56,16 @@ class Git:
         return env
 
     def run(self, *args: str | os.PathLike[str], check: bool = True, stdin: Path | None = None) -> Completed:
-        argv = ["git", *(os.fspath(a) for a in args)]
+        given = [os.fspath(a) for a in args]
+        argv = ["git", *AUTO_GC_IN_THE_FOREGROUND, *given]
         cwd = self.worktree if self.worktree is not None else self.gitdir
         try:
-            return run(argv, env=self.env(), cwd=cwd, check=check, quiet=True, stdin=stdin, what=f"git {argv[1]}")
+            return run(argv, env=self.env(), cwd=cwd, check=check, quiet=True, stdin=stdin, what=f"git {given[0]}")
         except CommandFailed as exc:
             lock = _LOCK_RE.search(exc.tail)
             if lock:
                 raise GitError(LOCKED.format(lock=lock.group(1), where=self.worktree or self.gitdir)) from None
-            raise GitError(f"git {' '.join(argv[1:3])} failed in {self.worktree or self.gitdir}: {first_error(exc.tail)}") from None
+            raise GitError(f"git {' '.join(given[:2])} failed in {self.worktree or self.gitdir}: {first_error(exc.tail)}") from None
 
     def text(self, *args: str | os.PathLike[str]) -> str:
         return self.run(*args).output.strip()
