@@ -242,6 +242,7 @@ def plan(
     for what, path in (("--model", model), ("--drafter", drafter)):
         if not path.is_file():
             raise ConfigError(NO_SUCH_MODEL.format(option=what, path=path))
+    model, drafter = model.absolute(), drafter.absolute()  # from the caller's folder: the launcher may run in another
     if isinstance(llama_server, str):  # as the user typed it: looked up once their own inputs are known to be good
         llama_server = Path(resolve(llama_server))
     leg, kind, draft_max = drafter_leg(drafter, spec_type, model)

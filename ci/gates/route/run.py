@@ -55,7 +55,7 @@ def route_gate(out: Path, source: Path = SOURCE_ROOT) -> GateResult:
             raise ConfigError(f"{source}: no {folder}; run the gates from a checkout of onebit-ci, not an installed copy")
     if not (source / PROJECT_CONFIG).is_file():
         raise ConfigError(NO_PROJECT_CONFIG.format(config=source / PROJECT_CONFIG))
-    junit = out / "route.pytest.junit.xml"
+    junit = (out / "route.pytest.junit.xml").absolute()  # from the caller's folder: pytest runs in the checkout
     junit.unlink(missing_ok=True)
     started = time.monotonic()
     judged = (launcher_sha256(), route_tests_sha256(source))  # what the tests read, as they start
