@@ -42,7 +42,8 @@ TAIL_LINES = 40
 NOT_ON_PATH = "{program}: not found on PATH; install it or put it on PATH"
 LOADS_CODE_SET = "{name} is set: it loads code into every program a gate or a build starts, whose results would not be the build's; unset it"
 FLAG_FROM_ENV = "{name} is set: llama-server takes it as a flag that no gate planned; unset it (a gate's flags are its own)"
-NOT_PASSABLE = "ONEBIT_PASS_ENV names {name}: it changes how the gates themselves run and judge (pytest's options, Python's start-up, this tool's own settings); take it out"
+JUDGES_OWN = "it changes how the gates themselves run and judge (pytest's options, Python's start-up, this tool's own settings)"
+NOT_PASSABLE = "ONEBIT_PASS_ENV names {name}: " + JUDGES_OWN + "; take it out"
 NOT_ABSOLUTE = (
     "{name}: the entry '{entry}' is not an absolute path: an empty or relative entry is searched from the working "
     "directory, where a planted library loads; give absolute paths only"
@@ -66,7 +67,8 @@ RESULT_PREFIXES = (
 RESULT_NAMES = ("PYTHONPATH", "DRI_PRIME")
 # Names the operator passes on besides (split on commas and blanks): passed and recorded as the families are. Never
 # the judges' own: PYTEST_ADDOPTS="-k hadamard" passed that way made the route gate's record 18/18 of 180 (a hostile
-# pass, 2026-12-05), so pytest's, Python's start-up (but PYTHONPATH) and this tool's own variables are refused there.
+# pass, 2026-12-05), so pytest's, Python's start-up (but PYTHONPATH) and this tool's own variables are refused there,
+# and in pins.yaml's ``environment`` (ci.pin.pins), which names them for every machine.
 PASS_VAR = "ONEBIT_PASS_ENV"
 NOT_PASSABLE_NAMES = re.compile(r"PYTEST_\w*|PY_COLORS|PYTHON(?!PATH$)\w*|ONEBIT_\w*|NOX_\w*")
 # Never given to any program, however it is started or named: whoever reads the key can sign any ledger record, and the
@@ -88,20 +90,45 @@ PATH_LISTS = ("LD_LIBRARY_PATH", "VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_
 TREE_VAR = "ONEBIT_CI_TREE"
 
 
+# What the job declares (its profile's variables, pins.yaml's ``environment``), once the command has resolved it
+# (ci.commands.job): passed and recorded as the families are, for every program of the job whichever stage starts it.
+# A gate starts most of its programs with the default environment, and the vulkan profile's VULKAN_SDK reached its
+# build and its records but none of its gates' programs: the build and the gates now run in one environment.
+_JOB_DECLARED: list[frozenset[str]] = [frozenset()]
+
+
+def declare(names: Iterable[str]) -> None:
+    """The names the job declares, from now on: this process runs one command's job, and a command resolving another
+    replaces them. Each is checked where it is declared (a profile, pins.yaml)."""
+    _JOB_DECLARED[0] = frozenset(names)
+
+
+def declared_by_job() -> frozenset[str]:
+    return _JOB_DECLARED[0]
+
+
 def passed_on(name: str, declared: Collection[str] = ()) -> bool:
     """Whether a variable ``name`` of this process's environment is given to the programs it starts."""
     return name not in NEVER_PASSED and (name in BASE or name.startswith(BASE_PREFIXES) or recorded(name, declared))
 
 
 def recorded(name: str, declared: Collection[str] = ()) -> bool:
-    """Whether ``name`` is one that can change a result: passed on, and recorded in every gate record."""
-    return name not in NEVER_PASSED and (name.startswith(RESULT_PREFIXES) or name in RESULT_NAMES or name in declared)
+    """Whether ``name`` is one that can change a result: passed on, and recorded in every gate record. ``declared``:
+    names declared beside the job's (:func:`declare`)."""
+    return name not in NEVER_PASSED and (
+        name.startswith(RESULT_PREFIXES) or name in RESULT_NAMES or name in declared or name in _JOB_DECLARED[0]
+    )
+
+
+def not_passable(name: str) -> bool:
+    """Whether ``name`` is one of the judges' own variables, which no list of names to pass on may hold."""
+    return NOT_PASSABLE_NAMES.fullmatch(name) is not None or name in NEVER_PASSED
 
 
 def _declared(source: Mapping[str, str], declared: Iterable[str]) -> frozenset[str]:
     named = source.get(PASS_VAR, "").replace(",", " ").split()
     for name in named:
-        if NOT_PASSABLE_NAMES.fullmatch(name):
+        if not_passable(name):
             raise Refused(NOT_PASSABLE.format(name=name))
     return frozenset((*declared, *named))
 
@@ -110,7 +137,8 @@ def environment(
     source: Mapping[str, str] | None = None, *, declared: Iterable[str] = (), given: Mapping[str, str] | Iterable[tuple[str, str]] = ()
 ) -> dict[str, str]:
     """The environment of a program a gate or a build starts: from ``source`` (default: this process's environment)
-    the variables :func:`passed_on` names, the ``declared`` ones (a profile's; :data:`PASS_VAR`'s) among them, then
+    the variables :func:`passed_on` names, the declared ones (the job's, :func:`declare`; ``declared``, the build's;
+    :data:`PASS_VAR`'s) among them, then
     ``given`` (what the caller sets: the toolchain's ROCM_PATH, the launcher's bytecode folder) over them. Never the
     ledger's key or witness. A variable that loads code (:data:`LOADS_CODE`), a flag of llama-server's, or a path
     list with an empty or relative entry is refused, and nothing starts."""
@@ -134,7 +162,8 @@ def environment(
 
 def recorded_environment(source: Mapping[str, str] | None = None, declared: Iterable[str] = ()) -> dict[str, str]:
     """What a gate record carries of the environment its programs ran in (the criterion ``environment``): every
-    variable of ``source`` that can change a result (:func:`recorded`), by name, sorted."""
+    variable of ``source`` that can change a result (:func:`recorded`: the families, the job's declared names,
+    ``declared`` and :data:`PASS_VAR`'s), by name, sorted."""
     source = os.environ if source is None else source
     names = _declared(source, declared)
     return {k: source[k] for k in sorted(source) if recorded(k, names)}

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ci.command import declare
 from ci.compile import toolchain as toolchain_mod
 from ci.compile.cmake import BuildPlan, BuildRequest, plan
 from ci.compile.flags import flags_for, local_flags, one_off_flags, profile_of
@@ -38,6 +39,7 @@ class Job:
         pins = project.load_pins()
         check_require(pins)
         check_expect(pins)
+        declare(pins.environment)  # the job's programs get what its pins.yaml names, and their records say so
         return cls(project, pins, load_series(project.root / PATCHES_DIR), dict(os.environ) if env is None else env)
 
     @property
@@ -49,7 +51,10 @@ class Job:
         return source_of(self.project, self.pins, self.series)
 
     def profile(self, name: str, given: str | None = None) -> Profile:
-        return profile_of(name, self.pins, given)
+        """The job's profile: its programs, the build's and the gates', get what it declares besides pins.yaml's."""
+        profile = profile_of(name, self.pins, given)
+        declare((*profile.variables, *self.pins.environment))
+        return profile
 
     def toolchain(self, profile: Profile) -> Toolchain:
         if profile.name not in self._toolchains:

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from ci import defaults
+from ci import command, defaults
 from ci.errors import ConfigError
 from ci.pin.claims import Check, parse_check
 from ci.schema import Section, describe, did_you_mean, parse_yaml
@@ -41,6 +41,9 @@ NOT_AN_ARCH = '"{arch}" is not an architecture name (lower case, as test-llama-a
 NOT_AN_OP = "is not a ggml op name (upper case, as test-backend-ops -o takes it)"
 NOT_A_CMAKE_FLAG = '"{flag}" is not a CMake cache flag (-DNAME=VALUE, NAME of letters, digits and _)'
 CHECK_WHERE = "{file}: {key}"  # a perf check's place, the where of ci.pin.claims' messages
+NOT_A_VARIABLE_NAME = "{name} is not a variable name (letters, digits and _, not starting with a digit); name it as the environment does"
+NOT_PASSABLE_NAME = "{name}: " + command.JUDGES_OWN + "; take it out"
+VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _full_sha(value: str) -> str | None:
@@ -171,6 +174,9 @@ class Pins:
     # expect's other keys, as written: each is a gate's own section (expect.oracle), which the gate parses and the
     # registry checks names a gate (ci.gates.registry.check_expect), as release.require's names are checked
     gate_expect: tuple[tuple[str, Any], ...] = ()
+    # variables of the machine's environment the pin's build and gates need: passed on and recorded in every gate
+    # record as a profile's declared variables are (ci.command.declare)
+    environment: tuple[str, ...] = ()
 
     def gate_section(self, gate: str) -> Section | None:
         """pins.yaml's ``expect.GATE``, for the gate to read (errors name the file and the dotted key), or None."""
@@ -266,6 +272,7 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
     if release is not None:
         require = release.strings("require", required=False)  # gate names: the registry checks them (ci.gates.registry.check_require)
         release.done()
+    environment = _environment(top)
     top.done()
     return Pins(
         path=path, text=text, fork=fork, submodule=submodule, omit=omit, backend_ops=tuple(cases), build=build, equivalence=equivalence,
@@ -273,7 +280,19 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
         perf=tuple(perf),
         archs=archs,
         gate_expect=gate_expect,
+        environment=environment,
     )
+
+
+def _environment(top: Section) -> tuple[str, ...]:
+    """``environment: [NAME, ...]``: variable names, none of the judges' own (as ONEBIT_PASS_ENV's)."""
+    names = top.strings("environment", required=False)
+    for name in names:
+        if not VARIABLE_NAME.fullmatch(name):
+            raise top.error(NOT_A_VARIABLE_NAME.format(name=name), "environment")
+        if command.not_passable(name):
+            raise top.error(NOT_PASSABLE_NAME.format(name=name), "environment")
+    return names
 
 
 def _model_ref(section: Section, key: str) -> ModelRef | None:

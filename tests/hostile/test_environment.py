@@ -18,17 +18,18 @@ from pathlib import Path
 
 import pytest
 
-from ci import command
-from ci.errors import Refused, ServerFailed
+from ci import cli, command, schema
+from ci.errors import ConfigError, Refused, ServerFailed
 from ci.gates import registry
 from ci.gates.serving.llama import LlamaServer, ServerLaunch, free_ports
 from ci.pin import pins as pins_mod
 from ci.release import binding, ledger
 from tests.release.test_ship import GATES, built, record, ship
 from tests.support.build import build_cpu
-from tests.support.project import Project
+from tests.support.project import Project, pins_text
 
 SECRETS = {ledger.KEY_VAR: "the-ledger-key", ledger.WITNESS_VAR: "/var/lib/onebit/ledger.witness"}
+SHA = "8abd563db5a3666adbd6eaa50c6826dfbe9abfef"
 DUMP_ENV = "import json, os, sys; json.dump({'env': dict(os.environ), 'cwd': os.getcwd(), 'files': os.listdir('.')}, open(sys.argv[1], 'w'))"
 
 
@@ -251,3 +252,133 @@ def test_the_judges_own_variables_cannot_be_passed_on_by_name(name: str) -> None
         command.environment({"PATH": "/usr/bin", "ONEBIT_PASS_ENV": f"STANDIN {name}", name: "-k x"})
     assert exc.value.message == command.NOT_PASSABLE.format(name=name)
     assert command.environment({"PATH": "/usr/bin", "ONEBIT_PASS_ENV": "PYTHONPATH STANDIN", "STANDIN": "1"})["STANDIN"] == "1"
+
+
+# -- what pins.yaml names, and what a profile declares, for the build and its gates alike -----------------------------
+PINS_NAMES = "\nenvironment: [SITE_KNOB]  # a site's own knob, named where the pin is\n"
+
+
+def pins_with(text: str) -> pins_mod.Pins:
+    return pins_mod.parse(pins_text(SHA, extra=text), Path("pins.yaml"))
+
+
+def test_pins_yaml_names_a_variable_the_build_and_the_gates_get_and_ship_judges(
+    build_project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pins.yaml's ``environment``: passed to cmake running the fork's CMakeLists and to each gate's programs, and
+    recorded in every gate record's ``environment`` criterion, which ship judges against its own run."""
+    no_recorded_variables(monkeypatch)
+    with build_project.pins.open("a") as fh:
+        fh.write(PINS_NAMES)
+    log = dumping_cmake(tmp_path)
+    monkeypatch.setenv("CMAKE", str(tmp_path / "wrapper" / "cmake"))
+    monkeypatch.setenv("SITE_KNOB", "3")
+    assert build_cpu(build_project).code == 0
+    steps = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [s["env"].get("SITE_KNOB") for s in steps if "-S" in s["argv"] or "--build" in s["argv"]] == ["3", "3"]
+    r = build_project.ci("gpu-tests", "--profile", "cpu", "--gate", "backend_ops")  # the fixture's test-backend-ops fails it
+    assert r.code == 7, r.out + r.err
+    (done,) = ledger.read(build_project.root / "build" / "results" / "ledger.jsonl").records
+    assert done.data["criteria"]["environment"] == {"SITE_KNOB": "3"}
+    counted = ship(build_project, "--check").out  # judged under the same setting: the record counts, as the failure it is
+    assert ["backend_ops", "FAILED"] in [line.split()[:2] for line in counted.splitlines()], counted
+    assert "not counted" not in counted
+    monkeypatch.setenv("SITE_KNOB", "4")
+    changed = binding.CRITERION_CHANGED.format(criterion="environment", judged="{'SITE_KNOB': '3'}", current="{'SITE_KNOB': '4'}")
+    assert binding.OTHER_CRITERIA.format(changes=changed) in ship(build_project, "--check").out
+
+
+def dumped_by_a_gates_programs(tmp_path: Path) -> dict[str, dict[str, str]]:
+    """The environment of a program started as each gate starts one: with the default environment (backend_ops, the
+    oracle), several at once (archs), and the launcher (equivalence, perf)."""
+    command.run([sys.executable, "-c", DUMP_ENV, str(tmp_path / "default.json")], quiet=True)
+    command.run_together([[sys.executable, "-c", DUMP_ENV, str(tmp_path / "together.json")]], quiet=True)
+    launch = ServerLaunch("baseline", (sys.executable, "-c", DUMP_ENV, str(tmp_path / "server.json")), "127.0.0.1", free_ports(1)[0])
+    with pytest.raises(ServerFailed), LlamaServer(launch, tmp_path / "server.log"):
+        pass  # it exits before it is healthy, its environment written
+    return {dump: env_of(tmp_path / f"{dump}.json") for dump in ("default", "together", "server")}
+
+
+def test_a_gates_programs_get_the_variables_the_profile_declares_as_its_build_does(
+    build_project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vulkan profile declares VULKAN_SDK, outside every family: its build was given it and its records carried it,
+    but test-backend-ops, test-llama-archs and the launcher were started without it. The build and the gates of a job
+    now run in one environment, and the records say which."""
+    from ci.commands.job import Job
+    from ci.compile import profiles
+
+    no_recorded_variables(monkeypatch)
+    monkeypatch.setenv("VULKAN_SDK", "/opt/vulkan-sdk")
+    job = Job.resolve(build_project.root)
+    job.profile("vulkan")
+    for dump, env in dumped_by_a_gates_programs(tmp_path).items():
+        assert env.get("VULKAN_SDK") == "/opt/vulkan-sdk", dump
+    build = command.environment(declared=profiles.PROFILES["vulkan"].variables)  # as build_environment asks for it
+    assert build["VULKAN_SDK"] == "/opt/vulkan-sdk"
+    assert binding.environment_criterion("vulkan") == {"VULKAN_SDK": "/opt/vulkan-sdk"}
+    job.profile("cpu")  # the job of another profile: the vulkan one's variables are not its own
+    assert command.environment().get("VULKAN_SDK") is None
+    assert binding.environment_criterion("cpu") == {}
+
+
+def test_a_gates_programs_get_the_variables_pins_yaml_names(
+    build_project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ci.commands.job import Job
+
+    no_recorded_variables(monkeypatch)
+    with build_project.pins.open("a") as fh:
+        fh.write(PINS_NAMES)
+    monkeypatch.setenv("SITE_KNOB", "3")
+    Job.resolve(build_project.root).profile("cpu")
+    for dump, env in dumped_by_a_gates_programs(tmp_path).items():
+        assert env.get("SITE_KNOB") == "3", dump
+    assert command.recorded_environment() == {"SITE_KNOB": "3"}
+
+
+def test_pins_yaml_names_variables_as_a_list() -> None:
+    assert pins_with(PINS_NAMES).environment == ("SITE_KNOB",)
+    assert pins_with("").environment == ()
+
+
+JUDGES_OWN = ["PYTEST_ADDOPTS", "PYTHONSTARTUP", "PY_COLORS", "ONEBIT_LEDGER_KEY", "ONEBIT_LEDGER_WITNESS", "ONEBIT_RESULTS_DIR", "NOX_X"]
+
+
+@pytest.mark.parametrize("name", JUDGES_OWN)
+def test_pins_yaml_cannot_name_the_judges_own_variables(name: str) -> None:
+    """As ONEBIT_PASS_ENV cannot: pytest's, Python's start-up (but PYTHONPATH), this tool's own and nox's, and never
+    the ledger's key or witness."""
+    with pytest.raises(ConfigError) as exc:
+        pins_with(f"\nenvironment: [SITE_KNOB, {name}]\n")
+    problem = pins_mod.NOT_PASSABLE_NAME.format(name=name)
+    assert exc.value.message == schema.AT_KEY.format(file="pins.yaml", key="environment", problem=problem)
+    assert "\n" not in exc.value.message
+    assert pins_with("\nenvironment: [PYTHONPATH]\n").environment == ("PYTHONPATH",)
+
+
+@pytest.mark.parametrize(
+    ("value", "key", "problem"),
+    [
+        ('"SITE_KNOB"', "environment", schema.NOT_A_LIST_OF_STRINGS.format(value='"SITE_KNOB"')),
+        ("{SITE_KNOB: 1}", "environment", schema.NOT_A_LIST_OF_STRINGS.format(value="a mapping")),
+        ("[3]", "environment[0]", "3 is not a non-empty string"),
+        ("[SITE_KNOB, null]", "environment[1]", "null is not a non-empty string"),
+        ("[SITE-KNOB]", "environment", pins_mod.NOT_A_VARIABLE_NAME.format(name="SITE-KNOB")),
+        ("[9KNOB]", "environment", pins_mod.NOT_A_VARIABLE_NAME.format(name="9KNOB")),
+        ('["SITE_KNOB=1"]', "environment", pins_mod.NOT_A_VARIABLE_NAME.format(name="SITE_KNOB=1")),
+    ],
+)
+def test_pins_yaml_environment_that_is_no_list_of_names_is_one_line(value: str, key: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        pins_with(f"\nenvironment: {value}\n")
+    assert exc.value.message == schema.AT_KEY.format(file="pins.yaml", key=key, problem=problem)
+
+
+def test_a_refused_name_in_pins_yaml_stops_the_command_in_one_line(build_project: Project) -> None:
+    with build_project.pins.open("a") as fh:
+        fh.write("\nenvironment: [PYTEST_ADDOPTS]\n")
+    r = build_cpu(build_project)
+    assert r.code == ConfigError.exit_code
+    message = schema.AT_KEY.format(file="pins.yaml", key="environment", problem=pins_mod.NOT_PASSABLE_NAME.format(name="PYTEST_ADDOPTS"))
+    assert r.err.strip().splitlines() == [cli.ERROR.format(message=message)]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from ci import command
 from ci.gates.tiny.models import TinyModels, write_tiny_models
 from tests.support.build import BuildFork, make_build_fork
 from tests.support.equivalence import Recorded
@@ -36,6 +37,13 @@ def _isolated_git(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
         monkeypatch.setenv(var, value)
     for var in ("ONEBIT_CI_ROOT", "ONEBIT_CMAKE_ARGS", "ONEBIT_RESULTS_DIR", "ONEBIT_PROFILE", "GITHUB_STEP_SUMMARY"):
         monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _no_job_declared() -> Iterator[None]:
+    """What a command's job declares (ci.command.declare) holds for the rest of the process: here, the test's."""
+    yield
+    command.declare(())
 
 
 @pytest.fixture(scope="session")
