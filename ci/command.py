@@ -298,6 +298,7 @@ class _Started:
         self.timed_out = False
         self.lines: list[str] = []
         self.broken: list[OSError] = []  # the log's write error, raised once the program is gone
+        self.reported: list[OSError] = []  # on_line's error (a closed stdout), raised as it is once the program is gone
         self.reader = threading.Thread(target=self._pump, args=(on_line,), daemon=True)
         try:
             self.reader.start()
@@ -320,7 +321,12 @@ class _Started:
                     self.broken.append(exc)
                     end_tree(self.proc, grace=2.0)  # this reader ends it, then drains what is left; a full pipe waits 2 s at most
             if on_line is not None:
-                on_line(line.rstrip("\n"))
+                try:
+                    on_line(line.rstrip("\n"))
+                except OSError as exc:  # the progress's reader is gone (nox -s build | head -1): stop reporting, end
+                    on_line = None  # the program and keep draining; the error is raised in the caller's thread
+                    self.reported.append(exc)
+                    end_tree(self.proc, grace=2.0)
 
     def poll(self, timeout: float | None) -> bool:
         """Whether it has ended (a program past its ``timeout`` seconds is ended here, its whole tree; one that exited
@@ -362,6 +368,8 @@ class _Started:
             # a terminal's Ctrl-C reaches the whole foreground group: the program may die of it before this process's own
             # handler runs, and then it is the interrupt, not a failed command (as a shell treats a child killed by SIGINT)
             raise KeyboardInterrupt
+        if self.reported:
+            raise self.reported[0]
         if self.broken:
             exc = self.broken[0]
             name = getattr(self.log_file, "name", None)

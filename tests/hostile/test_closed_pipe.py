@@ -14,15 +14,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from ci import cli
 from ci.compile import cmake
 from tests.support.messages import pattern
 from tests.support.project import Project
 
 ROOT = Path(__file__).resolve().parents[2]
-PUMP_FIX = "ci/command.py's output pump (another engineer's file): the edit is in issue 36's report"
 TRACEBACKS = ("Traceback", "Exception in thread", "Exception ignored")
 
 # run() with a progress callback that prints, as the build's is, while the reader of this process's stdout is gone
@@ -58,7 +55,6 @@ def run_closed(argv: list[str], timeout: float = 60) -> subprocess.CompletedProc
     return subprocess.CompletedProcess(argv, proc.returncode, "", err)
 
 
-@pytest.mark.xfail(strict=True, reason=PUMP_FIX)
 def test_a_program_whose_progress_goes_to_a_closed_stdout_is_ended_and_the_error_raised() -> None:
     done = run_closed([sys.executable, "-c", REPORTER], timeout=30)
     assert not any(t in done.stderr for t in TRACEBACKS), done.stderr
@@ -72,7 +68,6 @@ def test_a_closed_stdout_is_one_line_naming_it() -> None:
     assert done.stderr == cli.ERROR.format(message=cli.OUTPUT_CLOSED) + "\n"
 
 
-@pytest.mark.xfail(strict=True, reason=PUMP_FIX)
 def test_a_build_whose_stdout_closes_mid_build_stops_in_one_line(build_project: Project) -> None:
     argv = [sys.executable, "-m", "ci", "--root", str(build_project.root), "build", "--profile", "cpu", "--remote", str(build_project.fork.path)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True)
