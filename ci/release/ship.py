@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import secrets
@@ -368,10 +369,9 @@ def build_distribution(manifest: dict[str, Any], stage: Path, base_version: str)
     """Wheel and sdist of the launcher copied into ``stage/serve`` (:func:`snapshot`), with the release manifest
     inside, built in ``stage``; their paths there, then the release manifest's (written beside them)."""
     version = release_version(base_version, manifest["pin"]["commit"], manifest["build"]["key"])
-    text = json.dumps(manifest, indent=2) + "\n"
+    text = release_text(manifest).decode()
     _create(stage / "serve" / "release.json", text.encode())
-    packages = sorted(str(p.parent.relative_to(stage)).replace("/", ".") for p in (stage / "serve").rglob("__init__.py"))
-    _create(stage / "pyproject.toml", PYPROJECT.format(name=DIST_NAME, version=version, packages=json.dumps(packages)).encode())
+    _create(stage / "pyproject.toml", pyproject_text(packages_of(stage), version))
     out = stage / "dist"
     _require_pypa_build()
     # run from the stage: the project's own build/ directory would shadow the package "build" (python -m build)
@@ -381,37 +381,145 @@ def build_distribution(manifest: dict[str, Any], stage: Path, base_version: str)
     return [*sorted(out.iterdir()), release]
 
 
-def snapshot(launcher: Path, copy: Path) -> str:
-    """Copy the launcher into ``copy`` (in a private folder), and return the copy's digest: what the wheel is built
-    from, and what is held against the gates' records. Its strays (a link, bytecode) are refused first; what
-    changes while it is copied changes the copy's digest, which then is not the one they judged."""
+def packages_of(stage: Path) -> list[str]:
+    return sorted(str(p.parent.relative_to(stage)).replace("/", ".") for p in (stage / "serve").rglob("__init__.py"))
+
+
+def release_text(manifest: dict[str, Any]) -> bytes:
+    """The release manifest as :func:`build_distribution` writes it, into the wheel and beside it."""
+    return (json.dumps(manifest, indent=2) + "\n").encode()
+
+
+def pyproject_text(stage_packages: Sequence[str], version: str) -> bytes:
+    return PYPROJECT.format(name=DIST_NAME, version=version, packages=json.dumps(list(stage_packages))).encode()
+
+
+@dataclass(frozen=True)
+class Copied:
+    """The launcher as ship copied it: the digest of what it read and wrote (never of the copy as it lies since), and
+    each file's sha256 by its path under ``serve/``."""
+
+    digest: str
+    files: Mapping[str, str]
+
+
+def snapshot(launcher: Path, copy: Path) -> Copied:
+    """Copy the launcher into ``copy`` (in a private folder), and return what was copied: what the wheel is built
+    from, and what is held against the gates' records and then against the wheel itself. Its strays (a link,
+    bytecode) are refused first; what changes while it is copied changes the digest, which then is not the one they
+    judged."""
+
     launcher_files.refuse_strays(launcher)
+    items: list[tuple[str, bytes]] = []
+    files: dict[str, str] = {}
     try:
         os.mkdir(copy, 0o700)
         for path, st in launcher_files.entries(launcher):
-            target = copy / path.relative_to(launcher)
+            name = path.relative_to(launcher).as_posix()
+            target = copy / name
             if stat.S_ISDIR(st.st_mode):
                 os.mkdir(target, 0o755)
+                items.append((name, launcher_files.FOLDER_ENTRY))
             elif stat.S_ISREG(st.st_mode):
                 fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
                 with os.fdopen(fd, "rb") as fh:
-                    _create(target, fh.read(), 0o644 | (st.st_mode & 0o111))
+                    data = fh.read()
+                _create(target, data, 0o644 | (st.st_mode & 0o111))
+                sha = hashlib.sha256(data)
+                items.append((name, launcher_files.FILE_ENTRY + sha.digest()))
+                files[name] = sha.hexdigest()
             else:  # a link or a pipe that came after the strays were looked for
                 raise OSError(errno.EINVAL, "neither a file nor a folder", str(path))
     except OSError as exc:  # a file that went away, or came, while it was copied
         raise Refused(LAUNCHER_COPY_DIFFERS.format(launcher=launcher, why=COPY_FAILED.format(error=str(exc)[:200]))) from None
-    return launcher_files.launcher_sha256(copy)
+    return Copied(launcher_files.entries_sha256(items), files)
 
 
-def judged_launcher(result: ShipCheck, launcher: Path, copy: str) -> None:
+def judged_launcher(result: ShipCheck, launcher: Path, copy: Copied) -> None:
     """Refuse a copy whose digest is not the launcher every counted record that names one judged (the route's, the
     equivalence's, the perf's criteria), or when none names one."""
     judged = [str(c["launcher_sha256"]) for s in result.standings if s.record is not None and isinstance(c := s.record.data.get("criteria"), Mapping) and "launcher_sha256" in c]
     if not judged:
         raise Refused(LAUNCHER_COPY_DIFFERS.format(launcher=launcher, why=NO_JUDGED_LAUNCHER))
-    other = next((d for d in judged if d != copy), None)
+    other = next((d for d in judged if d != copy.digest), None)
     if other is not None:
-        raise Refused(LAUNCHER_COPY_DIFFERS.format(launcher=launcher, why=NOT_JUDGED.format(copy=copy[:12], judged=other[:12])))
+        raise Refused(LAUNCHER_COPY_DIFFERS.format(launcher=launcher, why=NOT_JUDGED.format(copy=copy.digest[:12], judged=other[:12])))
+
+
+def checked_outputs(built: Sequence[Path], copy: Copied, release: bytes, pyproject: bytes) -> dict[str, bytes]:
+    """Each output read once, and the wheel and the sdist opened from those bytes: every member under ``serve/`` must be
+    a file ship copied, with the sha256 it had (``release.json`` the manifest ship wrote), every file copied must be
+    there, and nothing else but their metadata (the console script ``1bit = serve.cli:main``; the sdist's
+    ``pyproject.toml`` ship wrote). The stage is private to this user only: a process of the same user (an orphan of
+    a gate) could edit the copy after the check, or the wheel after the build. The bytes checked are what is
+    published."""
+    outputs = {path.name: path.read_bytes() for path in built}
+    for name, data in outputs.items():
+        if name.endswith(".whl"):
+            _check_members(WHEEL, name, _wheel_members(data), "", copy, release, None)
+        elif name.endswith(".tar.gz"):
+            _check_members(SDIST, name, _sdist_members(data), name.removesuffix(".tar.gz") + "/", copy, release, pyproject)
+    return outputs
+
+
+WHEEL, SDIST = "wheel", "sdist"
+BUILT_DIFFERS = "ship: the {what} {name} python -m build wrote is not what ship copied and checked: {member} {why}; nothing was written"
+MEMBER_NOT_JUDGED = "is not the launcher's file the gates judged (edited in ship's stage since it was checked?)"
+MEMBER_MISSING = "is missing"
+MEMBER_UNKNOWN = "is no file of the launcher or its metadata"
+CONSOLE_SCRIPTS = "[console_scripts]\n1bit = serve.cli:main\n"
+SDIST_METADATA = ("PKG-INFO", "setup.cfg", "pyproject.toml")
+
+
+def _wheel_members(data: bytes) -> dict[str, bytes]:
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        return {i.filename: zf.read(i) for i in zf.infolist() if not i.is_dir()}
+
+
+def _sdist_members(data: bytes) -> dict[str, bytes]:
+    import io
+    import tarfile
+
+    members: dict[str, bytes] = {}
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tf:
+        for info in tf.getmembers():
+            if info.isdir():
+                continue
+            fh = tf.extractfile(info) if info.isreg() else None
+            members[info.name] = fh.read() if fh is not None else b"\0not a file"
+    return members
+
+
+def _check_members(what: str, name: str, members: Mapping[str, bytes], top: str, copy: Copied, release: bytes, pyproject: bytes | None) -> None:
+
+    def differs(member: str, why: str) -> Refused:
+        return Refused(BUILT_DIFFERS.format(what=what, name=name, member=member, why=why))
+
+    seen: set[str] = set()
+    for member, data in sorted(members.items()):
+        inner = member.removeprefix(top)
+        if inner.startswith("serve/"):
+            rel = inner.removeprefix("serve/")
+            expected = hashlib.sha256(release).hexdigest() if rel == "release.json" else copy.files.get(rel)
+            if expected is None:
+                raise differs(member, MEMBER_UNKNOWN)
+            if hashlib.sha256(data).hexdigest() != expected:
+                raise differs(member, MEMBER_NOT_JUDGED)
+            seen.add(rel)
+        elif what == WHEEL and inner.endswith(".dist-info/entry_points.txt"):
+            if data.decode(errors="replace").strip() != CONSOLE_SCRIPTS.strip():
+                raise differs(member, MEMBER_NOT_JUDGED)
+        elif what == SDIST and inner == "pyproject.toml":
+            if data != pyproject:
+                raise differs(member, MEMBER_NOT_JUDGED)
+        elif not (inner.split("/", 1)[0].endswith((".dist-info", ".egg-info")) or inner in SDIST_METADATA):
+            raise differs(member, MEMBER_UNKNOWN)
+    missing = sorted(set(copy.files) - seen - {"release.json"})
+    if missing:
+        raise differs(f"{top}serve/{missing[0]}", MEMBER_MISSING)
 
 
 def _create(path: Path, data: bytes, mode: int = 0o644, dir_fd: int | None = None) -> None:
@@ -429,7 +537,7 @@ def _create(path: Path, data: bytes, mode: int = 0o644, dir_fd: int | None = Non
         raise
 
 
-def publish(built: Sequence[Path], dist: Path, root: Path) -> list[Path]:
+def publish(built: Mapping[str, bytes], dist: Path, root: Path) -> list[Path]:
     """Each of ``built`` into ``dist`` under its own name: written under a fresh name made there (``O_EXCL``, no link
     followed), then renamed over the name, so that what stood there (a link to a file elsewhere) is replaced, never
     written through. ``dist`` itself must be a folder, not a link: a link to a folder elsewhere is refused."""
@@ -442,10 +550,10 @@ def publish(built: Sequence[Path], dist: Path, root: Path) -> list[Path]:
         raise Refused(DIST_IS_A_LINK.format(dist=_lexically(dist, root)))
     folder = os.open(dist, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)  # a link swapped in since: ELOOP, named
     try:
-        for path in built:
-            fresh = _create_fresh(path.name, path.read_bytes(), folder)
+        for name, data in built.items():
+            fresh = _create_fresh(name, data, folder)
             try:
-                os.replace(fresh, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+                os.replace(fresh, name, src_dir_fd=folder, dst_dir_fd=folder)
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.unlink(fresh, dir_fd=folder)
@@ -455,7 +563,7 @@ def publish(built: Sequence[Path], dist: Path, root: Path) -> list[Path]:
         raise OSError(exc.errno, exc.strerror, str(dist)) from None
     finally:
         os.close(folder)
-    return [dist / path.name for path in built]
+    return [dist / name for name in built]
 
 
 def _create_fresh(name: str, data: bytes, folder: int) -> str:
@@ -507,15 +615,27 @@ def ship(pins: Pins, root: Path, result: ShipCheck, results_dir: Path, dist: Pat
     with tempfile.TemporaryDirectory(prefix="onebit-ship-") as tmp:  # made 0700: nobody else writes in it
         stage = Path(tmp)
         launcher = launcher_files.launcher_dir()
-        judged_launcher(result, launcher, snapshot(launcher, stage / "serve"))
-        built = publish(build_distribution(manifest, stage, base), dist, root)
+        copy = snapshot(launcher, stage / "serve")
+        judged_launcher(result, launcher, copy)
+        packages = packages_of(stage)  # before the build: the copy as checked
+        version = release_version(base, manifest["pin"]["commit"], manifest["build"]["key"])
+        outputs = checked_outputs(build_distribution(manifest, stage, base), copy, release_text(manifest), pyproject_text(packages, version))
+        built = publish(outputs, dist, root)
+    digests = {name: hashlib.sha256(data).hexdigest() for name, data in outputs.items()}
     # the release in the ledger: the next bump's perf gate compares with this build's figures
     m = result.manifest
     # and which record of each gate counted for it: what the next build is compared with, not a later run of this one
     counted = tuple((COUNTED.format(gate=s.gate), str(s.record.line)) for s in result.standings if s.record is not None)
-    shipped = GateResult(SHIP, Status.PASSED, f"shipped {built[0].name}", properties=(("release", built[-1].name), *counted))
+    # and what it published, by content: a wheel swapped in dist/ before the job uploads it is told from this one
+    bound = tuple((f"{kind}_sha256", digest) for name, digest in digests.items() for kind in (_kind(name),) if kind)
+    shipped = GateResult(SHIP, Status.PASSED, f"shipped {built[0].name}", properties=(("release", built[-1].name), *counted, *bound))
     ledger_mod.append(ledger_mod.ledger_path(results_dir), shipped, binding.context_of(pins, m))
     return built
+
+
+def _kind(name: str) -> str:
+    """An output's kind by its name, as the ship record names its digest: wheel, sdist or release (release.json)."""
+    return "wheel" if name.endswith(".whl") else "sdist" if name.endswith(".tar.gz") else "release" if name.endswith(".release.json") else ""
 
 
 def _base_version() -> str:

@@ -166,3 +166,68 @@ def test_a_record_appended_while_ship_decides_lands_after_the_release(build_proj
     assert r.code == 0, r.out + r.err
     book = ledger.read(build_project.root / "build" / "results" / "ledger.jsonl")
     assert [(rec.gate, rec.verdict) for rec in book.records[-2:]] == [("ship", Status.PASSED.value), ("backend_ops", Status.FAILED.value)]
+
+
+def stage_of(args: Any) -> Path:
+    """The stage ``python -m build`` builds from: its argv's last word."""
+    return Path(args[0][-1])
+
+
+def test_an_edit_to_ships_own_copy_after_its_check_is_not_shipped(build_project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process of the same user (an orphan that cleared its environment, left running by a gate) waited for the
+    stage's pyproject.toml and appended to its serve/route.py before python -m build read it: the wheel shipped a
+    launcher no gate judged (a hostile pass, 2026-12-05). Ship now holds what it built against what it copied and
+    checked, file by file, and publishes the bytes it checked."""
+    m = built(build_project)
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
+
+    def copy_edited_before_the_build(*args: Any, **kwargs: Any) -> Any:
+        with (stage_of(args) / "serve" / "route.py").open("a") as f:
+            f.write(EDIT)
+        return command.run(*args, **kwargs)
+
+    monkeypatch.setattr("ci.release.ship.run", copy_edited_before_the_build)
+    r = ship(build_project)
+    assert r.code == 4, r.out + r.err
+    assert said(release_ship.BUILT_DIFFERS, r.err.removeprefix("onebit-ci: error: ").strip(), what="wheel", member="serve/route.py", why=release_ship.MEMBER_NOT_JUDGED)
+    assert not (build_project.root / "dist").exists()
+
+
+def test_a_wheel_swapped_in_the_stage_after_the_build_is_not_shipped(build_project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    m = built(build_project)
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
+
+    def wheel_rewritten(*args: Any, **kwargs: Any) -> Any:
+        done = command.run(*args, **kwargs)
+        wheel = next((stage_of(args) / "dist").glob("*.whl"))
+        with zipfile.ZipFile(wheel) as zf:
+            members = {i.filename: zf.read(i) for i in zf.infolist()}
+        members["serve/route.py"] += EDIT.encode()
+        with zipfile.ZipFile(wheel, "w") as zf:
+            for name, data in members.items():
+                zf.writestr(name, data)
+        return done
+
+    monkeypatch.setattr("ci.release.ship.run", wheel_rewritten)
+    r = ship(build_project)
+    assert r.code == 4, r.out + r.err
+    assert not (build_project.root / "dist").exists()
+
+
+def test_the_ship_record_binds_the_wheel_and_the_sdist(build_project: Project) -> None:
+    """A wheel swapped in dist/ after ship, before the job uploads it, could not be told from the one ship wrote: the
+    ship record now carries the sha256 of each output it published."""
+    import hashlib
+
+    from ci.release import ledger
+
+    m = built(build_project)
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
+    r = ship(build_project)
+    assert r.code == 0, r.out + r.err
+    shipped = ledger.read(build_project.root / "build" / "results" / "ledger.jsonl").records[-1]
+    props = shipped.data["properties"]
+    dist = build_project.root / "dist"
+    wheel, sdist = next(dist.glob("*.whl")), next(dist.glob("*.tar.gz"))
+    assert props["wheel_sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert props["sdist_sha256"] == hashlib.sha256(sdist.read_bytes()).hexdigest()

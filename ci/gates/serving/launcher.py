@@ -59,18 +59,30 @@ def tree_sha256(root: Path) -> str:
     (an empty one too), each link's path and what it points to, never followed. The bytecode cache of a source
     beside it is left out: it is never what a judge runs (ci.cli's fresh imports, :func:`own_bytecode`); anything
     else Python could import is in."""
-    digest = hashlib.sha256()
-    for path, st in entries(root):
-        mode = st.st_mode
+
+    def entry(path: Path, mode: int) -> tuple[str, bytes]:
         if stat.S_ISREG(mode):
-            payload = b"f" + hashlib.sha256(_read(path)).digest()
+            payload = FILE_ENTRY + hashlib.sha256(_read(path)).digest()
         elif stat.S_ISDIR(mode):
-            payload = b"d"
+            payload = FOLDER_ENTRY
         elif stat.S_ISLNK(mode):
             payload = b"l" + os.fsencode(os.readlink(path))
         else:
             payload = b"o" + bounded.kind(mode).encode()
-        digest.update(os.fsencode(path.relative_to(root).as_posix()) + b"\0" + payload + b"\0")
+        return path.relative_to(root).as_posix(), payload
+
+    return entries_sha256(entry(path, st.st_mode) for path, st in entries(root))
+
+
+FILE_ENTRY, FOLDER_ENTRY = b"f", b"d"  # an entry's payload: b"f" and the file's sha256 (raw), or b"d" for a folder
+
+
+def entries_sha256(items: Iterable[tuple[str, bytes]]) -> str:
+    """:func:`tree_sha256` of entries given as (path relative to the root, payload), in :func:`entries`' order: ship
+    digests what it read and copied, not the copy as it lies (which another process could have rewritten since)."""
+    digest = hashlib.sha256()
+    for name, payload in items:
+        digest.update(os.fsencode(name) + b"\0" + payload + b"\0")
     return digest.hexdigest()
 
 
