@@ -19,6 +19,13 @@ nox.options.sessions = ["main_job"]
 
 ROOT = Path(__file__).parent
 
+# nox's own process holds the ledger's key in its environment too: not dumpable, no other process of this user reads
+# it through /proc/<pid>/environ (ci.command.hide_secrets does the same for python -m ci; docs/release.md)
+if sys.platform.startswith("linux") and (os.environ.get("ONEBIT_LEDGER_KEY") or os.environ.get("ONEBIT_LEDGER_WITNESS")):
+    import ctypes
+
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+
 
 def _compile_jobs() -> int:
     """Compile jobs for the slow tier's first install: one per core, and no more than one per 2 GiB of memory, so

@@ -78,6 +78,9 @@ def dispatch(name: str) -> Callable[[argparse.Namespace], int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     with fresh_imports():  # the judges and the commands are imported from their sources, never the tree's bytecode
+        from ci.command import hide_secrets
+
+        hide_secrets()  # the ledger's key in this process's environment: not readable through /proc by the code under test
         return _main(argv)
 
 

@@ -178,6 +178,22 @@ _MARKS: weakref.WeakKeyDictionary[subprocess.Popen[Any], str] = weakref.WeakKeyD
 _SEEN_MARKS: dict[tuple[int, float], str] = {}  # (pid, start): the mark read from a program's environment
 
 
+_PR_SET_DUMPABLE = 4
+
+
+def hide_secrets() -> bool:
+    """With the ledger's key or witness in this process's environment, make it not dumpable (Linux's prctl
+    PR_SET_DUMPABLE 0): its /proc files are then root's, and no other process of this user reads its environment or
+    its memory. The allow-list keeps the key out of every program's own environment, but a fork's cmake walking up its
+    parents read it from ``/proc/<ppid>/environ`` (a hostile pass). A program this process starts is dumpable again
+    (execve) and holds no key. Whether it was done."""
+    if not any(os.environ.get(name) for name in NEVER_PASSED) or not sys.platform.startswith("linux"):
+        return False
+    with contextlib.suppress(OSError, AttributeError):
+        return bool(ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) == 0)
+    return False
+
+
 def adopt_orphans() -> bool:
     """Make this process the child subreaper of what it starts (prctl PR_SET_CHILD_SUBREAPER; Linux, once): an orphan of
     a program's tree (a double fork with setsid, ``( sleep & )``) is reparented here, not to the machine's init, and
@@ -271,6 +287,7 @@ class _Started:
         if not quiet:
             log.info("$ %s", shlex.join([self.program, *args[1:]]))
         adopt_orphans()
+        hide_secrets()
         # a folder of its own unless it needs one: a program run in the caller's loaded the libgcc_s.so.1 planted there
         self.scratch = tempfile.mkdtemp(prefix="onebit-cwd-") if cwd is None else None
         source = stdin.open("rb") if stdin is not None else None
