@@ -2,8 +2,9 @@
 # A GPU run that fits a short window on a lent machine (docs/ci.md, "A device run"): two calls, each well inside a
 # 10-minute command, every result copied to $OUT as it comes.
 #
-#   tools/device_run.sh start PROFILE...   set up, then start each profile's build in its own session (setsid) and
-#                                          return; the machine must be called again within its warm time (30 s)
+#   tools/device_run.sh start PROFILE...   set up, then start each profile's build in its own session (setsid), the
+#                                          next once the last is past the checkout's lock, and return; the machine
+#                                          must be called again within its warm time (30 s)
 #   tools/device_run.sh gates PROFILE...   wait for each build, then every gate (gpu-tests), the profile's
 #                                          self-test faults and the engine-path cost benchmark, one after another
 #                                          (DEVICE_GATES=0, DEVICE_SELFTEST=0 or DEVICE_BENCH=0 leave one out, so that
@@ -67,6 +68,11 @@ start)
     for profile in "${profiles[@]}"; do
         setsid bash -c "cd '$work/proj' && python3 -m ci build --profile $profile --remote '$here/.dev/mirror' > '$work/build-$profile.log' 2>&1; echo \$? > '$work/build-$profile.rc'" < /dev/null > /dev/null 2>&1 &
         echo "device_run: $profile build started (log $work/build-$profile.log)"
+        # one checkout sync at a time (its lock refuses a second): the next build starts once this one is past it
+        for _ in $(seq 240); do
+            grep -q '^step: checkout and patches:' "$work/build-$profile.log" 2>/dev/null || [ -e "$work/build-$profile.rc" ] && break
+            sleep 0.5
+        done
     done
     echo "device_run: set up in $(( $(date +%s) - t0 )) s"
     ;;
