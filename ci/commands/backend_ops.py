@@ -13,6 +13,7 @@ from ci.commands import a_folder, given, job_of, say
 from ci.commands.job import Job
 from ci.errors import ConfigError
 from ci.gates.backend_ops import run as backend_ops
+from ci.gates.backend_ops import spec as bo_spec
 from ci.gates.backend_ops.output import OP_RE
 from ci.release import records
 
@@ -61,6 +62,7 @@ def backend_ops_session(find: Callable[[], Job], request: BackendOpsRequest, say
     if request.from_log and request.binary:
         raise ConfigError(BINARY_AND_LOG)
     expected = expectations(request.expect)
+    source = bo_spec.EXPECTED_BY_FLAG if expected else bo_spec.EXPECTED_IN_PINS  # which the count message names
     pinned = None if request.pinned_commit == "none" else request.pinned_commit
     root: Path | None = None
     if not expected or request.pinned_commit is None:
@@ -81,14 +83,14 @@ def backend_ops_session(find: Callable[[], Job], request: BackendOpsRequest, say
     dirty = backend_ops.DirtyRule(request.dirty) if request.dirty else None
     out = a_folder(request.out or (root or Path.cwd()) / "build" / "gates", "--out", "the gate's JSON, JUnit and logs")
     if request.from_log:
-        result = backend_ops.judge_log(request.from_log, request.device, expected, pinned, request.patched, request.build_key, dirty=dirty, sql_path=request.from_sql)
+        result = backend_ops.judge_log(request.from_log, request.device, expected, pinned, request.patched, request.build_key, dirty=dirty, sql_path=request.from_sql, expected_from=source)
     else:
         if request.binary is None:
             raise ConfigError(BINARY_REQUIRED)
         if not request.binary.is_file() or not os.access(request.binary, os.X_OK):
             raise ConfigError(NOT_EXECUTABLE.format(binary=request.binary))
         result = backend_ops.run_gate(
-            request.binary, request.device, expected, pinned, request.patched, request.timeout, out / "backend_ops-logs", request.build_key, dirty=dirty
+            request.binary, request.device, expected, pinned, request.patched, request.timeout, out / "backend_ops-logs", request.build_key, dirty=dirty, expected_from=source
         )
     return records.one_gate(result, out, say)
 

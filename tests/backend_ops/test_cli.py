@@ -76,7 +76,6 @@ def test_a_failing_log_exits_with_the_gate_code(outside: Path) -> None:
     assert pattern(records.GATE_PROBLEM.format(problem=judge.COUNT + judge.COUNT_CHANGED), op=OP, expected=54, ran=36, passed=36).fullmatch(problem)
 
 
-@pytest.mark.xfail(reason="ci/gates/backend_ops/run.py and ci/commands/backend_ops.py do not yet pass GateSpec.expected_from for --expect")
 def test_an_expectation_by_flag_is_named_in_the_count_problem(outside: Path) -> None:
     ran = ci("backend-ops", "--device", "CUDA0", "--from-log", str(DATA / "h200-cuda0.console.txt"), "--expect", f"{OP}=54", "--pinned-commit", "none", "--out", "gates")
     source = bo_spec.EXPECTED_BY_FLAG.format(op=OP, expected=54)

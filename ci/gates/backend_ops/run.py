@@ -16,7 +16,7 @@ from ci import command, defaults
 from ci.errors import ConfigError
 from ci.gates.backend_ops.judge import GATE, judge
 from ci.gates.backend_ops.output import parse_console, parse_sql
-from ci.gates.backend_ops.spec import ConsoleRun, DirtyRule, GateSpec, Outcome, SqlRun, check_device, check_ops
+from ci.gates.backend_ops.spec import EXPECTED_IN_PINS, ConsoleRun, DirtyRule, GateSpec, Outcome, SqlRun, check_device, check_ops
 from ci.gates.results import GateResult
 from serve.bounded import LOG_LIMIT, read_regular
 
@@ -102,6 +102,7 @@ def run_gate(
     build_key: str = "",
     *,
     dirty: DirtyRule | None = None,
+    expected_from: str = EXPECTED_IN_PINS,
 ) -> GateResult:
     """Run the plan through :func:`ci.command.run`, keep every output under ``log_dir``, judge.
 
@@ -110,7 +111,7 @@ def run_gate(
     """
     if timeout <= 0:
         raise ConfigError(BAD_TIMEOUT.format(timeout=timeout))
-    spec = GateSpec.make(device, expected, pinned_commit, patched, build_key, dirty)
+    spec = GateSpec.make(device, expected, pinned_commit, patched, build_key, dirty, expected_from=expected_from)
     run_plan = plan(binary, spec.device, [op for op, _ in spec.expected])
     log_dir.mkdir(parents=True, exist_ok=True)
     runs: list[ConsoleRun] = []
@@ -142,13 +143,14 @@ def judge_log(
     *,
     dirty: DirtyRule | None = None,
     sql_path: Path | None = None,
+    expected_from: str = EXPECTED_IN_PINS,
 ) -> GateResult:
     """Judge a saved console log (a GPU box's, or a test's), running nothing.
 
     A console log carries no exit status and no build_commit: without ``sql_path`` the cross-check is not made and
     the verdict says so in its properties.
     """
-    spec = GateSpec.make(device, expected, pinned_commit, patched, build_key, dirty)
+    spec = GateSpec.make(device, expected, pinned_commit, patched, build_key, dirty, expected_from=expected_from)
     run = ConsoleRun(parse_console(_read(path, "--from-log")), Outcome(), None, str(path))
     if sql_path is None:
         return judge(spec, [run], None, sql_not_made=SAVED_LOG)
