@@ -58,15 +58,19 @@ def _install(session: nox.Session, *extras: str) -> None:
     stamp.write_text(want)
 
 
-def _python(session: nox.Session) -> str:
-    return sys.executable if session.venv_backend == "none" else "python"
+# Python 3.11+ (a session's venv has nox's Python): ci.gates.serving.launcher.safe_path does the same for the launcher
+_SAFE_PATH = ("-P",) if sys.version_info >= (3, 11) else ()
+
 
 
 def _ci(session: nox.Session, command: str) -> None:
     # a bytecode folder made for this run: what ci imports before it can look (ci/cli.py) is never the tree's .pyc
     with tempfile.TemporaryDirectory(prefix="onebit-bytecode-") as bytecode:
         env = {"PYTHONPYCACHEPREFIX": bytecode}
-        session.run(_python(session), "-m", "ci", command, *session.posargs, env=env, external=session.venv_backend == "none")
+        if session.venv_backend == "none":  # the running Python, which may find ci only in the working directory
+            session.run(sys.executable, "-m", "ci", command, *session.posargs, env=env, external=True)
+        else:  # installed: -P leaves the working directory off sys.path (a json.py planted there ran inside ci)
+            session.run("python", *_SAFE_PATH, "-m", "ci", command, *session.posargs, env=env)
 
 
 @nox.session

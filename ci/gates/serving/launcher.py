@@ -15,6 +15,7 @@ import hashlib
 import os
 import shutil
 import stat
+import sys
 import tempfile
 import threading
 from collections.abc import Iterable, Iterator, Mapping
@@ -39,6 +40,22 @@ ORPHAN_BYTECODE = "bytecode of {source}, which is not there (left by a module th
 NOT_BYTECODE = "in a __pycache__ folder, and not bytecode of a source beside it"
 A_LINK = "a link to {target}, which the digests do not follow"
 NOT_A_FILE = "{kind}, neither a file nor a folder"
+
+
+def safe_path() -> tuple[str, ...]:
+    """``-P`` (Python 3.11+) for a Python the gates start on the launcher, when ``serve`` is importable without the
+    working directory (installed, as nox's sessions install the project; else nothing can be left out). ``python -m``
+    puts the working directory first on sys.path, ahead of the standard library: a ``json.py`` that a fork's build
+    wrote into the job's folder ran inside every launcher, as the launcher's code, unread by ``launcher_sha256``."""
+    import importlib.machinery
+
+    if sys.version_info < (3, 11):
+        return ()
+    here = os.path.realpath(os.curdir)
+    rest = [p for p in sys.path if os.path.realpath(p or os.curdir) != here]
+    finders = [f for f in sys.meta_path if f is not importlib.machinery.PathFinder]
+    found = any(getattr(f, "find_spec", lambda *_: None)("serve", None) for f in finders)
+    return ("-P",) if found or importlib.machinery.PathFinder.find_spec("serve", rest) is not None else ()
 
 
 def launcher_dir() -> Path:

@@ -33,13 +33,14 @@ import requests
 from ci import defaults
 from ci.command import Process, adopt_orphans, descendants, environment, resolve, signals_held, tree_marked, wait_gone
 from ci.errors import ServerFailed, describe_returncode
-from ci.gates.serving.launcher import process_bytecode, with_bytecode
+from ci.gates.serving.launcher import process_bytecode, safe_path, with_bytecode
 from ci.schema import parse_json
 
 log = logging.getLogger("onebit-ci")
 
 LOCALHOST = "127.0.0.1"
-LAUNCHER = ("-m", "serve", "serve")  # after the interpreter: ``python -m serve serve ARGS``
+# after the interpreter: ``python [-P] -m serve serve ARGS``, the working directory left off sys.path (safe_path)
+LAUNCHER = (*safe_path(), "-m", "serve", "serve")
 LOG_TAIL_LINES = 25
 BODY_LIMIT = 2000
 

@@ -15,6 +15,7 @@ from ci.gates.equivalence import plan as eq_plan
 from ci.gates.equivalence.judge import Prompt
 from ci.gates.serving import bench
 from ci.gates.serving import bench_plan as plans
+from ci.gates.serving.llama import LAUNCHER
 from ci.gates.tiny.models import TinyModels
 from tests.support.messages import partly, pattern
 
@@ -73,7 +74,7 @@ def test_each_run_is_the_launcher_with_the_configs_arguments(tmp_path: Path) -> 
     p = _plan(model, device="cuda", context=8192)
     launch = p.launch(p.schedule()[1], 41234)
     assert launch.argv[1:] == (
-        "-m", "serve", "serve", "-m", str(model), "--device", "cuda", "--llama-server", "/opt/llama/llama-server",
+        *LAUNCHER, "-m", str(model), "--device", "cuda", "--llama-server", "/opt/llama/llama-server",
         "--host", "127.0.0.1", "--port", "41234", "-c", "8192", "--", "-ub", "1024",
     )  # fmt: skip
     assert launch.name == plans.SERVER_NAME.format(config="fast", round=1)

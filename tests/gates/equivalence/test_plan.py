@@ -15,6 +15,7 @@ from ci.gates.equivalence import judge as ej
 from ci.gates.equivalence import plan as eq_plan
 from ci.gates.equivalence import run as eq
 from ci.gates.results import Status, write_json, write_junit
+from ci.gates.serving.llama import LAUNCHER
 from ci.gates.tiny.models import TinyModels
 from tests.support.equivalence import Recorded
 from tests.support.messages import pattern
@@ -36,7 +37,7 @@ def test_legs_go_through_the_launcher(tiny_models: TinyModels) -> None:
     plan = eq_plan.plan(model=tiny_models.target, drafter=tiny_models.drafter, llama_server=Path("bin/llama-server"), device="cpu")
     base = plan.launch(plan.baseline, 8001)
     assert base.argv == (
-        sys.executable, "-m", "serve", "serve", "-m", str(tiny_models.target), "--device", "cpu", "--llama-server", "bin/llama-server",
+        sys.executable, *LAUNCHER, "-m", str(tiny_models.target), "--device", "cpu", "--llama-server", "bin/llama-server",
         "--host", "127.0.0.1", "--port", "8001", "-c", "2048",
     )  # fmt: skip
     drafted = plan.launch(plan.drafter, 8002)
