@@ -343,9 +343,9 @@ build-backend = "setuptools.build_meta"
 [project]
 name = "{name}"
 version = "{version}"
-description = "1bit serve: llama-server launcher for the ROCmFPX fork, shipped with the evidence of its gates"
-requires-python = ">=3.10"
-dependencies = ["gguf>=0.10", "pyyaml>=6"]
+description = "{summary}"
+requires-python = "{requires_python}"
+dependencies = {requires}
 
 [project.scripts]
 1bit = "serve.cli:main"
@@ -391,7 +391,9 @@ def release_text(manifest: dict[str, Any]) -> bytes:
 
 
 def pyproject_text(stage_packages: Sequence[str], version: str) -> bytes:
-    return PYPROJECT.format(name=DIST_NAME, version=version, packages=json.dumps(list(stage_packages))).encode()
+    return PYPROJECT.format(
+        name=DIST_NAME, version=version, packages=json.dumps(list(stage_packages)), summary=SUMMARY, requires_python=REQUIRES_PYTHON, requires=json.dumps(list(REQUIRES))
+    ).encode()
 
 
 @dataclass(frozen=True)
@@ -446,19 +448,22 @@ def judged_launcher(result: ShipCheck, launcher: Path, copy: Copied) -> None:
         raise Refused(LAUNCHER_COPY_DIFFERS.format(launcher=launcher, why=NOT_JUDGED.format(copy=copy.digest[:12], judged=other[:12])))
 
 
-def checked_outputs(built: Sequence[Path], copy: Copied, release: bytes, pyproject: bytes) -> dict[str, bytes]:
-    """Each output read once, and the wheel and the sdist opened from those bytes: every member under ``serve/`` must be
-    a file ship copied, with the sha256 it had (``release.json`` the manifest ship wrote), every file copied must be
-    there, and nothing else but their metadata (the console script ``1bit = serve.cli:main``; the sdist's
-    ``pyproject.toml`` ship wrote). The stage is private to this user only: a process of the same user (an orphan of
-    a gate) could edit the copy after the check, or the wheel after the build. The bytes checked are what is
+def checked_outputs(built: Sequence[Path], copy: Copied, release: bytes, pyproject: bytes, version: str) -> dict[str, bytes]:
+    """Each output read once, and the wheel and the sdist opened from those bytes and held to an allow-list, by name
+    and by content: under ``serve/`` the files ship copied, with the sha256 they had (``release.json`` the manifest
+    ship wrote), every one of them; beside them only the metadata python -m build writes for this project, each as
+    ship expects it (the name, version, requirements, console script, top-level package; the wheel's RECORD naming
+    every member with its hash; the sdist's pyproject.toml ship's own). A member whose name has a ``..``, ``.`` or
+    empty part, or that is not a regular file, is refused. The stage is private to this user only: a process of the
+    same user (an orphan of a gate) could edit the copy after the check, or the outputs after the build (a wheel given
+    ``<dist-info>/../evil_hook.pth``, which runs at every Python start, shipped so once). The bytes checked are what is
     published."""
     outputs = {path.name: path.read_bytes() for path in built}
     for name, data in outputs.items():
         if name.endswith(".whl"):
-            _check_members(WHEEL, name, _wheel_members(data), "", copy, release, None)
+            _check_wheel(name, data, copy, release, version)
         elif name.endswith(".tar.gz"):
-            _check_members(SDIST, name, _sdist_members(data), name.removesuffix(".tar.gz") + "/", copy, release, pyproject)
+            _check_sdist(name, data, copy, release, pyproject, version)
     return outputs
 
 
@@ -467,59 +472,157 @@ BUILT_DIFFERS = "ship: the {what} {name} python -m build wrote is not what ship 
 MEMBER_NOT_JUDGED = "is not the launcher's file the gates judged (edited in ship's stage since it was checked?)"
 MEMBER_MISSING = "is missing"
 MEMBER_UNKNOWN = "is no file of the launcher or its metadata"
+MEMBER_NOT_EXPECTED = "is not the metadata python -m build writes for this project"
+MEMBER_NAME = "has a name that leaves its folder, or names one member twice"
+MEMBER_NOT_A_FILE = "is not a regular file"
 CONSOLE_SCRIPTS = "[console_scripts]\n1bit = serve.cli:main\n"
-SDIST_METADATA = ("PKG-INFO", "setup.cfg", "pyproject.toml")
+TOP_LEVEL = "serve\n"
+REQUIRES = ("gguf>=0.10", "pyyaml>=6")  # the launcher's requirements, as PYPROJECT declares them
+REQUIRES_PYTHON = ">=3.10"
+SUMMARY = "1bit serve: llama-server launcher for the ROCmFPX fork, shipped with the evidence of its gates"
+SETUP_CFG = b"[egg_info]\ntag_build = \ntag_date = 0\n\n"  # what setuptools' sdist writes, and no option
+EGG_INFO = "onebit_serve.egg-info"
 
 
-def _wheel_members(data: bytes) -> dict[str, bytes]:
+class _Members:
+    """An output's members, checked one by one against what it may hold: :meth:`take` each expected one."""
+
+    def __init__(self, what: str, name: str, members: Sequence[tuple[str, bytes | None]], top: str) -> None:
+        self.what, self.name, self.top = what, name, top
+        self.left: dict[str, bytes] = {}
+        for member, data in members:
+            inner = member.removeprefix(top) if top else member
+            parts = inner.split("/")
+            if (top and not member.startswith(top)) or "\\" in member or any(p in ("", ".", "..") for p in parts) or inner in self.left:
+                raise self.differs(member, MEMBER_NAME)
+            if data is None:
+                raise self.differs(member, MEMBER_NOT_A_FILE)
+            self.left[inner] = data
+
+    def differs(self, member: str, why: str) -> Refused:
+        return Refused(BUILT_DIFFERS.format(what=self.what, name=self.name, member=member, why=why))
+
+    def take(self, inner: str) -> bytes:
+        if inner not in self.left:
+            raise self.differs(self.top + inner, MEMBER_MISSING)
+        return self.left.pop(inner)
+
+    def expect(self, inner: str, ok: Callable[[bytes], bool]) -> bytes:
+        data = self.take(inner)
+        if not ok(data):
+            raise self.differs(self.top + inner, MEMBER_NOT_EXPECTED)
+        return data
+
+    def launcher(self, copy: Copied, release: bytes) -> None:
+        """Every file ship copied under ``serve/``, with its sha256, and ``serve/release.json`` ship's manifest."""
+        for rel, sha in sorted({**copy.files, "release.json": hashlib.sha256(release).hexdigest()}.items()):
+            if hashlib.sha256(self.take(f"serve/{rel}")).hexdigest() != sha:
+                raise self.differs(f"{self.top}serve/{rel}", MEMBER_NOT_JUDGED)
+
+    def nothing_else(self) -> None:
+        if self.left:
+            member = sorted(self.left)[0]
+            raise self.differs(self.top + member, MEMBER_UNKNOWN)
+
+
+def _metadata_ok(version: str) -> Callable[[bytes], bool]:
+    """METADATA (PKG-INFO): this project's name, version, summary and requirements, nothing more."""
+
+    def ok(data: bytes) -> bool:
+        from email.parser import BytesHeaderParser
+
+        msg = BytesHeaderParser().parsebytes(data)
+        allowed = {"Metadata-Version", "Name", "Version", "Summary", "Requires-Python", "Requires-Dist"}
+        return (
+            set(msg.keys()) <= allowed
+            and str(msg.get("Metadata-Version", "")).startswith("2.")
+            and (msg["Name"], msg["Version"], msg["Summary"], msg["Requires-Python"]) == (DIST_NAME, version, SUMMARY, REQUIRES_PYTHON)
+            and tuple(msg.get_all("Requires-Dist") or ()) == REQUIRES
+            and not msg.get_payload()
+        )
+
+    return ok
+
+
+def _wheel_ok(data: bytes) -> bool:
+    from email.parser import BytesHeaderParser
+
+    msg = BytesHeaderParser().parsebytes(data)
+    return (
+        set(msg.keys()) == {"Wheel-Version", "Generator", "Root-Is-Purelib", "Tag"}
+        and (msg["Wheel-Version"], msg["Root-Is-Purelib"], msg["Tag"]) == ("1.0", "true", "py3-none-any")
+        and str(msg["Generator"]).startswith("setuptools (")
+        and not msg.get_payload()
+    )
+
+
+def _text_is(text: str) -> Callable[[bytes], bool]:
+    return lambda data: data.decode(errors="replace").strip() == text.strip()
+
+
+def _check_wheel(name: str, data: bytes, copy: Copied, release: bytes, version: str) -> None:
+    import base64
+    import csv
     import io
     import zipfile
 
     with zipfile.ZipFile(io.BytesIO(data)) as zf:
-        return {i.filename: zf.read(i) for i in zf.infolist() if not i.is_dir()}
+        infos = zf.infolist()
+        read = [(i.filename, None if i.is_dir() or stat.S_IFMT(i.external_attr >> 16) not in (0, stat.S_IFREG) else zf.read(i)) for i in infos]
+    members = _Members(WHEEL, name, read, "")
+    everything = dict(members.left)
+    info = f"{DIST_NAME.replace('-', '_')}-{version}.dist-info/"
+    members.launcher(copy, release)
+    members.expect(info + "METADATA", _metadata_ok(version))
+    members.expect(info + "WHEEL", _wheel_ok)
+    members.expect(info + "entry_points.txt", _text_is(CONSOLE_SCRIPTS))
+    members.expect(info + "top_level.txt", _text_is(TOP_LEVEL))
+
+    def record_ok(text: bytes) -> bool:  # every member named once, with its sha256 and size; RECORD itself unhashed
+        rows = list(csv.reader(io.StringIO(text.decode(errors="replace"))))
+        named = {row[0]: row[1:] for row in rows if row}
+        if len(named) != len([r for r in rows if r]) or set(named) != set(everything):
+            return False
+        for member, (digest, size) in ((k, v) for k, v in named.items() if k != info + "RECORD"):
+            body = everything[member]
+            want = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(body).digest()).rstrip(b"=").decode()
+            if (digest, size) != (want, str(len(body))):
+                return False
+        return True
+
+    members.expect(info + "RECORD", record_ok)
+    members.nothing_else()
 
 
-def _sdist_members(data: bytes) -> dict[str, bytes]:
+def _check_sdist(name: str, data: bytes, copy: Copied, release: bytes, pyproject: bytes, version: str) -> None:
     import io
     import tarfile
 
-    members: dict[str, bytes] = {}
+    top = f"{DIST_NAME.replace('-', '_')}-{version}/"
+    read: list[tuple[str, bytes | None]] = []
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tf:
         for info in tf.getmembers():
             if info.isdir():
+                parts = info.name.rstrip("/").split("/")
+                if (not (info.name.rstrip("/") + "/").startswith(top) and info.name.rstrip("/") != top.rstrip("/")) or any(p in ("", ".", "..") for p in parts):
+                    raise Refused(BUILT_DIFFERS.format(what=SDIST, name=name, member=info.name, why=MEMBER_NAME))
                 continue
             fh = tf.extractfile(info) if info.isreg() else None
-            members[info.name] = fh.read() if fh is not None else b"\0not a file"
-    return members
-
-
-def _check_members(what: str, name: str, members: Mapping[str, bytes], top: str, copy: Copied, release: bytes, pyproject: bytes | None) -> None:
-
-    def differs(member: str, why: str) -> Refused:
-        return Refused(BUILT_DIFFERS.format(what=what, name=name, member=member, why=why))
-
-    seen: set[str] = set()
-    for member, data in sorted(members.items()):
-        inner = member.removeprefix(top)
-        if inner.startswith("serve/"):
-            rel = inner.removeprefix("serve/")
-            expected = hashlib.sha256(release).hexdigest() if rel == "release.json" else copy.files.get(rel)
-            if expected is None:
-                raise differs(member, MEMBER_UNKNOWN)
-            if hashlib.sha256(data).hexdigest() != expected:
-                raise differs(member, MEMBER_NOT_JUDGED)
-            seen.add(rel)
-        elif what == WHEEL and inner.endswith(".dist-info/entry_points.txt"):
-            if data.decode(errors="replace").strip() != CONSOLE_SCRIPTS.strip():
-                raise differs(member, MEMBER_NOT_JUDGED)
-        elif what == SDIST and inner == "pyproject.toml":
-            if data != pyproject:
-                raise differs(member, MEMBER_NOT_JUDGED)
-        elif not (inner.split("/", 1)[0].endswith((".dist-info", ".egg-info")) or inner in SDIST_METADATA):
-            raise differs(member, MEMBER_UNKNOWN)
-    missing = sorted(set(copy.files) - seen - {"release.json"})
-    if missing:
-        raise differs(f"{top}serve/{missing[0]}", MEMBER_MISSING)
+            read.append((info.name, fh.read() if fh is not None else None))
+    members = _Members(SDIST, name, read, top)
+    members.launcher(copy, release)
+    members.expect("pyproject.toml", lambda b: b == pyproject)
+    members.expect("setup.cfg", lambda b: b == SETUP_CFG)
+    for pkg_info in ("PKG-INFO", f"{EGG_INFO}/PKG-INFO"):
+        members.expect(pkg_info, _metadata_ok(version))
+    members.expect(f"{EGG_INFO}/entry_points.txt", _text_is(CONSOLE_SCRIPTS))
+    members.expect(f"{EGG_INFO}/top_level.txt", _text_is(TOP_LEVEL))
+    members.expect(f"{EGG_INFO}/requires.txt", _text_is("\n".join(REQUIRES)))
+    members.expect(f"{EGG_INFO}/dependency_links.txt", lambda b: not b.strip())
+    sources = {"pyproject.toml", *(f"{EGG_INFO}/{n}" for n in ("PKG-INFO", "SOURCES.txt", "dependency_links.txt", "entry_points.txt", "requires.txt", "top_level.txt"))}
+    sources |= {f"serve/{rel}" for rel in (*copy.files, "release.json")}
+    members.expect(f"{EGG_INFO}/SOURCES.txt", lambda b: set(b.decode(errors="replace").split()) <= sources)
+    members.nothing_else()
 
 
 def _create(path: Path, data: bytes, mode: int = 0o644, dir_fd: int | None = None) -> None:
@@ -619,7 +722,7 @@ def ship(pins: Pins, root: Path, result: ShipCheck, results_dir: Path, dist: Pat
         judged_launcher(result, launcher, copy)
         packages = packages_of(stage)  # before the build: the copy as checked
         version = release_version(base, manifest["pin"]["commit"], manifest["build"]["key"])
-        outputs = checked_outputs(build_distribution(manifest, stage, base), copy, release_text(manifest), pyproject_text(packages, version))
+        outputs = checked_outputs(build_distribution(manifest, stage, base), copy, release_text(manifest), pyproject_text(packages, version), version)
         built = publish(outputs, dist, root)
     digests = {name: hashlib.sha256(data).hexdigest() for name, data in outputs.items()}
     # the release in the ledger: the next bump's perf gate compares with this build's figures

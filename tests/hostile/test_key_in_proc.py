@@ -41,3 +41,12 @@ def test_with_the_key_or_witness_set_ci_is_not_dumpable_once_it_starts_a_program
     env = {k: v for k, v in os.environ.items() if k not in ("ONEBIT_LEDGER_KEY", "ONEBIT_LEDGER_WITNESS")}
     assert dumpable_after_a_start(env) == 1  # nothing to hide: core dumps and debuggers as usual
     assert dumpable_after_a_start({**env, secret: "runner secret"}) == 0
+
+
+def test_nox_installs_the_project_without_the_key() -> None:
+    """pip and the builds it runs are dumpable for seconds: a second hostile pass found nox handing them the key."""
+    noxfile = (ROOT / "noxfile.py").read_text()
+    assert 'NO_KEY = {"ONEBIT_LEDGER_KEY": "", "ONEBIT_LEDGER_WITNESS": ""}' in noxfile
+    installs = [line for line in noxfile.splitlines() if "session.install(" in line]
+    assert installs, "noxfile.py installs the project"
+    assert all("**NO_KEY" in line for line in installs), installs

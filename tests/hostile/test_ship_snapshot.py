@@ -231,3 +231,90 @@ def test_the_ship_record_binds_the_wheel_and_the_sdist(build_project: Project) -
     wheel, sdist = next(dist.glob("*.whl")), next(dist.glob("*.tar.gz"))
     assert props["wheel_sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
     assert props["sdist_sha256"] == hashlib.sha256(sdist.read_bytes()).hexdigest()
+
+
+def _rewrite_wheel(wheel: Path, change: Callable[[str, dict[str, bytes]], None]) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        members = {i.filename: zf.read(i) for i in zf.infolist()}
+    info = next(n.split("/")[0] for n in members if ".dist-info/" in n)
+    change(info, members)
+    wheel.unlink()
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+
+
+def _rewrite_sdist(sdist: Path, change: Callable[[str, Path], None]) -> None:
+    import tarfile
+
+    unpacked = sdist.with_suffix(".unpacked")
+    with tarfile.open(sdist) as tf:
+        tf.extractall(unpacked, filter="fully_trusted")
+    top = next(unpacked.iterdir())
+    change(top.name, top)
+    sdist.unlink()
+    with tarfile.open(sdist, "w:gz") as tf:
+        for path in sorted(top.rglob("*")):
+            tf.add(path, arcname=f"{top.name}/{path.relative_to(top)}", recursive=False)
+        if change is _sdist_dotdot:
+            data = b"import os; os.system('echo planted')\n"
+            import io
+
+            info = tarfile.TarInfo(f"{top.name}/onebit_serve.egg-info/../setup.py")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    shutil.rmtree(unpacked)
+
+
+def _wheel_pth(info: str, m: dict[str, bytes]) -> None:
+    m[f"{info}/../evil_hook.pth"] = b"import os; os.system('echo planted')\n"
+
+
+def _wheel_dependency(info: str, m: dict[str, bytes]) -> None:
+    m[f"{info}/METADATA"] += b"Requires-Dist: evil-dependency\n"
+
+
+def _wheel_record(info: str, m: dict[str, bytes]) -> None:
+    m[f"{info}/top_level.txt"] = b"serve\nevil\n"
+
+
+def _sdist_dotdot(top: str, root: Path) -> None:
+    pass  # the member is added with its '..' name by _rewrite_sdist
+
+
+def _sdist_pkg_info_link(top: str, root: Path) -> None:
+    (root / "PKG-INFO").unlink()
+    (root / "PKG-INFO").symlink_to("/etc/passwd")
+
+
+def _sdist_setup_cfg(top: str, root: Path) -> None:
+    with (root / "setup.cfg").open("a") as f:
+        f.write("[options]\ninstall_requires = evil-dependency\n")
+
+
+@pytest.mark.parametrize(
+    ("kind", "change"),
+    [("whl", _wheel_pth), ("whl", _wheel_dependency), ("whl", _wheel_record), ("tar.gz", _sdist_dotdot), ("tar.gz", _sdist_pkg_info_link), ("tar.gz", _sdist_setup_cfg)],
+    ids=["wheel-pth-through-dist-info", "wheel-added-dependency", "wheel-top-level-edited", "sdist-setup-py-through-egg-info", "sdist-pkg-info-link", "sdist-setup-cfg-edited"],
+)
+def test_a_wheel_or_sdist_edited_outside_serve_after_the_build_is_not_shipped(
+    build_project: Project, monkeypatch: pytest.MonkeyPatch, kind: str, change: Callable[..., None]
+) -> None:
+    """Ship checked the members under serve/ and let any .dist-info or .egg-info member through: a wheel swapped after
+    the build with '<dist-info>/../evil_hook.pth' (a .pth at the top of site-packages runs at every Python start) or an
+    added Requires-Dist shipped, signed (a second hostile pass). Every member is now on an allow-list, by name and
+    content, and a name with '..' or a member that is not a regular file is refused."""
+    m = built(build_project)
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
+
+    def tampered(*args: Any, **kwargs: Any) -> Any:
+        done = command.run(*args, **kwargs)
+        out = next((stage_of(args) / "dist").glob(f"*.{kind}"))
+        (_rewrite_wheel if kind == "whl" else _rewrite_sdist)(out, change)
+        return done
+
+    monkeypatch.setattr("ci.release.ship.run", tampered)
+    r = ship(build_project)
+    assert r.code == 4, r.out + r.err
+    assert "is not what ship copied and checked" in r.err, r.err
+    assert not (build_project.root / "dist").exists()
