@@ -448,26 +448,55 @@ def judged_launcher(result: ShipCheck, launcher: Path, copy: Copied) -> None:
         raise Refused(LAUNCHER_COPY_DIFFERS.format(launcher=launcher, why=NOT_JUDGED.format(copy=copy.digest[:12], judged=other[:12])))
 
 
-def checked_outputs(built: Sequence[Path], copy: Copied, release: bytes, pyproject: bytes, version: str) -> dict[str, bytes]:
-    """Each output read once, and the wheel and the sdist opened from those bytes and held to an allow-list, by name
-    and by content: under ``serve/`` the files ship copied, with the sha256 they had (``release.json`` the manifest
-    ship wrote), every one of them; beside them only the metadata python -m build writes for this project, each as
-    ship expects it (the name, version, requirements, console script, top-level package; the wheel's RECORD naming
-    every member with its hash; the sdist's pyproject.toml ship's own). A member whose name has a ``..``, ``.`` or
-    empty part, or that is not a regular file, is refused. The stage is private to this user only: a process of the
-    same user (an orphan of a gate) could edit the copy after the check, or the outputs after the build (a wheel given
-    ``<dist-info>/../evil_hook.pth``, which runs at every Python start, shipped so once). The bytes checked are what is
-    published."""
-    outputs = {path.name: path.read_bytes() for path in built}
-    for name, data in outputs.items():
-        if name.endswith(".whl"):
-            _check_wheel(name, data, copy, release, version)
-        elif name.endswith(".tar.gz"):
-            _check_sdist(name, data, copy, release, pyproject, version)
+def checked_outputs(stage: Path, release_file: Path, copy: Copied, release: bytes, pyproject: bytes, version: str) -> dict[str, bytes]:
+    """What ship publishes, read once and checked: ``stage/dist`` must hold exactly this version's wheel and sdist,
+    regular files (opened without following a link), and nothing else; each is opened from the bytes read and held to
+    an allow-list, by name and by content: under ``serve/`` the files ship copied, with the sha256 they had
+    (``release.json`` the manifest ship wrote), every one of them; beside them only the metadata python -m build writes
+    for this project, each as ship expects it (the name, version, summary and requirements, each header once; console
+    script, top-level package; the wheel's RECORD naming every member with its hash; the sdist's pyproject.toml ship's
+    own). A member whose name has a ``..``, ``.`` or empty part, or that is not a regular file, is refused. Then each
+    archive is written again from the members checked, so no byte the check did not read (an archive before the
+    wheel's, a tar after the sdist's end) is published. The stage is private to this user only: a process of the same
+    user (an orphan of a gate) could edit the copy after the check, or the outputs after the build (a wheel given
+    ``<dist-info>/../evil_hook.pth``; an extra file; a link to /proc/self/environ, which put ship's own environment in
+    dist/). Returned in the order wheel, sdist, release manifest."""
+    stem = f"{DIST_NAME.replace('-', '_')}-{version}"
+    wheel, sdist = f"{stem}-py3-none-any.whl", f"{stem}.tar.gz"
+    found = sorted(os.listdir(stage / "dist"))
+    if found != sorted((wheel, sdist)):
+        odd = next((n for n in found if n not in (wheel, sdist)), None)
+        member, why = (odd, DIST_UNEXPECTED) if odd else (next(n for n in (wheel, sdist) if n not in found), MEMBER_MISSING)
+        raise Refused(BUILT_DIFFERS.format(what="dist/", name=f"({', '.join(found)})", member=member, why=why))
+    outputs: dict[str, bytes] = {}
+    for name, what in ((wheel, WHEEL), (sdist, SDIST)):
+        data = _read_regular(stage / "dist" / name, what)
+        try:
+            if what == WHEEL:
+                outputs[name] = _check_wheel(name, data, copy, release, version)
+            else:
+                outputs[name] = _check_sdist(name, data, copy, release, pyproject, version)
+        except (OSError, EOFError, ValueError, KeyError, IndexError, UnicodeError) as exc:  # zipfile's, tarfile's, csv's
+            raise Refused(BUILT_DIFFERS.format(what=what, name=name, member="the archive", why=NOT_AN_ARCHIVE.format(error=str(exc)[:120]))) from None
+    outputs[release_file.name] = _read_regular(release_file, "release manifest")
     return outputs
 
 
+def _read_regular(path: Path, what: str) -> bytes:
+    """A file's bytes, opened without following a link, refused unless it is a regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise Refused(BUILT_DIFFERS.format(what=what, name=path.name, member=path.name, why=MEMBER_NOT_A_FILE + f" ({exc.strerror})")) from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise Refused(BUILT_DIFFERS.format(what=what, name=path.name, member=path.name, why=MEMBER_NOT_A_FILE))
+        return fh.read()
+
+
 WHEEL, SDIST = "wheel", "sdist"
+WHEEL_TIME = (1980, 1, 1, 0, 0, 0)  # the members' time in the archives ship writes again: the same bytes every time
+SDIST_TIME = 315532800
 BUILT_DIFFERS = "ship: the {what} {name} python -m build wrote is not what ship copied and checked: {member} {why}; nothing was written"
 MEMBER_NOT_JUDGED = "is not the launcher's file the gates judged (edited in ship's stage since it was checked?)"
 MEMBER_MISSING = "is missing"
@@ -475,6 +504,8 @@ MEMBER_UNKNOWN = "is no file of the launcher or its metadata"
 MEMBER_NOT_EXPECTED = "is not the metadata python -m build writes for this project"
 MEMBER_NAME = "has a name that leaves its folder, or names one member twice"
 MEMBER_NOT_A_FILE = "is not a regular file"
+DIST_UNEXPECTED = "is not this version's wheel or sdist"
+NOT_AN_ARCHIVE = "cannot be read as one ({error})"
 CONSOLE_SCRIPTS = "[console_scripts]\n1bit = serve.cli:main\n"
 TOP_LEVEL = "serve\n"
 REQUIRES = ("gguf>=0.10", "pyyaml>=6")  # the launcher's requirements, as PYPROJECT declares them
@@ -482,6 +513,7 @@ REQUIRES_PYTHON = ">=3.10"
 SUMMARY = "1bit serve: llama-server launcher for the ROCmFPX fork, shipped with the evidence of its gates"
 SETUP_CFG = b"[egg_info]\ntag_build = \ntag_date = 0\n\n"  # what setuptools' sdist writes, and no option
 EGG_INFO = "onebit_serve.egg-info"
+METADATA_VERSIONS = ("2.1", "2.2", "2.3", "2.4")  # what setuptools writes (69 and later)
 
 
 class _Members:
@@ -535,7 +567,8 @@ def _metadata_ok(version: str) -> Callable[[bytes], bool]:
         allowed = {"Metadata-Version", "Name", "Version", "Summary", "Requires-Python", "Requires-Dist"}
         return (
             set(msg.keys()) <= allowed
-            and str(msg.get("Metadata-Version", "")).startswith("2.")
+            and all(len(msg.get_all(h) or ()) == 1 for h in allowed - {"Requires-Dist"})
+            and msg["Metadata-Version"] in METADATA_VERSIONS
             and (msg["Name"], msg["Version"], msg["Summary"], msg["Requires-Python"]) == (DIST_NAME, version, SUMMARY, REQUIRES_PYTHON)
             and tuple(msg.get_all("Requires-Dist") or ()) == REQUIRES
             and not msg.get_payload()
@@ -549,7 +582,7 @@ def _wheel_ok(data: bytes) -> bool:
 
     msg = BytesHeaderParser().parsebytes(data)
     return (
-        set(msg.keys()) == {"Wheel-Version", "Generator", "Root-Is-Purelib", "Tag"}
+        sorted(msg.keys()) == sorted(("Wheel-Version", "Generator", "Root-Is-Purelib", "Tag"))
         and (msg["Wheel-Version"], msg["Root-Is-Purelib"], msg["Tag"]) == ("1.0", "true", "py3-none-any")
         and str(msg["Generator"]).startswith("setuptools (")
         and not msg.get_payload()
@@ -560,7 +593,7 @@ def _text_is(text: str) -> Callable[[bytes], bool]:
     return lambda data: data.decode(errors="replace").strip() == text.strip()
 
 
-def _check_wheel(name: str, data: bytes, copy: Copied, release: bytes, version: str) -> None:
+def _check_wheel(name: str, data: bytes, copy: Copied, release: bytes, version: str) -> bytes:
     import base64
     import csv
     import io
@@ -580,6 +613,8 @@ def _check_wheel(name: str, data: bytes, copy: Copied, release: bytes, version: 
 
     def record_ok(text: bytes) -> bool:  # every member named once, with its sha256 and size; RECORD itself unhashed
         rows = list(csv.reader(io.StringIO(text.decode(errors="replace"))))
+        if any(len(row) != 3 for row in rows if row):
+            return False
         named = {row[0]: row[1:] for row in rows if row}
         if len(named) != len([r for r in rows if r]) or set(named) != set(everything):
             return False
@@ -592,9 +627,15 @@ def _check_wheel(name: str, data: bytes, copy: Copied, release: bytes, version: 
 
     members.expect(info + "RECORD", record_ok)
     members.nothing_else()
+    out = io.BytesIO()  # written again from the members checked, in their order: no byte around them goes out
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
+        for member, _ in read:
+            zf.writestr(zipfile.ZipInfo(member, date_time=WHEEL_TIME), everything[member], zipfile.ZIP_DEFLATED)
+    return out.getvalue()
 
 
-def _check_sdist(name: str, data: bytes, copy: Copied, release: bytes, pyproject: bytes, version: str) -> None:
+def _check_sdist(name: str, data: bytes, copy: Copied, release: bytes, pyproject: bytes, version: str) -> bytes:
+    import gzip
     import io
     import tarfile
 
@@ -623,6 +664,13 @@ def _check_sdist(name: str, data: bytes, copy: Copied, release: bytes, pyproject
     sources |= {f"serve/{rel}" for rel in (*copy.files, "release.json")}
     members.expect(f"{EGG_INFO}/SOURCES.txt", lambda b: set(b.decode(errors="replace").split()) <= sources)
     members.nothing_else()
+    out = io.BytesIO()  # written again from the members checked: no tar after the end, no second gzip member
+    with gzip.GzipFile(fileobj=out, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for member, body in read:
+            info = tarfile.TarInfo(member)
+            info.size, info.mode, info.mtime = len(body or b""), 0o644, SDIST_TIME
+            tf.addfile(info, io.BytesIO(body or b""))
+    return out.getvalue()
 
 
 def _create(path: Path, data: bytes, mode: int = 0o644, dir_fd: int | None = None) -> None:
@@ -722,7 +770,8 @@ def ship(pins: Pins, root: Path, result: ShipCheck, results_dir: Path, dist: Pat
         judged_launcher(result, launcher, copy)
         packages = packages_of(stage)  # before the build: the copy as checked
         version = release_version(base, manifest["pin"]["commit"], manifest["build"]["key"])
-        outputs = checked_outputs(build_distribution(manifest, stage, base), copy, release_text(manifest), pyproject_text(packages, version), version)
+        built = build_distribution(manifest, stage, base)
+        outputs = checked_outputs(stage, built[-1], copy, release_text(manifest), pyproject_text(packages, version), version)
         built = publish(outputs, dist, root)
     digests = {name: hashlib.sha256(data).hexdigest() for name, data in outputs.items()}
     # the release in the ledger: the next bump's perf gate compares with this build's figures

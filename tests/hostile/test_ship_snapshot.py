@@ -318,3 +318,107 @@ def test_a_wheel_or_sdist_edited_outside_serve_after_the_build_is_not_shipped(
     assert r.code == 4, r.out + r.err
     assert "is not what ship copied and checked" in r.err, r.err
     assert not (build_project.root / "dist").exists()
+
+
+def _extra_file(dist: Path) -> None:
+    (dist / "evil.pth").write_bytes(b"import os\n")
+
+
+def _link_to_environ(dist: Path) -> None:
+    (dist / "notes.txt").symlink_to("/proc/self/environ")
+
+
+def _renamed_wheel(dist: Path) -> None:
+    wheel = next(dist.glob("*.whl"))
+    wheel.rename(dist / "evil_pkg-6.6.6-cp311-cp311-win_amd64.whl")
+
+
+def _wheel_link(dist: Path) -> None:
+    wheel = next(dist.glob("*.whl"))
+    real = dist.parent / "elsewhere.whl"
+    wheel.rename(real)
+    wheel.symlink_to(real)
+
+
+def _prepended_archive(dist: Path) -> None:
+    wheel = next(dist.glob("*.whl"))
+    import io
+
+    extra = io.BytesIO()
+    with zipfile.ZipFile(extra, "w") as zf:
+        zf.writestr("evil_hook.pth", "import os\n")
+    wheel.write_bytes(extra.getvalue() + wheel.read_bytes())
+
+
+def _appended_tar(dist: Path) -> None:
+    import gzip
+    import io
+    import tarfile
+
+    sdist = next(dist.glob("*.tar.gz"))
+    raw = gzip.decompress(sdist.read_bytes())
+    extra = io.BytesIO()
+    with tarfile.open(fileobj=extra, mode="w") as tf:
+        data = b"import os\n"
+        info = tarfile.TarInfo(sdist.name.removesuffix(".tar.gz") + "/setup.py")
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+    sdist.write_bytes(gzip.compress(raw + extra.getvalue()))
+
+
+def _second_name_header(dist: Path) -> None:
+    def change(info: str, m: dict[str, bytes]) -> None:
+        import base64
+        import hashlib
+
+        m[f"{info}/METADATA"] += b"Name: evil-serve\n"
+        body = m[f"{info}/METADATA"]
+        digest = base64.urlsafe_b64encode(hashlib.sha256(body).digest()).rstrip(b"=").decode()
+        rows = [r for r in m[f"{info}/RECORD"].decode().splitlines() if not r.startswith(f"{info}/METADATA,")]
+        m[f"{info}/RECORD"] = "\n".join([f"{info}/METADATA,sha256={digest},{len(body)}", *rows, ""]).encode()
+
+    _rewrite_wheel(next(dist.glob("*.whl")), change)
+
+
+def _record_extra_column(dist: Path) -> None:
+    def change(info: str, m: dict[str, bytes]) -> None:
+        m[f"{info}/RECORD"] = m[f"{info}/RECORD"].replace(b",,", b",,,", 1)
+
+    _rewrite_wheel(next(dist.glob("*.whl")), change)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [_extra_file, _link_to_environ, _renamed_wheel, _wheel_link, _prepended_archive, _appended_tar, _second_name_header, _record_extra_column],
+    ids=["extra-file", "link-to-environ", "renamed-wheel", "wheel-a-link", "archive-before-the-wheel", "tar-after-the-sdist", "second-name-header", "record-extra-column"],
+)
+def test_what_the_stage_holds_beside_the_checked_members_is_not_shipped(build_project: Project, monkeypatch: pytest.MonkeyPatch, change: Callable[[Path], None]) -> None:
+    """A third hostile pass: ship published every file of the stage's dist/ (an extra evil.pth; a link to
+    /proc/self/environ, which wrote ship's own environment, the ledger's key in it, into dist/), a wheel under any name,
+    the bytes around the archive its check read (an archive before the wheel, a tar after the sdist's end), a METADATA
+    with a second Name, and ended in an internal error on a RECORD row of four columns. Now dist/ must hold exactly the
+    wheel and the sdist of this version, regular files; each is written again from the members checked; every header
+    is there once; a malformed archive is a refusal."""
+    m = built(build_project)
+    record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
+
+    def tampered(*args: Any, **kwargs: Any) -> Any:
+        done = command.run(*args, **kwargs)
+        change(stage_of(args) / "dist")
+        return done
+
+    monkeypatch.setattr("ci.release.ship.run", tampered)
+    monkeypatch.setenv("ONEBIT_TEST_SECRET", "sekrit")
+    r = ship(build_project)
+    dist = build_project.root / "dist"
+    import gzip
+
+    published = b"".join(gzip.decompress(p.read_bytes()) if p.name.endswith(".gz") else p.read_bytes() for p in dist.iterdir()) if dist.exists() else b""
+    for planted in (b"sekrit", b"evil", b"setup.py"):
+        assert planted not in published, r.out + r.err
+    if change in (_prepended_archive, _appended_tar):  # written again from the members checked: shipped, clean
+        assert r.code == 0, r.out + r.err
+    else:
+        assert r.code == 4, r.out + r.err
+        assert "python -m build wrote" in r.err, r.err
+        assert not dist.exists()
