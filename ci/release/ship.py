@@ -365,20 +365,18 @@ def release_version(base_version: str, pin: str, key: str) -> str:
     return f"{base_version}+g{pin[:7]}.b{key[:8]}"
 
 
-def build_distribution(manifest: dict[str, Any], stage: Path, base_version: str) -> list[Path]:
+def build_distribution(stage: Path, release: bytes, pyproject: bytes, version: str) -> Path:
     """Wheel and sdist of the launcher copied into ``stage/serve`` (:func:`snapshot`), with the release manifest
-    inside, built in ``stage``; their paths there, then the release manifest's (written beside them)."""
-    version = release_version(base_version, manifest["pin"]["commit"], manifest["build"]["key"])
-    text = release_text(manifest).decode()
-    _create(stage / "serve" / "release.json", text.encode())
-    _create(stage / "pyproject.toml", pyproject_text(packages_of(stage), version))
-    out = stage / "dist"
+    ``release`` inside, built in ``stage`` from ``pyproject`` into ``stage/dist``; the release manifest's path (written
+    beside them)."""
+    _create(stage / "serve" / "release.json", release)
+    _create(stage / "pyproject.toml", pyproject)
     _require_pypa_build()
     # run from the stage: the project's own build/ directory would shadow the package "build" (python -m build)
-    run([sys.executable, "-m", "build", "--no-isolation", "--sdist", "--wheel", "--outdir", str(out), str(stage)], cwd=stage, what="python -m build")
-    release = stage / f"{DIST_NAME.replace('-', '_')}-{version}.release.json"
-    _create(release, text.encode())
-    return [*sorted(out.iterdir()), release]
+    run([sys.executable, "-m", "build", "--no-isolation", "--sdist", "--wheel", "--outdir", str(stage / "dist"), str(stage)], cwd=stage, what="python -m build")
+    release_file = stage / f"{DIST_NAME.replace('-', '_')}-{version}.release.json"
+    _create(release_file, release)
+    return release_file
 
 
 def packages_of(stage: Path) -> list[str]:
@@ -386,7 +384,7 @@ def packages_of(stage: Path) -> list[str]:
 
 
 def release_text(manifest: dict[str, Any]) -> bytes:
-    """The release manifest as :func:`build_distribution` writes it, into the wheel and beside it."""
+    """The release manifest as ship writes it, into the wheel and beside it."""
     return (json.dumps(manifest, indent=2) + "\n").encode()
 
 
@@ -495,6 +493,7 @@ def _read_regular(path: Path, what: str) -> bytes:
 
 
 WHEEL, SDIST = "wheel", "sdist"
+OUTPUTS = ("wheel", "sdist", "release")  # checked_outputs' order, as the ship record names each output's sha256
 WHEEL_TIME = (1980, 1, 1, 0, 0, 0)  # the members' time in the archives ship writes again: the same bytes every time
 SDIST_TIME = 315532800
 BUILT_DIFFERS = "ship: the {what} {name} python -m build wrote is not what ship copied and checked: {member} {why}; nothing was written"
@@ -768,26 +767,20 @@ def ship(pins: Pins, root: Path, result: ShipCheck, results_dir: Path, dist: Pat
         launcher = launcher_files.launcher_dir()
         copy = snapshot(launcher, stage / "serve")
         judged_launcher(result, launcher, copy)
-        packages = packages_of(stage)  # before the build: the copy as checked
         version = release_version(base, manifest["pin"]["commit"], manifest["build"]["key"])
-        built = build_distribution(manifest, stage, base)
-        outputs = checked_outputs(stage, built[-1], copy, release_text(manifest), pyproject_text(packages, version), version)
+        release, pyproject = release_text(manifest), pyproject_text(packages_of(stage), version)  # of the copy as checked
+        release_file = build_distribution(stage, release, pyproject, version)
+        outputs = checked_outputs(stage, release_file, copy, release, pyproject, version)
         built = publish(outputs, dist, root)
-    digests = {name: hashlib.sha256(data).hexdigest() for name, data in outputs.items()}
     # the release in the ledger: the next bump's perf gate compares with this build's figures
     m = result.manifest
     # and which record of each gate counted for it: what the next build is compared with, not a later run of this one
     counted = tuple((COUNTED.format(gate=s.gate), str(s.record.line)) for s in result.standings if s.record is not None)
     # and what it published, by content: a wheel swapped in dist/ before the job uploads it is told from this one
-    bound = tuple((f"{kind}_sha256", digest) for name, digest in digests.items() for kind in (_kind(name),) if kind)
+    bound = tuple((f"{kind}_sha256", hashlib.sha256(data).hexdigest()) for kind, data in zip(OUTPUTS, outputs.values(), strict=True))
     shipped = GateResult(SHIP, Status.PASSED, f"shipped {built[0].name}", properties=(("release", built[-1].name), *counted, *bound))
     ledger_mod.append(ledger_mod.ledger_path(results_dir), shipped, binding.context_of(pins, m))
     return built
-
-
-def _kind(name: str) -> str:
-    """An output's kind by its name, as the ship record names its digest: wheel, sdist or release (release.json)."""
-    return "wheel" if name.endswith(".whl") else "sdist" if name.endswith(".tar.gz") else "release" if name.endswith(".release.json") else ""
 
 
 def _base_version() -> str:
