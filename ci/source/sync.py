@@ -58,6 +58,7 @@ AT_COMMIT = "at {commit}"
 NO_COMMIT_CHECKED_OUT = "with no commit checked out"
 VERDICT_LINE = "  {verdict}"
 CHECKING = "patches: {patches} ({digest}) against the pin {commit}:"  # --check, then a VERDICT_LINE a patch
+CHECKING_EMPTY = "patches: the series is empty; the checkout is the pin {commit} as it is"
 THE_CHECKOUT = "the checkout {name}"  # what the sync's lock guards (ci.locks' HELD)
 
 
@@ -282,6 +283,9 @@ def check(source: Source, remote: str | None, say: Callable[[str], None]) -> int
     store = ensure_commit(source, remote, say=log.info)
     check_paths(source.series, store.tree_of(source.commit), source.workdir if source.workdir.is_dir() else None, source.omit)
     plan = classify(source.gitdir, source.commit, source.series)
+    if not source.series.patches:
+        say(CHECKING_EMPTY.format(commit=source.short))
+        return 0
     say(CHECKING.format(patches=count(len(source.series.patches), "patch"), digest=source.series.digest[:12], commit=source.short))
     for line in plan.lines():
         say(VERDICT_LINE.format(verdict=line))

@@ -17,6 +17,7 @@ from ci.source import series, sync
 from ci.source.classify import IN_THE_TREE, NOT_APPLYING, VERDICT, VERDICT_DETAILED, Fate
 from ci.source.series import load_series
 from tests.support.fixtures import MakePatch
+from tests.support.messages import said
 from tests.support.project import DELTA_AT_C1, DELTA_C, Project
 
 AT_PIN = DELTA_AT_C1
@@ -405,3 +406,10 @@ def test_an_attached_checkout_that_was_never_filled_is_checked_out(project: Proj
     r = project.ci("patches", *remote(project))
     assert r.code == 0, r.err
     assert (project.submodule / "ggml/src/delta.c").read_text() == AT_PIN
+
+
+def test_check_of_an_empty_series_says_so_in_a_whole_sentence(project: Project) -> None:
+    r = project.ci("patches", "--check", *remote(project))
+    assert r.code == 0, r.err
+    assert said(sync.CHECKING_EMPTY, r.out, commit=project.fork.c1[:7])
+    assert not any(line.rstrip().endswith(":") for line in r.out.splitlines()), r.out
