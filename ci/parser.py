@@ -4,12 +4,45 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Mapping
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NoReturn
 
 from ci import defaults as d
+from ci.schema import did_you_mean
 
 PROFILES = "gfx1151 (default), gfx1100, gfx1201, cuda, vulkan, cpu"
 DEVICES = ["auto", "rocm", "vulkan", "cuda", "cpu"]
+
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+UNKNOWN_ARGUMENT = "unrecognized argument {argument}{suggestion}"
+DID_YOU_MEAN = ' (did you mean "{choice}"?)'  # serve.errors' wording, which ci.schema.did_you_mean gives
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)'")
+
+
+class Parser(argparse.ArgumentParser):
+    """A flag is taken only as spelled (``--profil`` is not ``--profile``), and what is not known is refused by the
+    command that was typed, naming the closest flag or command."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{**kwargs, "allow_abbrev": False})
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:  # type: ignore[override]
+        ns, extras = super().parse_known_args(args, namespace)
+        if extras and self._subparsers is None:  # a command's own parser: its unknowns are its to name
+            word = extras[0]
+            known = [s for action in self._actions for s in action.option_strings]
+            self.error(UNKNOWN_ARGUMENT.format(argument=word, suggestion=did_you_mean(word, known) if word.startswith("-") else ""))
+        return ns, extras
+
+    def error(self, message: str) -> NoReturn:
+        choice = _INVALID_CHOICE.search(message)
+        if choice and self._subparsers is not None:
+            commands = [name for action in self._subparsers._group_actions for name in (getattr(action, "choices", None) or {})]
+            message += did_you_mean(choice.group(1), commands)
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def _profile(p: argparse.ArgumentParser, what: str, default: str = "gfx1151") -> None:
@@ -29,10 +62,10 @@ def _out(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="onebit-ci", description="Build-and-test orchestration for the pinned ROCmFPX fork.")
+    top = Parser(prog="onebit-ci", description="Build-and-test orchestration for the pinned ROCmFPX fork.")
     top.add_argument("--root", help="the onebit-ci checkout (default: the nearest directory with pins.yaml)")
     top.add_argument("--debug", action="store_true", help="show tracebacks")
-    sub = top.add_subparsers(dest="command", required=True)
+    sub = top.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help)
