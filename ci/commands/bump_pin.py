@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import datetime as dt
 import logging
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from ci.source import sync
 from ci.source.classify import PatchVerdict, SeriesPlan, classify
 from ci.source.series import PATCHES_DIR, SERIES_FILE, Series, check_paths, load_series, series_text
 from ci.source.store import ForkStore, Move, Relation
-from ci.words import count
+from ci.words import count, listed
 
 log = logging.getLogger("onebit-ci")
 
@@ -51,13 +52,22 @@ SERIES_AT = "bump_pin: patch series at {commit}:"
 DROPPED_LINE = "  {patch}: already upstream, dropped from the series"
 STALE_FAULT = "bump_pin: {fault}; re-aim it in the same PR"
 EMPTY_OPTION = "{flag} is empty; give a value, or leave {flag} out for pins.yaml's"
-NOT_ON_BRANCH = "commit {commit} is not on the pinned branch {branch} ({where}); pin a commit of {branch}"
+# a bump that is not a step forward on the pinned branch of the pinned fork: every reason in one refusal, then the one
+# command that does it anyway (before, a move to another fork took three refusals in a row)
+BUMP_REFUSED = "bump refused: {reasons}"
+IF_MEANT = "; if this is meant: {command}"
+NO_BRANCH_HAS_IT = "; pin a commit of {branch}"
+NEXT_BUMP = "nox -s bump_pin -- {args}"
+NOT_ON_BRANCH = "commit {commit} is not on the pinned branch {branch} ({where})"
+BRANCH_ABSENT = "this fork has no branch {branch}, the pinned one ({where})"
 ONLY_ON = "it is only on {branches}"
 ON_NO_BRANCH = "no branch reaches it"
-ROLLBACK_REFUSED = "bump refused: {why}; pass --allow-rollback if this is meant"
 WHY_ROLLBACK = "{new} is an ancestor of the current pin {old} ({commits} back)"
 WHY_SIDEWAYS = "{new} is neither ahead of nor behind the current pin {old}"
 WHY_UNRELATED = "the current pin {old} is not in this fork, so {new} cannot be shown to be ahead"
+ANOTHER_FORK = "it came from {remote}, likely another fork than {current}: --url records the fork that has it"
+URL_PLACEHOLDER = "https://FORK-URL"  # a local mirror cannot say where its fork lives: the person fills it in
+BRANCHES_NAMED = 5
 CONFLICTS_REFUSED = "bump refused: the series conflicts at {commit}: {listing}; refresh the patch (docs/patches.md) and retry"
 CONFLICT_ITEM = "patches/{patch}: {detail}"
 UPSTREAM_REFUSED = "bump refused: already upstream at {commit}: {listing}; pass --drop-upstreamed to drop it in this bump"
@@ -180,23 +190,19 @@ def plan(project: Project, pins: pins_mod.Pins, store: ForkStore, request: BumpR
         if value is not None and not value.strip():  # "" was taken as "not given": an unset variable bumped silently
             raise ConfigError(EMPTY_OPTION.format(flag=flag))
     branch = request.branch or pins.fork.branch
-    # "head": the tip of the branch, for the scheduled bump that follows the fork (docs/ci.md)
-    commit = store.resolve(str(store.branch_tip(branch)) if request.target.lower() == "head" else request.target)
+    head = request.target.lower() == "head"  # the tip of the branch, for the scheduled bump that follows the fork (docs/ci.md)
+    if head and branch not in store.branches():
+        try:
+            store.branch_tip(branch)
+        except GitError as exc:
+            fix = _next_bump(request, branch=store.branches()[0]) if store.branches() else ""
+            raise GitError(exc.message + (IF_MEANT.format(command=fix) if fix else "")) from None
+    commit = store.resolve(str(store.branch_tip(branch)) if head else request.target)
     new = str(commit.id)
-    if not store.on_branch(new, branch):
-        elsewhere = store.branches_containing(new)
-        where = ONLY_ON.format(branches=", ".join(elsewhere[:5])) if elsewhere else ON_NO_BRANCH
-        raise Refused(NOT_ON_BRANCH.format(commit=new[:12], branch=branch, where=where))
     old = pins.fork.commit
     move = store.move(old, new)
-    if move.relation in (Relation.ROLLBACK, Relation.SIDEWAYS, Relation.UNRELATED) and not request.allow_rollback:
-        why = {
-            Relation.ROLLBACK: WHY_ROLLBACK.format(new=new[:12], old=old[:12], commits=count(move.behind, "commit")),
-            Relation.SIDEWAYS: WHY_SIDEWAYS.format(new=new[:12], old=old[:12]),
-            Relation.UNRELATED: WHY_UNRELATED.format(new=new[:12], old=old[:12]),
-        }[move.relation]
-        raise Refused(ROLLBACK_REFUSED.format(why=why))
-    url = fork_url(pins.fork.url, request, move.relation, new)
+    _refuse_unless_forward(store, pins, request, branch, new, move)
+    url = fork_url(pins.fork.url, request, move.relation)
     reference = request.reference or (pins.fork.reference if move.relation is Relation.SAME else f"{branch}@{new[:7]}")
     date = pins.fork.date if move.relation is Relation.SAME else request.today.isoformat()
     changes = {"commit": new, "reference": reference, "date": date}
@@ -243,10 +249,49 @@ def plan(project: Project, pins: pins_mod.Pins, store: ForkStore, request: BumpR
     )
 
 
-def fork_url(current: str, request: BumpRequest, relation: Relation, new: str) -> str:
+def _refuse_unless_forward(store: ForkStore, pins: pins_mod.Pins, request: BumpRequest, branch: str, new: str, move: Move) -> None:
+    """Refuse a bump that is not a step forward on the pinned branch of the pinned fork, naming every reason at once
+    and the one command that makes it anyway (the branch that has the commit, main first; --url; --allow-rollback)."""
+    reasons: list[str] = []
+    fix: dict[str, str] = {}
+    absent = branch not in store.branches()
+    if absent or not store.on_branch(new, branch):
+        elsewhere = store.branches_containing(new)
+        where = ONLY_ON.format(branches=listed(elsewhere, BRANCHES_NAMED)) if elsewhere else ON_NO_BRANCH
+        reasons.append(BRANCH_ABSENT.format(branch=branch, where=where) if absent else NOT_ON_BRANCH.format(commit=new[:12], branch=branch, where=where))
+        branches = [b for b in elsewhere if not b.startswith("pull/")]  # a pull request's head is no branch to pin
+        if not branches:
+            raise Refused(BUMP_REFUSED.format(reasons="; ".join(reasons)) + NO_BRANCH_HAS_IT.format(branch=branch))
+        fix["branch"] = branches[0]
+    old = pins.fork.commit
+    if move.relation is Relation.UNRELATED and request.url is None and request.remote is not None and not request.remote.startswith("https://"):
+        reasons.append(ANOTHER_FORK.format(remote=request.remote, current=pins.fork.url))
+        fix["url"] = URL_PLACEHOLDER
+    if move.relation in (Relation.ROLLBACK, Relation.SIDEWAYS, Relation.UNRELATED) and not request.allow_rollback:
+        reasons.append({
+            Relation.ROLLBACK: WHY_ROLLBACK.format(new=new[:12], old=old[:12], commits=count(move.behind, "commit")),
+            Relation.SIDEWAYS: WHY_SIDEWAYS.format(new=new[:12], old=old[:12]),
+            Relation.UNRELATED: WHY_UNRELATED.format(new=new[:12], old=old[:12]),
+        }[move.relation])  # fmt: skip
+        fix["allow_rollback"] = ""
+    if reasons:
+        raise Refused(BUMP_REFUSED.format(reasons="; ".join(reasons)) + IF_MEANT.format(command=_next_bump(request, **fix)))
+
+
+def _next_bump(request: BumpRequest, branch: str | None = None, url: str | None = None, allow_rollback: str | None = None) -> str:
+    """The bump command of ``request`` again, with the flags a refusal found missing."""
+    args = [request.target]
+    for flag, value in (("--remote", request.remote), ("--branch", branch or request.branch), ("--url", url or request.url), ("--reference", request.reference)):
+        if value is not None:
+            args += [flag, shlex.quote(value)]
+    args += ["--allow-rollback"] if allow_rollback is not None or request.allow_rollback else []
+    args += ["--drop-upstreamed"] if request.drop_upstreamed else []
+    return NEXT_BUMP.format(args=" ".join(args))
+
+
+def fork_url(current: str, request: BumpRequest, relation: Relation) -> str:
     """The fork URL to record for the new pin: ``--url``; else an https ``--remote`` it was fetched from; else the
-    current one, unless the new pin is not in the current pin's history and came from a local mirror, which cannot
-    say where the fork lives: that is refused, naming ``--url``."""
+    current one (a local mirror of another fork was refused before, naming ``--url``)."""
     if request.url is not None:
         problem = pins_mod.check_url(request.url)
         if problem:
@@ -255,11 +300,6 @@ def fork_url(current: str, request: BumpRequest, relation: Relation, new: str) -
     remote = request.remote
     if remote is not None and remote.startswith("https://"):
         return remote
-    if remote is not None and relation is Relation.UNRELATED:
-        raise Refused(
-            f"bump refused: {new[:12]} came from {remote} and the current pin is not in its history, so it is likely another fork "
-            f"than {current}; give --url https://... for the fork that has it (recorded in pins.yaml and .gitmodules), or --url {current} to keep this one"
-        )
     return current
 
 

@@ -15,7 +15,7 @@ import contextlib
 import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -25,6 +25,7 @@ from pygit2.enums import RepositoryInitFlag, SortMode
 
 from ci.errors import ConfigError, GitError
 from ci.schema import did_you_mean
+from ci.words import listed
 from serve.bounded import CONFIG_LIMIT, read_regular
 
 HEADS = "refs/onebit/heads/"
@@ -38,6 +39,8 @@ ALTERNATE_GONE = (
     "pass --remote with its new path, or a URL, to fetch the objects in"
 )
 FETCH_FAILED = "fetch {url}: {error}; check the URL or pass --remote PATH to a local mirror"
+BRANCHES_SHOWN = 12
+MAIN_LINES = ("main", "master")
 BRANCH_NOT_IN_FORK = 'branch "{branch}" is not in the fork{suggestion}; it has {count} branches: {names}'
 NOT_A_COMMIT_ID = '"{spec}" is not a commit id (hex digits, at least {digits})'
 TOO_SHORT = '"{spec}" is too short: give at least {digits} hex digits of the commit'
@@ -165,12 +168,13 @@ class ForkStore:
         try:
             return self.repo.references[HEADS + branch].target  # type: ignore[return-value]
         except KeyError:
-            names = sorted(self.branches())
-            listing = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
+            names = self.branches()
+            listing = listed(names, BRANCHES_SHOWN)
             raise GitError(BRANCH_NOT_IN_FORK.format(branch=branch, suggestion=did_you_mean(branch, names), count=len(names), names=listing)) from None
 
-    def branches(self) -> Iterator[str]:
-        return (r[len(HEADS) :] for r in self.repo.references if r.startswith(HEADS))
+    def branches(self) -> list[str]:
+        """The fork's branches, its main line first (main, then master), the rest by name."""
+        return by_main_first(r[len(HEADS) :] for r in self.repo.references if r.startswith(HEADS))
 
     def commit(self, sha: str) -> pygit2.Commit:
         try:
@@ -229,7 +233,7 @@ class ForkStore:
                 tip = self.repo.references[name].target
                 if str(tip) == sha or self.repo.descendant_of(tip, sha):
                     out.append(name.replace(HEADS, "").replace(PULLS, "pull/"))
-        return sorted(out)
+        return by_main_first(out)
 
     def move(self, old: str, new: str) -> Move:
         if old == new:
@@ -288,3 +292,8 @@ def _local_repo_path(remote: str) -> Path | None:
     if not p.exists():
         raise ConfigError(f"--remote {remote}: no such directory (give a local mirror path or a URL)")
     return p.resolve()
+
+
+def by_main_first(names: Iterable[str]) -> list[str]:
+    """Branch names sorted, the fork's main line first: the branch a person most likely means is never cut off."""
+    return sorted(names, key=lambda name: (MAIN_LINES.index(name) if name in MAIN_LINES else len(MAIN_LINES), name))

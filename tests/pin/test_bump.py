@@ -68,6 +68,7 @@ def test_head_of_another_branch_is_still_checked_against_the_pin(project: Projec
     r = bump(project, "HEAD", "--branch", "nope")
     assert r.code == 3
     assert said(store.BRANCH_NOT_IN_FORK, r.err, branch="nope")
+    assert bump_pin.IF_MEANT.format(command=bump_pin.NEXT_BUMP.format(args=f"HEAD --remote {project.fork.path} --branch main")) in r.err
     assert project.state() == before
 
 
@@ -111,9 +112,11 @@ def test_a_commit_only_on_a_side_branch_is_refused(project: Project) -> None:
     r = bump(project, project.fork.w1[:8])
     assert r.code == 4
     assert bump_pin.NOT_ON_BRANCH.format(commit=project.fork.w1[:12], branch="main", where=bump_pin.ONLY_ON.format(branches="wip")) in r.err
+    assert bump_pin.IF_MEANT.format(command=bump_pin.NEXT_BUMP.format(args=f"{project.fork.w1[:8]} --remote {project.fork.path} --branch wip")) in r.err
     r = bump(project, project.fork.p1[:8])
     assert r.code == 4
     assert bump_pin.NOT_ON_BRANCH.format(commit=project.fork.p1[:12], branch="main", where=bump_pin.ONLY_ON.format(branches="pull/7")) in r.err
+    assert r.err.rstrip().endswith(bump_pin.NO_BRANCH_HAS_IT.format(branch="main"))  # a pull request's head is no branch
     assert project.state() == before
 
 
@@ -122,8 +125,8 @@ def test_a_rollback_is_refused_unless_allowed(project: Project) -> None:
     r = bump(project, project.fork.c0[:8])
     assert r.code == 4
     why = bump_pin.WHY_ROLLBACK.format(new=project.fork.c0[:12], old=project.fork.c1[:12], commits="1 commit")
-    assert bump_pin.ROLLBACK_REFUSED.format(why=why) in r.err
-    assert "--allow-rollback" in r.err
+    again = bump_pin.NEXT_BUMP.format(args=f"{project.fork.c0[:8]} --remote {project.fork.path} --allow-rollback")
+    assert bump_pin.BUMP_REFUSED.format(reasons=why) + bump_pin.IF_MEANT.format(command=again) in r.err
     assert project.state() == before
     r = bump(project, project.fork.c0[:8], "--allow-rollback")
     assert r.code == 0, r.err
@@ -135,7 +138,7 @@ def test_a_sideways_move_is_refused(project: Project) -> None:
     assert bump(project, project.fork.s1[:8]).code == 0  # s1 is on main through the merge c3
     r = bump(project, project.fork.c2[:8])
     assert r.code == 4
-    assert bump_pin.ROLLBACK_REFUSED.format(why=bump_pin.WHY_SIDEWAYS.format(new=project.fork.c2[:12], old=project.fork.s1[:12])) in r.err
+    assert bump_pin.BUMP_REFUSED.format(reasons=bump_pin.WHY_SIDEWAYS.format(new=project.fork.c2[:12], old=project.fork.s1[:12])) in r.err
 
 
 def test_a_fetch_error_changes_nothing(project: Project, tmp_path: Path) -> None:
