@@ -59,7 +59,7 @@ def job_of(args: argparse.Namespace) -> Job:
     from ci.commands.job import Job
 
     if getattr(args, "_job", None) is None:
-        args._job = Job.resolve(Path(args.root) if args.root else None)
+        args._job = Job.resolve(Path(args.root) if args.root else None, session=str(getattr(args, "command", "build")).replace("-", "_"))
     job: Job = args._job
     return job
 

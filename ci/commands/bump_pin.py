@@ -17,8 +17,9 @@ import pygit2
 
 from ci.commands import given, say
 from ci.commands.build import build
-from ci.commands.job import Job, source_of
+from ci.commands.job import SESSION_COMMAND, Job, source_of
 from ci.compile.cmake import BuildRequest
+from ci.compile.profiles import DEFAULT_PROFILE
 from ci.compile.stage import CurrentBuild
 from ci.errors import ConfigError, GitError, OnebitError, Refused, ToolchainError
 from ci.files import all_or_nothing, shown, write_atomic
@@ -86,6 +87,8 @@ NO_COMPILE_VERDICT = "bump_pin: no {profile} compile verdict: {reason}"
 COMPILE_SAID = "bump_pin: {profile} compile {verdict}"
 COMPILED_IN = "passed: {profile} compiled in {seconds:.1f} s"
 BUILD_KEY = " (build key {key}{up_to_date})"
+NEXT = "bump_pin: next: {gates}, then git commit -F {report}"
+NOT_HERE = "nox -s {sessions} on a machine with the {profile} toolchain"
 UP_TO_DATE = ", up to date"
 
 
@@ -416,9 +419,7 @@ def session(project: Project, request: BumpRequest, report: Path | None, say: Ca
         say(bump.checkout.describe())
     for line in bump.stale_faults:
         say(STALE_FAULT.format(fault=line))
-    rel = shown(done.report, project.root)
-    say(f"bump_pin: wrote pins.yaml and the gitlink (staged); report: {rel}")
-    say(f"bump_pin: next: nox -s build gpu_tests, then git commit -F {rel}")
+    say(f"bump_pin: wrote pins.yaml and the gitlink (staged); report: {shown(done.report, project.root)}")
     return 0
 
 
@@ -428,9 +429,22 @@ def main(args: argparse.Namespace) -> int:
     project = find_project(Path(args.root) if args.root else None)
     code = session(project, request, given(args.report), say, stale_lines)
     report = given(args.report) or project.root / "build" / "bump-report.md"
-    if code == 0 and not args.no_compile and report.is_file():  # a compile verdict for the new pin (issue 23)
-        compile_verdict(Job.resolve(project.root), report, say, remote=args.remote)  # pins.yaml as bumped, read once
+    if code == 0 and report.is_file():
+        job = Job.resolve(project.root, session="build")  # pins.yaml as bumped, read once
+        if not args.no_compile:  # a compile verdict for the new pin (issue 23)
+            compile_verdict(job, report, say, remote=args.remote)
+        say(NEXT.format(gates=next_gates(job), report=shown(report, project.root)))
     return code
+
+
+def next_gates(job: Job) -> str:
+    """The command that builds and gates the new pin on this machine: the default profile's where its toolchain is,
+    else one this machine can build."""
+    sessions = "build gpu_tests"
+    if DEFAULT_PROFILE in job.buildable():
+        return f"nox -s {sessions}"
+    here = job.suggested_profile()
+    return SESSION_COMMAND.format(sessions=sessions, profile=here) if here else NOT_HERE.format(sessions=sessions, profile=DEFAULT_PROFILE)
 
 
 def compile_verdict(job: Job, report: Path, say: Callable[[str], None], profile: str = "gfx1151", remote: str | None = None) -> str | None:

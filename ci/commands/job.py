@@ -9,19 +9,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ci.command import declare
 from ci.compile import toolchain as toolchain_mod
 from ci.compile.cmake import BuildPlan, BuildRequest, plan
 from ci.compile.flags import flags_for, local_flags, one_off_flags, profile_of
-from ci.compile.profiles import Profile
+from ci.compile.profiles import PROFILES, Profile
 from ci.compile.stage import CurrentBuild, current_build
 from ci.compile.toolchain import Toolchain
-from ci.errors import ConfigError
+from ci.environment import declare
+from ci.errors import ConfigError, ToolchainError
 from ci.gates.registry import check_expect, check_require
 from ci.pin.pins import Pins, target_problem
 from ci.pin.project import Project, find_project
 from ci.source.series import PATCHES_DIR, Series, load_series
 from ci.source.sync import Source
+
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+BUILDS_HERE = "this machine can build {profiles}: {command}"  # after a profile whose toolchain is not here
+SESSION_COMMAND = "nox -s {sessions} -- --profile {profile}"
+MAIN_JOB_COMMAND = "ONEBIT_PROFILE={profile} nox"
+ANYWHERE = "cpu"  # the profile whose gates run on any machine: the one a hint names first
 
 
 @dataclass(frozen=True)
@@ -30,17 +36,18 @@ class Job:
     pins: Pins
     series: Series
     env: Mapping[str, str]
-    _toolchains: dict[str, Toolchain] = field(default_factory=dict, compare=False, repr=False)  # found once per profile
+    session: str = "build"  # the nox session this job runs for: the command a hint names
+    _toolchains: dict[str, Toolchain | ToolchainError] = field(default_factory=dict, compare=False, repr=False)  # looked for once per profile
 
     @classmethod
-    def resolve(cls, root: Path | None = None, env: Mapping[str, str] | None = None) -> Job:
+    def resolve(cls, root: Path | None = None, env: Mapping[str, str] | None = None, session: str = "build") -> Job:
         """The project at or above ``root`` (or the working directory), its pins.yaml and its series, read once."""
         project = find_project(root)
         pins = project.load_pins()
         check_require(pins)
         check_expect(pins)
         declare(pins.environment)  # the job's programs get what its pins.yaml names, and their records say so
-        return cls(project, pins, load_series(project.root / PATCHES_DIR), dict(os.environ) if env is None else env)
+        return cls(project, pins, load_series(project.root / PATCHES_DIR), dict(os.environ) if env is None else env, session)
 
     @property
     def root(self) -> Path:
@@ -57,9 +64,42 @@ class Job:
         return profile
 
     def toolchain(self, profile: Profile) -> Toolchain:
+        """The profile's toolchain; missing, a ToolchainError that also names what this machine can build, as a
+        command of this job's session that works here."""
+        found = self._found(profile)
+        if isinstance(found, ToolchainError):
+            here = self.builds_here(besides=profile.name)
+            raise ToolchainError(found.message + (f"\n{here}" if here else ""))
+        return found
+
+    def _found(self, profile: Profile) -> Toolchain | ToolchainError:
+        """The profile's toolchain or why it is not here, looked for once."""
         if profile.name not in self._toolchains:
-            self._toolchains[profile.name] = toolchain_mod.detect(profile, self.pins.build, self.env)
+            try:
+                self._toolchains[profile.name] = toolchain_mod.detect(profile, self.pins.build, self.env)
+            except ToolchainError as exc:
+                self._toolchains[profile.name] = exc
         return self._toolchains[profile.name]
+
+    def buildable(self, besides: str = "") -> list[str]:
+        """The profiles whose toolchain is on this machine (the profile table's order), ``besides`` left out."""
+        return [name for name, profile in PROFILES.items() if name != besides and not isinstance(self._found(profile), ToolchainError)]
+
+    def suggested_profile(self, besides: str = "") -> str | None:
+        """The profile a hint names: one this machine can build, the one whose gates run anywhere first."""
+        found = self.buildable(besides)
+        return ANYWHERE if ANYWHERE in found else (found[0] if found else None)
+
+    def builds_here(self, besides: str = "", sessions: str | None = None) -> str:
+        """:data:`BUILDS_HERE`: the profiles this machine can build and the command of ``sessions`` (default this
+        job's) for one of them, the profile whose gates run anywhere first; "" when it can build none."""
+        found = self.buildable(besides)
+        profile = self.suggested_profile(besides)
+        if profile is None:
+            return ""
+        sessions = sessions or self.session
+        command = MAIN_JOB_COMMAND.format(profile=profile) if sessions == "main_job" else SESSION_COMMAND.format(sessions=sessions, profile=profile)
+        return BUILDS_HERE.format(profiles=" and ".join(found) if len(found) <= 2 else ", ".join(found), command=command)
 
     def build_dir(self, profile: Profile, build_root: Path | None = None) -> Path:
         return (build_root or self.root / "build") / profile.name

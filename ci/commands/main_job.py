@@ -29,6 +29,9 @@ from ci.release import ledger, records
 PROFILE_VAR = "ONEBIT_PROFILE"  # the main job's profile when --profile is not given (nox, in CI)
 NO_TOOLCHAIN = "main job: no {profile} toolchain here ({missing})"
 ROUTE_ONLY = "main job: the build and the GPU gates need it; running the gate that needs no GPU: the route tests"
+# the last line of a job that could not build: what ran, what did not and why, and what this machine can run instead
+PARTLY_RAN = "main job: ran verify_pin and the route gate ({route}); not run: the {profile} build, its gates and ship (no {profile} toolchain here){instead}"
+INSTEAD = "; {builds_here}"
 
 
 def run(job: Job, profile_name: str, remote: str | None, say: Callable[[str], None], from_env: bool = False) -> int:
@@ -41,7 +44,7 @@ def run(job: Job, profile_name: str, remote: str | None, say: Callable[[str], No
     try:
         job.toolchain(profile)
     except ToolchainError as exc:
-        return _no_toolchain(job, profile.name, exc.message, say)
+        return _no_toolchain(job, profile.name, exc.message.splitlines()[0], say)
     outcome = build(job, BuildRequest(profile=profile.name, remote=remote), say, verified=True)
     current = current_build(outcome.plan, job.root)  # the plan the build ran: its key, not a second derivation
     done = run_gates(job, current, GpuTestsRequest(profile.name), say)
@@ -61,6 +64,8 @@ def _no_toolchain(job: Job, profile: str, missing: str, say: Callable[[str], Non
     say(records.summary_table([result]))
     if not result.ok:
         raise GateFailed(f"main job: the route gate failed: {'; '.join(result.problems[:3])}")
+    here = job.builds_here(besides=profile, sessions="main_job")
+    say(PARTLY_RAN.format(route=result.summary, profile=profile, instead=INSTEAD.format(builds_here=here) if here else ""))
     return 0
 
 

@@ -35,8 +35,7 @@ LLVM_N_RE = re.compile(r"^llvm-(\d+)$")
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 NO_ROCM = (
     "{profile}: no ROCm found (ROCM_PATH is not set, no hipconfig on PATH, nothing at {where}); "
-    "Debian: apt-get install hipcc libamdhip64-dev libhipblas-dev librocblas-dev; {therock}; "
-    "or pick another profile with --profile cuda|vulkan|cpu"
+    "Debian: apt-get install hipcc libamdhip64-dev libhipblas-dev librocblas-dev; {therock}"
 )
 ROCM_PATH_MISSING = "{profile}: ROCM_PATH={root} does not exist; set ROCM_PATH to your ROCm (/opt/rocm, /opt/rocm-therock, /usr)"
 INCOMPLETE = "{profile}: {layout} ROCm at {root} (from {source}) is incomplete:"

@@ -116,7 +116,7 @@ def detect(profile: Profile, build: BuildConfig, env: Mapping[str, str] | None =
     tools = [cmake, ninja]
     flags: list[str] = [f"-DCMAKE_MAKE_PROGRAM={ninja.path}"]
     extra_env: list[tuple[str, str]] = []
-    hint = f"set CC/CXX, or pick another profile with --profile (this is {profile.name})"
+    hint = "install gcc and g++ (or clang), or set CC and CXX"  # every profile needs them
     cc = _probe("cc", _require(env, "cc", ("cc", "gcc", "clang"), "CC", hint))
     cxx = _probe("cxx", _require(env, "cxx", ("c++", "g++", "clang++"), "CXX", hint))
     _check_minimum(cxx, "cxx", build)
