@@ -169,18 +169,50 @@ def write_dflash(path: Path, spec: DFlashSpec) -> Path:
 
 
 def _dflash_keys(w: Any, spec: DFlashSpec) -> None:
-    a = DFLASH
     s = spec
-    add_block_keys(w, a, context=s.target.context, dim=s.dim, blocks=s.layers, ff=s.ff, heads=s.heads, heads_kv=s.heads, head_dim=s.head_dim, rope_dim=s.head_dim)
-    w.add_float32(f"{a}.rope.freq_base", 10000000.0)
-    w.add_array(f"{a}.target_layers", list(spec.target_layers))
-    w.add_uint32(f"{a}.target_hidden_size", spec.target.dim)
-    w.add_uint32(f"{a}.block_size", spec.block_size)
-    w.add_uint32(f"{a}.mask_token_id", UNK_ID)
-    w.add_uint32("tokenizer.ggml.mask_token_id", UNK_ID)
-    # upstream llama.cpp may take the first draft from the anchor position; the fork at c14872f takes every draft from
-    # the mask positions: this key makes upstream draft as the fork does (the fork does not read it)
-    w.add_bool(f"{a}.sample_from_anchor", False)
+    add_dflash_keys(
+        w,
+        context=s.target.context,
+        dim=s.dim,
+        layers=s.layers,
+        ff=s.ff,
+        heads=s.heads,
+        heads_kv=s.heads,
+        head_dim=s.head_dim,
+        target_layers=s.target_layers,
+        target_dim=s.target.dim,
+        block_size=s.block_size,
+        mask_token_id=UNK_ID,
+    )
     add_vocab(w)
 
 
+def add_dflash_keys(
+    w: Any,
+    *,
+    context: int,
+    dim: int,
+    layers: int,
+    ff: int,
+    heads: int,
+    heads_kv: int,
+    head_dim: int,
+    target_layers: tuple[int, ...],
+    target_dim: int,
+    block_size: int,
+    mask_token_id: int,
+    rope_base: float = 10000000.0,
+) -> None:
+    """A DFlash drafter's keys (full rotary on each head), the vocabulary's left to the caller; the real-shaped
+    drafter (:mod:`ci.gates.shapes`) writes its here too."""
+    a = DFLASH
+    add_block_keys(w, a, context=context, dim=dim, blocks=layers, ff=ff, heads=heads, heads_kv=heads_kv, head_dim=head_dim, rope_dim=head_dim)
+    w.add_float32(f"{a}.rope.freq_base", rope_base)
+    w.add_array(f"{a}.target_layers", list(target_layers))
+    w.add_uint32(f"{a}.target_hidden_size", target_dim)
+    w.add_uint32(f"{a}.block_size", block_size)
+    w.add_uint32(f"{a}.mask_token_id", mask_token_id)
+    w.add_uint32("tokenizer.ggml.mask_token_id", mask_token_id)
+    # upstream llama.cpp may take the first draft from the anchor position; the fork at c14872f takes every draft from
+    # the mask positions: this key makes upstream draft as the fork does (the fork does not read it)
+    w.add_bool(f"{a}.sample_from_anchor", False)

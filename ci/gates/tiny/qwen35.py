@@ -223,18 +223,57 @@ def write_mtp(path: Path, spec: MtpSpec) -> Path:
 
 
 def _qwen35_keys(w: Any, spec: Qwen35Spec, blocks: int) -> None:
-    a = QWEN35
-    s = spec
-    add_block_keys(w, a, context=s.context, dim=s.dim, blocks=blocks, ff=s.ff, heads=s.heads, heads_kv=s.heads_kv, head_dim=s.head_dim, rope_dim=s.rope_dim)
     # IMROPE's sections (temporal, height, width, extra) in rotary pairs; text positions use them all alike
     pairs = spec.rope_dim // 2
-    w.add_array(f"{a}.rope.dimension_sections", [pairs - 2 * (pairs // 3), pairs // 3, pairs // 3, 0])
-    w.add_float32(f"{a}.rope.freq_base", 10000000.0)
-    w.add_uint32(f"{a}.full_attention_interval", spec.full_attention_interval)
-    w.add_uint32(f"{a}.ssm.conv_kernel", spec.conv_kernel)
-    w.add_uint32(f"{a}.ssm.state_size", spec.state)
-    w.add_uint32(f"{a}.ssm.group_count", spec.k_heads)
-    w.add_uint32(f"{a}.ssm.time_step_rank", spec.v_heads)
-    w.add_uint32(f"{a}.ssm.inner_size", spec.inner)
+    add_qwen35_keys(
+        w,
+        QWEN35,
+        context=spec.context,
+        dim=spec.dim,
+        blocks=blocks,
+        ff=spec.ff,
+        heads=spec.heads,
+        heads_kv=spec.heads_kv,
+        head_dim=spec.head_dim,
+        rope_dim=spec.rope_dim,
+        rope_sections=(pairs - 2 * (pairs // 3), pairs // 3, pairs // 3, 0),
+        full_attention_interval=spec.full_attention_interval,
+        conv_kernel=spec.conv_kernel,
+        state=spec.state,
+        k_heads=spec.k_heads,
+        v_heads=spec.v_heads,
+    )
 
 
+def add_qwen35_keys(
+    w: Any,
+    arch: str,
+    *,
+    context: int,
+    dim: int,
+    blocks: int,
+    ff: int,
+    heads: int,
+    heads_kv: int,
+    head_dim: int,
+    rope_dim: int,
+    rope_sections: tuple[int, int, int, int],
+    full_attention_interval: int,
+    conv_kernel: int,
+    state: int,
+    k_heads: int,
+    v_heads: int,
+    rope_base: float = 10000000.0,
+) -> None:
+    """The keys of a qwen35-class model (``arch``: qwen35 or qwen35moe) past the blocks' own, in the order the tiny
+    models have always written them; the real-shaped models (:mod:`ci.gates.shapes`) write theirs here too."""
+    a = arch
+    add_block_keys(w, a, context=context, dim=dim, blocks=blocks, ff=ff, heads=heads, heads_kv=heads_kv, head_dim=head_dim, rope_dim=rope_dim)
+    w.add_array(f"{a}.rope.dimension_sections", list(rope_sections))
+    w.add_float32(f"{a}.rope.freq_base", rope_base)
+    w.add_uint32(f"{a}.full_attention_interval", full_attention_interval)
+    w.add_uint32(f"{a}.ssm.conv_kernel", conv_kernel)
+    w.add_uint32(f"{a}.ssm.state_size", state)
+    w.add_uint32(f"{a}.ssm.group_count", k_heads)
+    w.add_uint32(f"{a}.ssm.time_step_rank", v_heads)
+    w.add_uint32(f"{a}.ssm.inner_size", state * v_heads)
