@@ -13,6 +13,10 @@ from collections.abc import Iterable
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 AT = "{where}: {problem}"  # a problem and the file, flag or variable it is about
 DID_YOU_MEAN = ' (did you mean "{choice}"?)'
+NOT_INSTALLED = (  # python -m serve by a Python without the launcher's packages
+    "1bit serve: error: {problem}, for {python}; run it with the project's environment (made by any nox session): "
+    ".nox/onebit/bin/python -m serve, or `source .nox/onebit/bin/activate` and then 1bit"
+)
 NO_SUCH_FILE = "no such file"  # a FileProblem's, for a GGUF or a recipes file alike
 NOT_A_FILE = "is {kind}, not {what}"  # kind: serve.bounded's (a directory, a FIFO, ...); what: one of the three below
 A_GGUF_FILE = "a GGUF file"  # what -m, --dflash and --mtp name
