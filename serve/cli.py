@@ -107,6 +107,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--mtp-p-min", metavar="P", help="the drafter's minimum probability (with --dflash the default is recipe dflash-p-min-0)"
     )
+    p.add_argument("--long-model", action="store_true", help="this launch serves long prompts (16K tokens and more): the recipes for them apply (docs/recipes.md)")
     p.add_argument("--recipes", metavar="FILE", help="these recipes instead of the built-in ones")
     p.add_argument("--no-recipes", action="store_true", help="apply no recipes")
     p.add_argument("--skip-recipe", action="append", default=[], metavar="ID", help="apply every recipe but this one (the bench's without-config); repeatable")
@@ -182,6 +183,7 @@ def serve(argv: Sequence[str], environ: Mapping[str, str], cwd: Path, out: TextI
         mtp=ns.mtp,
         mtp_max=ns.mtp_max,
         mtp_p_min=ns.mtp_p_min,
+        long_model=ns.long_model,
         extra=extra,
     )
     check_options(options)

@@ -23,7 +23,7 @@ DRAFTERS = ("dflash", "mtp", "none")
 TOP_KEYS = ("about", "recipes")
 RECIPE_KEYS = ("id", "match", "args", "env", "why", "measured", "source", "check")
 LIST_MATCH_KEYS = ("device", "architecture", "drafter")
-BOOL_MATCH_KEYS = ("moe", "hadamard_q4_0")
+BOOL_MATCH_KEYS = ("moe", "hadamard_q4_0", "long_model")
 MATCH_KEYS = LIST_MATCH_KEYS + BOOL_MATCH_KEYS
 BUILTIN_NAME = "serve/config/recipes.json"
 
@@ -78,6 +78,7 @@ class LaunchFacts:
     drafter: str  # dflash, mtp or none
     moe: bool
     hadamard_q4_0: bool
+    long_model: bool = False  # 1bit serve --long-model: the launch serves long prompts
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ class Match:
     drafter: tuple[str, ...] | None = None
     moe: bool | None = None
     hadamard_q4_0: bool | None = None
+    long_model: bool | None = None
 
     def matches(self, facts: LaunchFacts) -> bool:
         for key in LIST_MATCH_KEYS:

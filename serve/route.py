@@ -97,6 +97,7 @@ class RouteOptions:
     mtp: str | None = None
     mtp_max: int | None = None
     mtp_p_min: str | None = None
+    long_model: bool = False  # this launch serves long prompts: the recipes that match long_model apply
     extra: tuple[str, ...] = ()
 
     @property
@@ -260,6 +261,7 @@ def route(
             drafter=o.drafter_kind,
             moe=model.moe,
             hadamard_q4_0=model.hadamard_q4_0,
+            long_model=o.long_model,
         )
         applied, recipe_notes = apply(recipes, facts, [*kept, *o.extra], set(environ) | set(env))
         notes.extend(recipe_notes)

@@ -199,6 +199,22 @@ def test_match_keys(match: dict[str, Any], kind: str, applies: bool, tmp_path: P
     assert ("-b" in r.argv) is applies
 
 
+@pytest.mark.parametrize(("given", "applies"), [((), False), (("--long-model",), True)])
+def test_a_long_model_recipe_applies_only_to_a_long_model_launch(given: tuple[str, ...], applies: bool, tmp_path: Path, gguf_file: FileFn, dry_run: DryRunFn) -> None:
+    mine = write_recipes(tmp_path / "m.json", {"recipes": [a_recipe(match={"long_model": True}, args=["-ub", "1024"], env=None)]})
+    r = dry_run("-m", gguf_file("plain"), "--recipes", mine, *given)
+    assert r.recipes == (["mine"] if applies else [])
+    assert (r.argv[-2:] == ["-ub", "1024"]) is applies
+
+
+def test_long_model_with_the_micro_batch_given_keeps_the_users(tmp_path: Path, gguf_file: FileFn, dry_run: DryRunFn) -> None:
+    mine = write_recipes(tmp_path / "m.json", {"recipes": [a_recipe(match={"long_model": True}, args=["-ub", "1024"], env=None)]})
+    r = dry_run("-m", gguf_file("plain"), "--recipes", mine, "--long-model", "--", "-ub", "256")
+    assert r.argv[-2:] == ["-ub", "256"]
+    assert r.argv.count("-ub") == 1
+    assert recipes.ALREADY_GIVEN.format(id="mine", given="-ub", rest=recipes.ADDS_NO_MORE) in r.notes
+
+
 def test_recipes_and_no_recipes_together_are_refused(tmp_path: Path, gguf_file: FileFn, serve_error: ErrorFn) -> None:
     mine = write_recipes(tmp_path / "mine.json", {"recipes": [a_recipe()]})
     assert serve_error("-m", gguf_file("plain"), "--recipes", mine, "--no-recipes") == (2, cli.RECIPES_AND_NO_RECIPES)
@@ -214,7 +230,7 @@ MALFORMED: list[tuple[str, object, str]] = [
      UNKNOWN.format(what="key", name="recipe", suggestion=did_you_mean("recipes"), known="about, recipes")),
     ("unknown-match-key", {"recipes": [a_recipe(match={"archtecture": ["qwen3moe"]})]},
      at(MINE, UNKNOWN.format(what="match key", name="archtecture", suggestion=did_you_mean("architecture"),
-                             known="device, architecture, drafter, moe, hadamard_q4_0"))),
+                             known="device, architecture, drafter, moe, hadamard_q4_0, long_model"))),
     ("unknown-device", {"recipes": [a_recipe(match={"device": ["rcom"]})]},
      at(MINE, "match.device",
         UNKNOWN.format(what="device", name="rcom", suggestion=did_you_mean("rocm"), known="rocm, vulkan, cuda, cpu"))),
