@@ -35,6 +35,7 @@ from common import at_least_one, llama_server, non_negative, run_main
 
 from ci.gates.perf import judge as perf
 from ci.gates.perf import run as perf_run
+from ci.gates.perf import spec as perf_spec
 from ci.gates.serving import bench
 from ci.gates.tiny.models import NEAR_DRAFTER, TARGET, write_model
 from ci.pin import pins as pins_file
@@ -62,7 +63,7 @@ def main() -> None:
 def measured(args: argparse.Namespace) -> None:
     server = llama_server(args.llama_server)
     root = Path(__file__).resolve().parents[1]
-    checks = pins_file.load(root / "pins.yaml").perf_checks("tiny")
+    checks = perf_spec.expectations(pins_file.load(root / "pins.yaml")).checks("tiny")
     work = Path(tempfile.mkdtemp(prefix="onebit-perf-rounds-"))
     target = write_model(work / "target.gguf", TARGET)
     drafter = write_model(work / "near.gguf", NEAR_DRAFTER)

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from ci.errors import ConfigError
 
 CONFIGS = ("base", "draft")
-METRICS = ("prompt", "decode", "tokens_per_step", "acceptance")
-_TERM = r"(?P<m{n}>[a-z_]+)\(\s*(?P<c{n}>[a-z]+)\s*(?:,\s*(?P<p{n}>[a-z]+)\s*)?\)"
+# prompt and decode in t/s, ttft in seconds (a request of one token), bandwidth as a share of the device's peak
+METRICS = ("prompt", "decode", "tokens_per_step", "acceptance", "ttft", "bandwidth")
+_TERM = r"(?P<m{n}>[a-z_]+)\(\s*(?P<c{n}>[a-z][a-z0-9_]*)\s*(?:,\s*(?P<p{n}>[a-z0-9]+)\s*)?\)"
 CHECK_RE = re.compile(rf"^\s*{_TERM.format(n=1)}\s*(?:/\s*{_TERM.format(n=2)}\s*)?>=\s*(?P<floor>[0-9.]+)\s*$")
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)

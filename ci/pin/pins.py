@@ -18,7 +18,6 @@ import yaml
 
 from ci import command, defaults
 from ci.errors import ConfigError
-from ci.pin.claims import Check, parse_check
 from ci.schema import Section, describe, did_you_mean, parse_yaml
 
 PINS_FILE = "pins.yaml"
@@ -35,12 +34,11 @@ NOT_A_BRANCH_NAME = "is not a branch name (give it without refs/heads/)"
 NOT_A_RELATIVE_PATH = "is not a relative path inside the repository"
 NOT_A_DATE = "is not a date (YYYY-MM-DD)"
 OMIT_NOT_RELATIVE = '"{path}" is not a relative path inside the checkout'
-OWN_EXPECT = ("archs", "backend_ops", "perf")  # what this module parses of expect; the rest is the gates'
+OWN_EXPECT = ("archs", "backend_ops")  # what this module parses of expect; the rest is the gates'
 ARCHS_EMPTY = "is empty; list the architectures test-llama-archs must pass, or leave the key out for the default"
 NOT_AN_ARCH = '"{arch}" is not an architecture name (lower case, as test-llama-archs -a takes it)'
 NOT_AN_OP = "is not a ggml op name (upper case, as test-backend-ops -o takes it)"
 NOT_A_CMAKE_FLAG = '"{flag}" is not a CMake cache flag (-DNAME=VALUE, NAME of letters, digits and _)'
-CHECK_WHERE = "{file}: {key}"  # a perf check's place, the where of ci.pin.claims' messages
 NOT_A_VARIABLE_NAME = "{name} is not a variable name (letters, digits and _, not starting with a digit); name it as the environment does"
 NOT_PASSABLE_NAME = "{name}: " + command.JUDGES_OWN + "; take it out"
 VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -169,7 +167,6 @@ class Pins:
     build: BuildConfig = field(default_factory=BuildConfig)
     equivalence: EquivalenceConfig = field(default_factory=EquivalenceConfig)
     release_require: tuple[str, ...] = ()  # gates ship requires beyond route, backend_ops and equivalence
-    perf: tuple[tuple[str, tuple[Check, ...]], ...] = ()  # expect.perf: per model set ("tiny" or a profile), parsed
     archs: tuple[str, ...] = defaults.ARCHS  # expect.archs: the architectures the archs gate runs test-llama-archs for
     # expect's other keys, as written: each is a gate's own section (expect.oracle), which the gate parses and the
     # registry checks names a gate (ci.gates.registry.check_expect), as release.require's names are checked
@@ -182,9 +179,6 @@ class Pins:
         """pins.yaml's ``expect.GATE``, for the gate to read (errors name the file and the dotted key), or None."""
         raw = dict(self.gate_expect)
         return Section(self.path.name, f"expect.{gate}", raw[gate]) if gate in raw else None
-
-    def perf_checks(self, models: str) -> tuple[Check, ...]:
-        return dict(self.perf).get(models, ())
 
     def expected_cases(self) -> dict[str, int]:
         return dict(self.backend_ops)
@@ -233,7 +227,6 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
         omit = tuple(p.rstrip("/") + "/" for p in omit)
         checkout.done()
     cases: list[tuple[str, int]] = []
-    perf: list[tuple[str, tuple[Check, ...]]] = []
     archs: tuple[str, ...] = defaults.ARCHS
     gate_expect: tuple[tuple[str, Any], ...] = ()
     expect = top.section("expect", required=False)
@@ -252,18 +245,6 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
                     raise ops.error(NOT_AN_OP, op)
                 cases.append((op, ops.integer(op, minimum=1)))
             ops.done()
-        perf_section = expect.section("perf", required=False)
-        if perf_section is not None:
-            for models, items in perf_section.items():
-                if not isinstance(items, list) or not items:
-                    raise perf_section.error("is not a list of checks", models)
-                checks = []
-                for i, item in enumerate(items):
-                    c = Section(perf_section.file, f"{perf_section.key(models)}[{i}]", item)
-                    tolerance = c.number("tolerance", required=False, default=0.1, minimum=0.0, maximum=1.0)
-                    checks.append(parse_check(c.string("check"), c.string("measured"), tolerance, CHECK_WHERE.format(file=c.file, key=c.key("check"))))
-                    c.done()
-                perf.append((models, tuple(checks)))
         expect.done()
     build = _build_config(top.section("build", required=False))
     equivalence = _equivalence_config(top.section("equivalence", required=False))
@@ -277,7 +258,6 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
     return Pins(
         path=path, text=text, fork=fork, submodule=submodule, omit=omit, backend_ops=tuple(cases), build=build, equivalence=equivalence,
         release_require=require,
-        perf=tuple(perf),
         archs=archs,
         gate_expect=gate_expect,
         environment=environment,

@@ -94,20 +94,23 @@ def test_the_interval_is_the_same_for_the_same_samples() -> None:
     assert s.q1 <= s.median <= s.q3
 
 
-def test_pins_yaml_checks_are_parsed_when_pins_yaml_loads_naming_the_key() -> None:
-    """A bad check stops every command at pins.yaml's load, not the perf gate after the other gates ran."""
+def test_pins_yaml_checks_are_parsed_when_the_job_resolves_naming_the_key() -> None:
+    """A bad check stops every command as its job resolves (registry.check_expect), not the perf gate after the other gates ran."""
     from pathlib import Path
 
     from ci.pin import pins
     from tests.support.project import pins_text
 
     good = '  perf:\n    tiny:\n      - check: "tokens_per_step(draft, code) >= 3.5"\n        measured: "a run"\n'
+    from ci.gates import registry
+    from ci.gates.perf import spec
+
     loaded = pins.parse(pins_text("a" * 40, extra=good), Path("pins.yaml"))
-    (parsed,) = loaded.perf_checks("tiny")
+    (parsed,) = spec.expectations(loaded).checks("tiny")
     assert (parsed.name, parsed.floor, parsed.measured, parsed.tolerance) == ("tokens_per_step(draft, code)", 3.5, "a run", 0.1)
     with pytest.raises(ConfigError) as exc:
-        pins.parse(pins_text("a" * 40, extra=good.replace("tokens_per_step", "speed")), Path("pins.yaml"))
-    where = pins.CHECK_WHERE.format(file="pins.yaml", key="expect.perf.tiny[0].check")
+        registry.check_expect(pins.parse(pins_text("a" * 40, extra=good.replace("tokens_per_step", "speed")), Path("pins.yaml")))
+    where = spec.CHECK_WHERE.format(file="pins.yaml", key="expect.perf.tiny[0].check")
     assert exc.value.message == claims.NOT_A_METRIC.format(where=where, metric="speed", metrics=", ".join(claims.METRICS))
 
 

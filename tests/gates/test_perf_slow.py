@@ -17,6 +17,7 @@ from ci.gates.equivalence import engine_path
 from ci.gates.equivalence import plan as eq_plan
 from ci.gates.perf import judge as perf
 from ci.gates.perf import run as perf_run
+from ci.gates.perf import spec
 from ci.gates.results import GateResult, Status
 from ci.gates.serving import bench
 from ci.pin import claims, pins
@@ -97,7 +98,7 @@ def test_the_near_drafter_passes_and_every_sample_is_kept(perf_project: Project)
     assert [s["config"] for s in draw["servers"]] == ["base", "draft"] * rounds
     # one llama-server thread for the tiny models on the CPU (ci/gates/perf/run.py: CPU_THREADS)
     assert all(c["args"][-2:] == list(perf_run.CPU_THREADS) for c in draw["configs"]), draw["configs"]
-    checks_now = list(pins.load(perf_project.pins).perf_checks("tiny"))
+    checks_now = list(spec.expectations(pins.load(perf_project.pins)).checks("tiny"))
     again = perf.judge_settled(checks_now, replayed(samples), perf.Budget(max_rounds=int(ROUNDS), seconds=math.inf), None, manifest(perf_project)["pin"]["commit"])
     assert again.rounds == rounds
     assert [c["status"] for c in cases] == [j.status.value for j in again.judged]  # tps rounded in the JSON: 3 decimals

@@ -23,10 +23,19 @@ LOOKS = "the order-statistic interval of the median: {first_level:g}% at {first}
 class PerfGate(GateBase):
     name = NAME
     # it measures speed, not what a planted fault breaks; its verdict compared the build with the last release
-    flags = Flags(requirement=Requirement.WHEN_DECLARED, plantable=False, shows_cases=True, on_models=True, compares_with_release=True)
+    # it measures speed: a fault it catches is one that slows the build and breaks nothing (the self-test's
+    # prompt-path fault, on the real-shaped set); its verdict compared the build with the last release
+    flags = Flags(requirement=Requirement.WHEN_DECLARED, expects=True, shows_cases=True, on_models=True, compares_with_release=True)
 
     def declared(self, pins: Pins) -> bool:
-        return bool(pins.perf)
+        from ci.gates.perf import spec
+
+        return bool(spec.expectations(pins))
+
+    def check_expect(self, pins: Pins) -> None:
+        from ci.gates.perf import spec
+
+        spec.expectations(pins)
 
     def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
         from ci.gates.perf import run
@@ -36,7 +45,10 @@ class PerfGate(GateBase):
     def criteria(self, pins: Pins, profile: str) -> dict[str, Any]:
         from ci.gates.serving.launcher import launcher_sha256
 
-        checks = {models: [[c.text, c.floor, c.tolerance] for c in checks] for models, checks in pins.perf}
+        from ci.gates.perf import spec
+
+        sets = spec.expectations(pins).sets
+        checks = {models: [[c.text, c.floor, c.tolerance] for c in checks] for models, checks in sets if not models.startswith(spec.REAL_SHAPE) or models == spec.real_shape_key(profile)}
         # its figures are of llama-servers started through 1bit serve, with the launcher's recipes
         from ci.gates.perf import judge
 

@@ -90,18 +90,27 @@ def rate(sample: Sample) -> float:
 
 
 def value(term: Term, samples: Sequence[Sample], round_: int) -> float | None:
-    """``term`` in one round: the median t/s over the reps (NaN when one of them is not finite), or tokens/step or
+    """``term`` in one round: the median t/s over the reps (NaN when one of them is not finite), the median seconds to
+    the first token (``ttft``), decode's share of the device's memory bandwidth (``bandwidth``), or tokens/step or
     acceptance over them."""
-    if term.metric == "prompt":
-        mine = [s for s in samples if s.round == round_ and s.config == term.config and s.metric == "prompt"]
+    if term.metric in ("prompt", "ttft"):  # a PROMPT names the prompt: the long one of the real-shaped set
+        asked = "prompt" if term.prompt is None else f"prompt {term.prompt}"
+        mine = [s for s in samples if s.round == round_ and s.config == term.config and s.metric == asked]
     else:
         want = f"decode {term.prompt}" if term.prompt else None
         mine = [s for s in samples if s.round == round_ and s.config == term.config and s.metric.startswith("decode") and (want is None or s.metric == want)]
     if not mine:
         return None
-    if term.metric in ("prompt", "decode"):
+    if term.metric == "ttft":
+        return statistics.median(s.seconds for s in mine)
+    if term.metric in ("prompt", "decode", "bandwidth"):
         rates = [rate(s) for s in mine]
-        return statistics.median(rates) if all(math.isfinite(r) for r in rates) else math.nan
+        if not all(math.isfinite(r) for r in rates):
+            return math.nan
+        if term.metric == "bandwidth":  # weight bytes a token reads x tokens a second / the device's peak
+            shares = [r * s.bandwidth_per_tps for r, s in zip(rates, mine, strict=True)]
+            return statistics.median(shares) if all(s.bandwidth_per_tps > 0 for s in mine) else math.nan
+        return statistics.median(rates)
     drafted = sum(s.draft_n for s in mine)
     accepted = sum(s.draft_n_accepted for s in mine)
     if term.metric == "acceptance":

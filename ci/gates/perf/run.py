@@ -1,29 +1,42 @@
 """The perf gate's run: the bench, interleaved, on the build's llama-server, in batches of rounds until
-:mod:`ci.gates.perf.judge`'s sequential test settles every check or its budget runs out."""
+:mod:`ci.gates.perf.judge`'s sequential test settles every check or its budget runs out; then, where pins.yaml declares
+checks of the real-shaped set for the profile, that set (:mod:`ci.gates.perf.real_shape`). The whole run holds the
+box lock, as the seeds' bench did: two measurements on one machine never overlap."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ci import defaults
 from ci.errors import ConfigError
-from ci.files import write_json
+from ci.files import cache_dir, write_json
 from ci.gates.equivalence import engine_path
 from ci.gates.equivalence import plan as eq_plan
+from ci.gates.perf import NAME, real_shape, spec
 from ci.gates.perf import judge as perf
-from ci.gates.results import GateResult, case_counts
-from ci.gates.serving import bench
+from ci.gates.results import GateResult, Status, case_counts
+from ci.gates.serving import bench, devices
 from ci.gates.serving import bench_plan as plans
 from ci.gates.serving.bench import BenchResult, Sample
 from ci.gates.target import BuildUnderTest, GateOptions, equivalence_models
+from ci.pin.claims import Check
 from ci.schema import load_json
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 CHART_TITLE = "perf: {profile}, pin {pin}, {models} ({rounds} rounds)"
+REAL_SHAPE_CASE = "real-shape: {name}"  # a real-shaped set's check among the gate's cases and figures
+REAL_SHAPE_SUMMARY = "; real-shape ({set}, {device}): {held}/{checks} checks hold ({rounds} rounds)"
+
+BOX_LOCK_VAR = "ONEBIT_BOX_LOCK"  # the shared box's lock file (default: onebit-ci's cache folder's box.lock)
+COMPLETION_PROTOCOL = "/completion of token ids, greedy, ignore_eos, prompt cache off"  # the tiny and release sets'
+SHAPE_SET = {"cpu": "reduced"}  # the real-shaped set a profile runs: the full 27B shapes, the reduced on the CPU
+# the reduced set on a 2-core CPU: the seeds' requests, shorter (a 4-layer 27B-wide target prefills about 40 t/s there)
+CPU_PROTOCOL = real_shape.Protocol(prompt_tokens=512, long_tokens=2048, decode_tokens=32, threads=("-t", "2"))
 
 # llama-server's threads for the tiny models on the CPU: with its default (one per core) a 256-token decode on 2
 # shared cores took from 11 to 6,400 t/s, one thread stalled waiting for the other; with one thread the same rounds'
@@ -32,16 +45,48 @@ CHART_TITLE = "perf: {profile}, pin {pin}, {models} ({rounds} rounds)"
 CPU_THREADS = ("-t", "1")
 
 
-def run(target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
+def box_lock_path() -> Path:
+    given = os.environ.get(BOX_LOCK_VAR)
+    return Path(given) if given else cache_dir() / "box.lock"
+
+
+def released_for(target: BuildUnderTest, models: str, prefix: str = "") -> perf.Released | None:
+    """The last release's figures of ``models`` (its perf record, through ``released(NAME)`` as the oracle reads its
+    own), the checks named without ``prefix``; None when no release measured them."""
+    found = target.released(NAME)
+    if found is None:
+        return None
+    pin, record = found
+    properties = record.get("properties") or {}
+    metrics = perf.medians(record.get("metrics") or {})
+    if prefix:
+        if not properties.get("real_shape"):
+            return None
+        metrics = {k[len(prefix) :]: v for k, v in metrics.items() if k.startswith(prefix)}
+    elif properties.get("models") != models:
+        return None
+    return perf.Released(pin, metrics)
+
+
+def run(target: BuildUnderTest, options: GateOptions, out: Path, say: Callable[[str], None] = lambda line: None) -> GateResult:
+    with bench.box_lock(box_lock_path(), say):
+        result = _run_models(target, options, out)
+        checks = spec.expectations(target.pins).real_shape(target.build.manifest.profile)
+        if not checks:
+            return result
+        return joined_results(result, run_real_shape(target, options, checks, out, say))
+
+
+def _run_models(target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
     t0 = time.monotonic()
     manifest = target.build.manifest
     model, drafter, models = equivalence_models(target, options)
-    key = manifest.profile if models == eq_plan.RELEASE_MODELS else "tiny"
-    checks = target.pins.perf_checks(key)
+    key = manifest.profile if models == eq_plan.RELEASE_MODELS else spec.TINY
+    checks = spec.expectations(target.pins).checks(key)
     if not checks:
         raise ConfigError(f"pins.yaml: expect.perf.{key}: no checks for {models}; declare them (docs/bench.md)")
     server = manifest.binary(target.build.build_dir, "llama-server")
-    released = target.last_release(models)
+    released = released_for(target, models)
     tiny = models == eq_plan.TINY_MODELS
     batches: list[BenchResult] = []
 
@@ -60,7 +105,67 @@ def run(target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
     # one line per drafter kind of the engine-path equivalence run on this build (gpu_tests runs it before perf)
     record = load_json(out / "equivalence.json") if (out / "equivalence.json").is_file() else None
     cases = (*result.cases, *engine_path.drafter_lines(record))
-    return dataclasses.replace(result, cases=cases, counts=case_counts(cases), properties=(*result.properties, ("chart", chart)))
+    properties = (*result.properties, ("chart", chart), ("protocol", COMPLETION_PROTOCOL))
+    return dataclasses.replace(result, cases=cases, counts=case_counts(cases), properties=properties)
+
+
+def run_real_shape(target: BuildUnderTest, options: GateOptions, checks: Sequence[Check], out: Path, say: Callable[[str], None]) -> GateResult:
+    """The real-shaped set's checks for this profile: its files written here (cached by their spec), its legs in
+    groups of live servers, each group's checks settled by the sequential test."""
+    from ci.gates.shapes import models as shapes
+    from ci.gates.shapes.bandwidth import decode_bytes
+    from ci.gates.shapes.vocab import chat_prompt_text, real_vocab
+
+    t0 = time.monotonic()
+    manifest = target.build.manifest
+    profile = manifest.profile
+    server = manifest.binary(target.build.build_dir, "llama-server")
+    device = target.serve_device
+    described = devices.described(server, device)
+    peak = real_shape.peak_or_refuse(described, devices.peak_bandwidth(described), checks)
+    protocol = CPU_PROTOCOL if profile == "cpu" else real_shape.Protocol()
+    shape_set = shapes.shape_set(SHAPE_SET.get(profile, "real"))
+    files = shapes.write_set(shape_set, roles=real_shape.roles_of(checks), say=say)
+    vocab = real_vocab(shape_set.vocab_size)
+    prompts = {"prompt": chat_prompt_text(protocol.prompt_tokens, vocab)}
+    if any(t is not None and t.prompt == real_shape.LONG_PROMPT for c in checks for t in (c.top, c.bottom)):
+        prompts[real_shape.prompt_metric(real_shape.LONG_PROMPT)] = chat_prompt_text(protocol.long_tokens, vocab)
+    prompts.update({f"decode {name}": text for name, text in real_shape.DECODE_PROMPTS.items()})
+    per_tps = {role: decode_bytes(path).per_token / peak for role, path in files.files.items() if peak}
+    models = real_shape.Models(files.files, prompts, per_tps)
+    prefix = REAL_SHAPE_CASE.format(name="")
+    released = released_for(target, "", prefix)
+    budget = perf.Budget(max_rounds=options.rounds, seconds=defaults.PERF_SECONDS)
+
+    def judge(group_checks: Sequence[Check], measure: Callable[[int], Sequence[Sample]]) -> perf.Settled:
+        return perf.judge_settled(group_checks, measure, budget, released, manifest.pin_commit)
+
+    settled = real_shape.settle_groups(checks, models, server, device, protocol, out / "perf-real-shape", judge, say)
+    judged = [j for s in settled for j in s.judged]
+    write_json(out / "perf-real-shape-samples.json", {"protocol": protocol.describe(), "device": described, "set": shape_set.name,
+                                                        "samples": [x.to_json() for s in settled for x in s.samples]})  # fmt: skip
+    rounds = max((s.rounds for s in settled), default=0)
+    stopped = next((s.stopped for s in settled if s.stopped), None)
+    title = CHART_TITLE.format(profile=profile, pin=manifest.pin_commit[:7], models=f"real-shape {shape_set.name}", rounds=rounds)
+    perf.chart(judged, out / "perf-real-shape.svg", title)
+    result = perf.result(judged, released, manifest.pin_commit, f"real-shape {shape_set.name}", time.monotonic() - t0, rounds, stopped)
+    properties = (("real_shape", shape_set.name), ("real_shape_device", described), ("real_shape_protocol", protocol.describe()))
+    return dataclasses.replace(result, properties=(*result.properties, *properties))
+
+
+def joined_results(main: GateResult, real: GateResult) -> GateResult:
+    """One record of both sets: the real-shaped set's cases and figures named with :data:`REAL_SHAPE_CASE`."""
+    prefix = REAL_SHAPE_CASE.format(name="")
+    cases = (*main.cases, *(dataclasses.replace(c, name=prefix + c.name) for c in real.cases))
+    metrics = (*main.metrics, *((prefix + k, v) for k, v in real.metrics))
+    held = sum(c.status.ok for c in real.cases)
+    summary = main.summary + REAL_SHAPE_SUMMARY.format(set=dict(real.properties).get("real_shape", ""), device=dict(real.properties).get("real_shape_device", ""),
+                                                        held=held, checks=len(real.cases), rounds=dict(real.properties).get("rounds", ""))  # fmt: skip
+    statuses = (main.status, real.status)
+    status = Status.PASSED if all(s is Status.PASSED for s in statuses) else Status.ERROR if Status.ERROR in statuses else Status.FAILED
+    properties = (*main.properties, *((k, v) for k, v in real.properties if k.startswith("real_shape")))
+    return dataclasses.replace(main, status=status, summary=summary, cases=cases, counts=case_counts(cases), problems=(*main.problems, *real.problems),
+                               metrics=metrics, properties=properties, seconds=main.seconds + real.seconds)  # fmt: skip
 
 
 def configs(drafter: Path, device: str, tiny: bool) -> list[plans.BenchConfig]:

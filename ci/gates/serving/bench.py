@@ -74,6 +74,9 @@ class Sample:
     draft_n: int = 0
     draft_n_accepted: int = 0
     draft_max: int = 0  # the config's draft length, from its launch line (0: no drafter, or none set)
+    # a decode sample's share of the device's peak memory bandwidth per token a second: the model's weight bytes one
+    # token reads over the peak (ci.gates.perf.real_shape; 0: not known)
+    bandwidth_per_tps: float = 0.0
 
     @property
     def tps(self) -> float:
@@ -81,14 +84,15 @@ class Sample:
 
     @property
     def generated(self) -> int:
-        """Tokens generated (0 for a prompt sample): what tokens/step counts."""
-        return 0 if self.metric == PROMPT else self.tokens
+        """Tokens generated (0 for a prompt sample, of any prompt): what tokens/step counts."""
+        return 0 if self.metric.startswith(PROMPT) else self.tokens
 
     def to_json(self) -> dict[str, Any]:
         return {
             "round": self.round, "config": self.config, "metric": self.metric, "rep": self.rep, "tokens": self.tokens,
             "ms": round(self.ms, 3), "tps": round(self.tps, 3), "seconds": round(self.seconds, 4),
             "draft_n": self.draft_n, "draft_n_accepted": self.draft_n_accepted, "draft_max": self.draft_max,
+            **({"bandwidth_per_tps": self.bandwidth_per_tps} if self.bandwidth_per_tps else {}),
         }  # fmt: skip
 
 

@@ -1,0 +1,306 @@
+"""The perf gate on the real-shaped set (:mod:`ci.gates.shapes`): the seeds' speed claims at the scale they were made.
+
+A prompt's speed and a drafter's prompt pass cost the same whatever the weights hold, so models with the 27B's shapes
+and generated weights hold the claims the engine's PRs made on its trained files: the prompt keeps its speed with the
+DFlash drafter attached, dense files keep 512-token micro-batches and MoE files take 1024, flash attention stays
+``auto``, ``1bit serve --long-model`` brings the 16K first token forward, and decode without a drafter reads the
+weights near the device's memory bandwidth. What depends on trained weights (a drafter's acceptance, decode with a
+drafter) is refused for this set: :func:`refusal`.
+
+Each config is a *leg*: a ``1bit serve`` launch of one of the set's models. Legs run in *groups* whose servers are up
+together (three 27B-shaped targets fit an 80 GB GPU; a check's two legs always share a group), each server started
+once and asked in turn, round by round (A B C A B C): at these sizes a fresh server per round costs a model load of
+seconds each time, so a round here is a request cycle on live servers, each having answered a warm-up first. The
+requests are the seeds' protocol (the engine's tools/bench.py): chat completions with thinking off and the prompt
+cache off; a prompt's speed from a request of :data:`PROMPT_MAX_TOKENS` on the 1,838-token prompt, read from the
+server's own timings; the 16K first token as the wall time of a one-token request; decode from 256 greedy tokens on
+the code, prose and short prompts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ci.errors import ConfigError, ServerFailed
+from ci.gates.serving.bench import Sample, sample_from
+from ci.gates.serving.bench_plan import BenchConfig, Run
+from ci.gates.serving.llama import LlamaServer, ServerLaunch, free_ports, launcher_argv
+from ci.pin.claims import Check, Term
+
+# the seeds' protocol (engine tools/bench.py, docs/bench.md there): what each request asks
+PROTOCOL = "seeds' chat protocol: /v1/chat/completions, thinking off, prompt cache off, temperature 0"
+SEED_PROMPT_TOKENS = 1838  # "the 1,838-token prompt" of engine #194 and #229
+LONG_PROMPT = "long"  # the prompt a PROMPT argument names: prompt(fa_off, long), ttft(long, long)
+LONG_PROMPT_TOKENS = 16384  # "pp16384", "the 16K first token" of engine #205
+DECODE_TOKENS = 256
+PROMPT_MAX_TOKENS = 8  # the seeds' prompt request generates a few tokens; its prompt timing is what counts
+WARMUP_MAX_TOKENS = 4
+DECODE_PROMPTS = {  # the seeds' decode prompts, by their names there
+    "code": "Write a Python function that parses an ISO-8601 timestamp without using datetime, with tests.",
+    "prose": "Explain how a B-tree insert works, step by step.",
+    "short": "Translate to French: The quick brown fox jumps over the lazy dog, and then it goes home to sleep.",
+}
+GROUP_SIZE = 3  # servers up at once: three 15.5 GB targets (or two 19 GB MoE files and a spare) in 80 GB
+
+TARGET, MOE = "target", "moe"  # ci.gates.shapes.models' roles a leg serves
+DRAFTER_ARG = "{drafter}"  # a leg's stand-in for the set's drafter file
+
+
+@dataclass(frozen=True)
+class Leg:
+    """One config of the set: a model of it, served through ``1bit serve`` with these options."""
+
+    name: str
+    role: str
+    serve_options: tuple[str, ...] = ()
+    extra: tuple[str, ...] = ()  # llama-server's own, after --
+
+    @property
+    def drafts(self) -> bool:
+        return "--dflash" in self.serve_options
+
+    def config(self, drafter: Path) -> BenchConfig:
+        options = tuple(str(drafter) if a == DRAFTER_ARG else a for a in self.serve_options)
+        return BenchConfig(self.name, options, self.extra)
+
+
+LEGS: dict[str, Leg] = {
+    leg.name: leg
+    for leg in (
+        Leg("base", TARGET),  # serve's defaults: llama-server's 512-token micro-batch, flash attention auto
+        Leg("dflash", TARGET, ("--dflash", DRAFTER_ARG)),
+        Leg("ub1024", TARGET, extra=("-ub", "1024")),
+        Leg("fa_off", TARGET, ("-fa", "off")),
+        Leg("long", TARGET, ("--long-model",)),
+        Leg("moe", MOE),
+        Leg("moe_ub1024", MOE, extra=("-ub", "1024")),
+    )
+}
+CONFIGS = tuple(LEGS)
+METRICS = ("prompt", "ttft", "decode", "bandwidth")
+
+# Messages, shared with the tests that match on them (tests/support/messages.py)
+TRAINED_ONLY = "{metric}: a generated model cannot make it honestly: {why}; keep it for the release models"
+WHY_DRAFTING = "a drafter's acceptance and tokens per step follow from trained weights, and these are random"
+WHY_DRAFTED_DECODE = "decode with a drafter is as fast as its acceptance, which follows from trained weights"
+NOT_A_LEG_METRIC = "{metric}: this set measures {metrics}"
+TWO_MODELS = "{check}: {top} serves the {a} file and {bottom} the {b}; a ratio compares one file's configs"
+NO_PEAK = "bandwidth: no peak memory bandwidth is known for {device} (ci/gates/serving/devices.py PEAK_BANDWIDTH); name it there or drop the check"
+ASKING = "perf: real-shape group {group}: {legs}, {rounds} rounds"
+
+
+def refusal(check: Check) -> str | None:
+    """Why the real-shaped set cannot judge ``check`` honestly, or None when it can (pins.yaml is refused with it)."""
+    for term in (check.top, check.bottom):
+        if term is None:
+            continue
+        if term.metric not in METRICS:
+            if term.metric in ("acceptance", "tokens_per_step"):
+                return TRAINED_ONLY.format(metric=term.metric, why=WHY_DRAFTING)
+            return NOT_A_LEG_METRIC.format(metric=term.metric, metrics=", ".join(METRICS))
+        if term.metric in ("decode", "bandwidth") and term.config in LEGS and LEGS[term.config].drafts:
+            return TRAINED_ONLY.format(metric=f"{term.metric}({term.config})", why=WHY_DRAFTED_DECODE)
+    if check.bottom is not None and LEGS[check.top.config].role != LEGS[check.bottom.config].role:
+        a, b = LEGS[check.top.config].role, LEGS[check.bottom.config].role
+        return TWO_MODELS.format(check=check.name, top=check.top.config, bottom=check.bottom.config, a=a, b=b)
+    return None
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """What each request asks: the seeds' by default; a smaller prompt for the reduced set on a 2-core CPU."""
+
+    prompt_tokens: int = SEED_PROMPT_TOKENS
+    long_tokens: int = LONG_PROMPT_TOKENS
+    decode_tokens: int = DECODE_TOKENS
+    prompt_max_tokens: int = PROMPT_MAX_TOKENS
+    health_timeout: float = 600.0  # a 15 GB file loads in seconds from the page cache, minutes from a slow disk
+    request_timeout: float = 600.0
+    threads: tuple[str, ...] = ()  # llama-server's -t on the CPU
+
+    @property
+    def context(self) -> int:
+        return self.long_tokens + 256  # the long prompt, its template and a few generated tokens
+
+    def describe(self) -> str:
+        return f"{PROTOCOL}; prompt {self.prompt_tokens} tokens (max_tokens {self.prompt_max_tokens}), long prompt {self.long_tokens}, decode {self.decode_tokens} tokens"
+
+
+# -- what each leg is asked (pure) -------------------------------------------------------------------------------------
+
+
+def prompt_metric(prompt: str | None) -> str:
+    """The sample metric of a prompt request: ``prompt`` for the seeds' prompt, ``prompt long`` for the long one."""
+    return "prompt" if prompt is None else f"prompt {prompt}"
+
+
+def roles_of(checks: Sequence[Check]) -> tuple[str, ...]:
+    """The set's models the checks' legs serve: the target, the MoE file, and the drafter where a leg drafts."""
+    legs = [LEGS[t.config] for c in checks for t in (c.top, c.bottom) if t is not None]
+    return tuple(sorted({leg.role for leg in legs} | ({"drafter"} if any(leg.drafts for leg in legs) else set())))
+
+
+def asks_of(term: Term) -> tuple[str, ...]:
+    """The requests (sample metrics) a term needs of its leg."""
+    if term.metric in ("prompt", "ttft"):
+        return (prompt_metric(term.prompt),)
+    return tuple(f"decode {p}" for p in ((term.prompt,) if term.prompt else DECODE_PROMPTS))
+
+
+@dataclass(frozen=True)
+class Group:
+    """Legs whose servers are up together, each with the requests its group's checks need, and those checks."""
+
+    legs: tuple[str, ...]
+    asks: Mapping[str, tuple[str, ...]]
+    checks: tuple[Check, ...]
+
+
+def groups(checks: Sequence[Check], size: int = GROUP_SIZE) -> tuple[Group, ...]:
+    """The checks in groups of at most ``size`` legs of one model, a check's legs always in one group (a leg may be
+    in several, base most often), in the checks' order."""
+    built: list[tuple[list[str], list[Check]]] = []
+    for check in checks:
+        legs = [t.config for t in (check.top, check.bottom) if t is not None]
+        role = LEGS[legs[0]].role
+        for members, held in built:
+            if LEGS[members[0]].role == role and len(set(members) | set(legs)) <= size:
+                members.extend(leg for leg in legs if leg not in members)
+                held.append(check)
+                break
+        else:
+            built.append((list(dict.fromkeys(legs)), [check]))
+    out = []
+    for members, held in built:
+        asks: dict[str, list[str]] = {leg: [] for leg in members}
+        for check in held:
+            for term in (check.top, check.bottom):
+                if term is not None:
+                    asks[term.config] += [a for a in asks_of(term) if a not in asks[term.config]]
+        out.append(Group(tuple(members), {leg: tuple(a) for leg, a in asks.items()}, tuple(held)))
+    return tuple(out)
+
+
+def chat_body(content: str, max_tokens: int) -> dict[str, Any]:
+    """One request of the seeds' protocol."""
+    return {
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "cache_prompt": False,
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
+
+
+# -- the run -----------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Models:
+    """The set's files, and the text of each prompt of the protocol for its vocabulary."""
+
+    files: Mapping[str, Path]  # by role: target, drafter, moe
+    prompts: Mapping[str, str]  # sample metric -> user message: "prompt", "prompt long", "decode code", ...
+    bandwidth_per_tps: Mapping[str, float]  # by role: the share of the device's peak one decoded token a second reads
+
+    def model_of(self, leg: Leg) -> Path:
+        return self.files[leg.role]
+
+
+class LiveGroup:
+    """A group's servers, started together and kept up; each :meth:`rounds` call asks every leg in turn."""
+
+    def __init__(self, group: Group, models: Models, llama_server: Path, device: str, protocol: Protocol, logs: Path) -> None:
+        self.group = group
+        self.models = models
+        self.protocol = protocol
+        self.servers: dict[str, LlamaServer] = {}
+        self._stack = contextlib.ExitStack()
+        ports = free_ports(len(group.legs))
+        for leg_name, port in zip(group.legs, ports, strict=True):
+            leg = LEGS[leg_name]
+            config = leg.config(models.files["drafter"]) if leg.drafts else leg.config(Path())
+            argv = launcher_argv(model=models.model_of(leg), llama_server=llama_server, port=port, device=device, context=protocol.context,
+                                 serve_options=config.serve_options, extra=(*config.extra, *protocol.threads))  # fmt: skip
+            launch = ServerLaunch(leg_name, argv, "127.0.0.1", port)
+            self.servers[leg_name] = LlamaServer(launch, logs / f"{leg_name}.log", health_timeout=protocol.health_timeout)
+        self._done = 0
+
+    def __enter__(self) -> LiveGroup:
+        try:
+            for server in self.servers.values():  # every model loads at once: the group waits for the slowest, not the sum
+                self._stack.callback(server.stop)
+                server.start()
+            for server in self.servers.values():
+                server.wait_healthy()
+                server.post("/v1/chat/completions", chat_body(DECODE_PROMPTS["short"], WARMUP_MAX_TOKENS), self.protocol.request_timeout)
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def rounds(self, n: int) -> list[Sample]:
+        """``n`` more rounds: each leg, in the group's order, asked each of its requests once."""
+        samples: list[Sample] = []
+        for k in range(1, n + 1):
+            for leg_name in self.group.legs:
+                leg = LEGS[leg_name]
+                for metric in self.group.asks[leg_name]:
+                    samples.append(self._ask(leg, metric, k))
+        self._done += n
+        return samples
+
+    def _ask(self, leg: Leg, metric: str, round_: int) -> Sample:
+        server = self.servers[leg.name]
+        decode = metric.startswith("decode")
+        body = chat_body(self.models.prompts[metric], self.protocol.decode_tokens if decode else self.protocol.prompt_max_tokens)
+        t0 = time.monotonic()
+        answer = server.post("/v1/chat/completions", body, self.protocol.request_timeout)
+        seconds = time.monotonic() - t0
+        run = Run(round_, BenchConfig(leg.name))
+        sample = sample_from(answer, run, "prompt" if not decode else metric, 1, seconds, server.launch.name)
+        per_tps = self.models.bandwidth_per_tps.get(leg.role, 0.0) if decode else 0.0
+        return dataclasses.replace(sample, metric=metric, bandwidth_per_tps=per_tps)
+
+
+def settle_groups(
+    checks: Sequence[Check],
+    models: Models,
+    llama_server: Path,
+    device: str,
+    protocol: Protocol,
+    logs: Path,
+    judge: Callable[[Sequence[Check], Callable[[int], Sequence[Sample]]], Any],
+    say: Callable[[str], None] = lambda line: None,
+) -> list[Any]:
+    """Each group's servers up, its checks settled by ``judge(checks, measure)`` (the gate's sequential test, whose
+    ``measure(n)`` asks n more rounds), then its servers stopped: one group's outcome after another."""
+    outcomes = []
+    for i, group in enumerate(groups(checks), 1):
+        say(ASKING.format(group=i, legs=", ".join(group.legs), rounds="sequential"))
+        with LiveGroup(group, models, llama_server, device, protocol, logs / f"group{i}") as live:
+            outcomes.append(judge(group.checks, live.rounds))
+    return outcomes
+
+
+def peak_or_refuse(device: str, peak: float | None, checks: Sequence[Check]) -> float:
+    """The device's peak bandwidth; a ConfigError when a bandwidth check asks for it and none is known."""
+    if peak is None:
+        if any(t is not None and t.metric == "bandwidth" for c in checks for t in (c.top, c.bottom)):
+            raise ConfigError(NO_PEAK.format(device=device))
+        return 0.0
+    return peak
+
+
+def failed_server(exc: ServerFailed) -> str:
+    """A server's failure as one line for the gate's result, its log's tail left to the logs."""
+    return exc.message.splitlines()[0]
