@@ -85,6 +85,7 @@ def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpa
     p.add_argument("--drop-upstreamed", action="store_true", help="remove patches the new commit already has from the series")
     p.add_argument("--url", help="the https:// URL of the fork the new pin is on, recorded in pins.yaml and .gitmodules (default: --remote when it is one)")
     p.add_argument("--no-compile", action="store_true", help="no gfx1151 compile verdict in the report, even where its toolchain is")
+    p.add_argument("--accept-counts", action="store_true", help="pins.yaml takes the new pin's test-backend-ops case counts where they differ (read from its tests/test-backend-ops.cpp)")
 
     p = command("patches", "bring the checkout to the pin with the patch series applied (or --check the series)")
     p.add_argument("--check", action="store_true", help="apply nothing; print each patch's fate: applies, already upstream, conflicts")

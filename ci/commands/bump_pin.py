@@ -31,6 +31,7 @@ from ci.pin.verify import verify
 from ci.release import compile_record
 from ci.source import sync
 from ci.source.classify import PatchVerdict, SeriesPlan, classify
+from ci.source.op_cases import TEST_PROGRAM, OpCount, counts_at
 from ci.source.series import PATCHES_DIR, SERIES_FILE, Series, check_paths, load_series, series_text
 from ci.source.store import ForkStore, Move, Relation
 from ci.words import count, listed
@@ -81,7 +82,17 @@ REPORT_DETAIL = " ({detail})"
 REPORT_DROPPED = "- `{patch}`: {fate}, dropped from the series by this bump ({detail})"
 STALE_FAULTS_HEADING = "### Stale gate_selftest faults"
 REPORT_FAULT = "- {fault}"
-EXPECTED_CASES = "- test-backend-ops `{op}`: {cases} cases"
+# the counts of expect.backend_ops against the new pin's own test program (ci.source.op_cases), before any gate runs
+COUNTS_HEADING = "### test-backend-ops cases: pins.yaml and the pin's " + TEST_PROGRAM
+COUNT_AGREES = "{cases} cases, as the pin lists"
+COUNT_DIFFERS = "pins.yaml says {said}, the pin lists {listed}"
+COUNT_UNKNOWN = "pins.yaml says {said}; the pin's count is unknown ({why})"
+COUNT_ACCEPTED = "pins.yaml said {said}, the pin lists {listed}: pins.yaml says {listed} now (--accept-counts)"
+COUNT_FROM = " (pins.yaml's {said}: {source})"
+REPORT_COUNT = "- `{op}`: {line}"
+COUNT_LINE = "bump_pin: test-backend-ops {op}: {line}"
+COUNTS_DIFFER_NEXT = "bump_pin: the counts differ: {command} writes the pin's, or confirm pins.yaml's on the device (nox -s gpu_tests) before this lands"
+ACCEPTED_FROM = "the pin's " + TEST_PROGRAM + " at {commit}, written by bump_pin --accept-counts on {date}; not yet run on a device"
 COMPILE_HEADING = "## Compile ({profile})"
 NO_COMPILE_VERDICT = "bump_pin: no {profile} compile verdict: {reason}"
 COMPILE_SAID = "bump_pin: {profile} compile {verdict}"
@@ -102,6 +113,7 @@ class BumpRequest:
     today: dt.date = field(default_factory=dt.date.today)
     url: str | None = None  # --url: the fork the new pin is on, recorded in pins.yaml and .gitmodules
     remote: str | None = None  # --remote: where the new commit was fetched from (a URL or a local mirror)
+    accept_counts: bool = False  # --accept-counts: pins.yaml takes the new pin's test-backend-ops counts where they differ
 
 
 @dataclass(frozen=True)
@@ -125,6 +137,8 @@ class BumpPlan:
     series_text: str | None = None
     checkout: sync.SyncPlan | None = None  # how the checkout follows, when there is one
     stale_faults: tuple[str, ...] = ()  # gate_selftest's faults that no longer apply at the new pin, each with why
+    counts: tuple[OpCount, ...] = ()  # each expect.backend_ops op's cases in the new pin's own test program
+    accepted: tuple[str, ...] = ()  # the ops whose count pins.yaml takes from the pin (--accept-counts)
 
     @property
     def dropped(self) -> tuple[str, ...]:
@@ -180,12 +194,30 @@ class BumpPlan:
             lines += [STALE_FAULTS_HEADING, "", "Re-aim them in this PR (ci/gates/selftest/faults.yaml; docs/gates.md):", ""]
             lines += [REPORT_FAULT.format(fault=line) for line in self.stale_faults]
             lines.append("")
-        expected = self.pins.expected_cases()
-        if expected:
-            lines += ["### Gate expectations carried over", ""]
-            lines += [EXPECTED_CASES.format(op=op, cases=n) for op, n in expected.items()]
+        if self.counts:
+            lines += [COUNTS_HEADING, ""]
+            for found in self.counts:
+                said, source = self.pins.expected_cases()[found.op], self.pins.cases_from(found.op)
+                where = COUNT_FROM.format(said=said, source=source) if source and found.cases != said else ""
+                lines.append(REPORT_COUNT.format(op=found.op, line=self.count_line(found) + where))
             lines += ["", "The counts belong to the pin: confirm them with `nox -s gpu_tests` before this lands.", ""]
         return "\n".join(lines)
+
+    def count_line(self, found: OpCount) -> str:
+        """pins.yaml's count of ``found.op`` against the pin's, in words."""
+        said = self.pins.expected_cases()[found.op]
+        if found.cases is None:
+            return COUNT_UNKNOWN.format(said=said, why=found.why)
+        if found.cases == said:
+            return COUNT_AGREES.format(cases=said)
+        if found.op in self.accepted:
+            return COUNT_ACCEPTED.format(said=said, listed=found.cases)
+        return COUNT_DIFFERS.format(said=said, listed=found.cases)
+
+    @property
+    def counts_differ(self) -> bool:
+        said = self.pins.expected_cases()
+        return any(c.cases is not None and c.cases != said[c.op] and c.op not in self.accepted for c in self.counts)
 
 
 def plan(project: Project, pins: pins_mod.Pins, store: ForkStore, request: BumpRequest) -> BumpPlan:
@@ -215,6 +247,15 @@ def plan(project: Project, pins: pins_mod.Pins, store: ForkStore, request: BumpR
         changes["url"] = url
     moved = move.relation is not Relation.SAME or "branch" in changes or "url" in changes
     pins_text = pins_mod.edit_fork(pins.text, changes) if moved else pins.text
+    # the new pin's own count of each op, read from its test program before anything is built or gated
+    counts = tuple(counts_at(store.repo, new, list(pins.expected_cases())).values()) if move.relation is not Relation.SAME else ()
+    accepted: tuple[str, ...] = ()
+    if request.accept_counts:
+        taken = {c.op: c.cases for c in counts if c.cases is not None and c.cases != pins.expected_cases()[c.op]}
+        if taken:
+            written = ACCEPTED_FROM.format(commit=new[:7], date=request.today.isoformat())
+            pins_text = pins_mod.edit_cases(pins_text, taken, {op: written for op in taken if pins.cases_from(op)})
+            accepted = tuple(taken)
     gitmodules_text = None
     if branch != pins.fork.branch or url != pins.fork.url:
         sub = read_gitmodules(project.gitmodules_path).get(pins.submodule)
@@ -249,6 +290,8 @@ def plan(project: Project, pins: pins_mod.Pins, store: ForkStore, request: BumpR
         dropped_verdicts=dropped,
         series_text=series_file,
         checkout=follow,
+        counts=counts,
+        accepted=accepted,
     )
 
 
@@ -289,6 +332,7 @@ def _next_bump(request: BumpRequest, branch: str | None = None, url: str | None 
             args += [flag, shlex.quote(value)]
     args += ["--allow-rollback"] if allow_rollback is not None or request.allow_rollback else []
     args += ["--drop-upstreamed"] if request.drop_upstreamed else []
+    args += ["--accept-counts"] if request.accept_counts else []
     return NEXT_BUMP.format(args=" ".join(args))
 
 
@@ -401,12 +445,17 @@ def run(project: Project, request: BumpRequest, report: Path | None, stale: Stal
 
 
 def session(project: Project, request: BumpRequest, report: Path | None, say: Callable[[str], None], stale: StaleCheck | None = None) -> int:
-    """``nox -s bump_pin -- SHA``: what moves, the series at the new pin, then everything written (or nothing)."""
+    """``nox -s bump_pin -- SHA``: what moves, the series at the new pin, the counts against the pin's own, then
+    everything written (or nothing)."""
     done = run(project, request, report, stale)
     bump = done.plan
     say(HEADLINE.format(headline=bump.headline()))
     for line in bump.subject_lines():
         say(LISTED.format(line=line))
+    for found in bump.counts:
+        say(COUNT_LINE.format(op=found.op, line=bump.count_line(found)))
+    if bump.counts_differ:
+        say(COUNTS_DIFFER_NEXT.format(command=_next_bump(dataclasses.replace(request, target=bump.new[:12], accept_counts=True))))
     if bump.series_plan is not None:
         say(SERIES_AT.format(commit=bump.new[:7]))
         for v in bump.series_plan.verdicts:
@@ -424,7 +473,9 @@ def session(project: Project, request: BumpRequest, report: Path | None, say: Ca
 
 
 def main(args: argparse.Namespace) -> int:
-    request = BumpRequest(args.commit, args.branch, args.allow_rollback, args.reference, args.drop_upstreamed, url=args.url, remote=args.remote)
+    request = BumpRequest(
+        args.commit, args.branch, args.allow_rollback, args.reference, args.drop_upstreamed, url=args.url, remote=args.remote, accept_counts=args.accept_counts
+    )
     # the project alone: the current pin's problems are the bump's first check (verify), each named
     project = find_project(Path(args.root) if args.root else None)
     code = session(project, request, given(args.report), say, stale_lines)

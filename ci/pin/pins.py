@@ -164,6 +164,8 @@ class Pins:
     submodule: str
     omit: tuple[str, ...] = ()
     backend_ops: tuple[tuple[str, int], ...] = field(default=())
+    # where each count comes from (an entry {cases: N, from: "engine #194 ..."}): the engine PR that measured it
+    backend_ops_from: tuple[tuple[str, str], ...] = field(default=())
     build: BuildConfig = field(default_factory=BuildConfig)
     equivalence: EquivalenceConfig = field(default_factory=EquivalenceConfig)
     release_require: tuple[str, ...] = ()  # gates ship requires beyond route, backend_ops and equivalence
@@ -182,6 +184,10 @@ class Pins:
 
     def expected_cases(self) -> dict[str, int]:
         return dict(self.backend_ops)
+
+    def cases_from(self, op: str) -> str:
+        """Where pins.yaml's count of ``op`` comes from ("" when its entry is a bare number)."""
+        return dict(self.backend_ops_from).get(op, "")
 
 
 def load(path: Path) -> Pins:
@@ -227,6 +233,7 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
         omit = tuple(p.rstrip("/") + "/" for p in omit)
         checkout.done()
     cases: list[tuple[str, int]] = []
+    sources: list[tuple[str, str]] = []
     archs: tuple[str, ...] = defaults.ARCHS
     gate_expect: tuple[tuple[str, Any], ...] = ()
     expect = top.section("expect", required=False)
@@ -240,10 +247,16 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
                 raise expect.error(NOT_AN_ARCH.format(arch=arch), f"archs[{i}]")
         ops = expect.section("backend_ops", required=False)
         if ops is not None:
-            for op, _ in ops.items():
+            for op, value in ops.items():
                 if not OP_RE.match(op):
                     raise ops.error(NOT_AN_OP, op)
-                cases.append((op, ops.integer(op, minimum=1)))
+                if isinstance(value, dict):  # {cases: N, from: "engine #194 ..."}: the count and where it comes from
+                    entry = ops.required_section(op)
+                    cases.append((op, entry.integer("cases", minimum=1)))
+                    sources.append((op, entry.string("from")))
+                    entry.done()
+                else:
+                    cases.append((op, ops.integer(op, minimum=1)))
             ops.done()
         expect.done()
     build = _build_config(top.section("build", required=False))
@@ -257,6 +270,7 @@ def parse(text: str, path: Path, name: str = PINS_FILE) -> Pins:
     top.done()
     return Pins(
         path=path, text=text, fork=fork, submodule=submodule, omit=omit, backend_ops=tuple(cases), build=build, equivalence=equivalence,
+        backend_ops_from=tuple(sources),
         release_require=require,
         archs=archs,
         gate_expect=gate_expect,
@@ -386,6 +400,30 @@ def edit_fork(text: str, changes: dict[str, str], name: str = PINS_FILE) -> str:
         if not isinstance(node, yaml.ScalarNode):
             raise ConfigError(f"{name}: fork.{key}: expected a scalar")
         spans.append((node.start_mark.index, node.end_mark.index, _scalar(key, value, node.style)))
+    out = text
+    for start, end, new in sorted(spans, reverse=True):
+        out = out[:start] + new + out[end:]
+    parse(out, Path(name), name)  # an edit that breaks the file is a bug here, never written
+    return out
+
+
+def edit_cases(text: str, counts: Mapping[str, int], sources: Mapping[str, str], name: str = PINS_FILE) -> str:
+    """``text`` with ``expect.backend_ops``' count of each op in ``counts`` replaced in place (a bare number, or an
+    entry's ``cases``), and an entry's ``from`` by ``sources[op]`` where given; everything else byte for byte."""
+    ops = _child(_child(yaml.compose(text), "expect", name), "backend_ops", name, parent="expect")
+    spans: list[tuple[int, int, str]] = []
+    for op, n in counts.items():
+        node = _child(ops, op, name, parent="expect.backend_ops")
+        if isinstance(node, yaml.MappingNode):
+            cases = _child(node, "cases", name, parent=f"expect.backend_ops.{op}")
+            spans.append((cases.start_mark.index, cases.end_mark.index, str(n)))
+            if op in sources:
+                source = _child(node, "from", name, parent=f"expect.backend_ops.{op}")
+                spans.append((source.start_mark.index, source.end_mark.index, json.dumps(sources[op])))
+        elif isinstance(node, yaml.ScalarNode):
+            spans.append((node.start_mark.index, node.end_mark.index, str(n)))
+        else:
+            raise ConfigError(f"{name}: expect.backend_ops.{op}: expected a count or {{cases: N, from: ...}}")
     out = text
     for start, end, new in sorted(spans, reverse=True):
         out = out[:start] + new + out[end:]
