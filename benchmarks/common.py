@@ -69,7 +69,7 @@ def run_main(main: Callable[[], object]) -> None:
     temporary folders), and an interrupt is one line, exit status 128 + the signal (130 for Ctrl-C), as the
     commands'. Without it a SIGTERM left the llama-servers running and their models' folders behind."""
     sys.path.insert(0, str(ROOT))
-    from ci.command import Terminated, signals_as_interrupt
+    from ci.processes import Terminated, signals_as_interrupt
 
     try:
         with signals_as_interrupt():

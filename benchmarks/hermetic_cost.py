@@ -7,8 +7,8 @@ process's imports compiled from their sources.
 The main job: ``python -m ci --root PROJECT main-job --profile cpu``, run once in this process (``ci.cli.main``) on a
 project with that profile's build (default: this checkout). Its wall seconds; every program it starts, counted where
 every start goes through (``ci.command._Started``: ``run`` and ``run_together``; ``LlamaServer.start``: the gates'
-servers), a Python apart from a native program; every digest of a tree (``launcher.tree_sha256``: ci_sha256,
-launcher_sha256) and every look for strays (``launcher.strays``), counted by the folder it read.
+servers), a Python apart from a native program; every digest of a tree (``digests.tree_sha256``: ci_sha256,
+launcher_sha256) and every look for strays (``digests.strays``), counted by the folder it read.
 
 Then, in the same process, before against now, alternating rounds and their medians (a busy machine slows both alike):
 
@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 from common import at_least_one, run_main  # noqa: E402 -- the benchmarks' own helpers
 
-from ci import command  # noqa: E402 -- after the path set-up, so the checkout's ci/ is measured
+from ci import command, digests  # noqa: E402 -- after the path set-up, so the checkout's ci/ is measured
 from ci.gates.serving import launcher, llama  # noqa: E402
 
 DEFAULT_AGAINST = "b782490"  # the commit before issue 36's command layer and digests
@@ -102,8 +102,8 @@ def counted(tally: Tally) -> Iterator[None]:
     """Every start and every read of a tree counted while the block runs; the functions put back after it."""
     started_init = command._Started.__init__
     server_start = llama.LlamaServer.start
-    tree_sha256 = launcher.tree_sha256
-    strays = launcher.strays
+    tree_sha256 = digests.tree_sha256
+    strays = digests.strays
 
     def init(self: Any, argv: Sequence[str | os.PathLike[str]], *args: Any, **kwargs: Any) -> None:
         tally.start(argv[0])
@@ -127,8 +127,8 @@ def counted(tally: Tally) -> Iterator[None]:
     patches: list[tuple[object, str, object]] = [
         (command._Started, "__init__", init),
         (llama.LlamaServer, "start", start),
-        (launcher, "tree_sha256", timed("digest", tree_sha256)),
-        (launcher, "strays", timed("strays", strays)),
+        (digests, "tree_sha256", timed("digest", tree_sha256)),
+        (digests, "strays", timed("strays", strays)),
     ]
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
     for owner, name, new in patches:
@@ -282,12 +282,12 @@ def main() -> None:
             b, a = interleaved(
                 f"digest of {name}/",
                 functools.partial(old_digest, root),
-                functools.partial(launcher.tree_sha256, root),
+                functools.partial(digests.tree_sha256, root),
                 args.digests,
                 args.rounds,
             )
             digest_cost[("digest", name)] = a - b
-            b, a = interleaved(f"strays of {name}/", lambda: None, functools.partial(launcher.strays, root), args.digests, args.rounds)
+            b, a = interleaved(f"strays of {name}/", lambda: None, functools.partial(digests.strays, root), args.digests, args.rounds)
             digest_cost[("strays", name)] = a - b
 
         # the compile: the job's modules from their sources, against from a filled bytecode folder

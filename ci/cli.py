@@ -56,6 +56,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "kernelforge": ("kernelforge", "main"),
     "equivalence": ("equivalence", "main"),
     "bench": ("bench", "main"),
+    "try": ("try_fork", "main"),
+    "try-inner": ("try_fork", "inner"),
+    "report": ("report", "main"),
 }
 
 
@@ -78,7 +81,7 @@ def dispatch(name: str) -> Callable[[argparse.Namespace], int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     with fresh_imports():  # the judges and the commands are imported from their sources, never the tree's bytecode
-        from ci.command import hide_secrets
+        from ci.environment import hide_secrets
 
         hide_secrets()  # the ledger's key in this process's environment: not readable through /proc by the code under test
         return _main(argv)
@@ -102,19 +105,18 @@ def fresh_imports() -> Iterator[None]:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    import ci
-    from ci.gates.serving import launcher
+    from ci import digests
     from ci.parser import parser
 
     args = parser({name: dispatch(name) for name in COMMANDS}).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    from ci.command import Terminated, signals_as_interrupt
+    from ci.processes import Terminated, signals_as_interrupt
 
     try:
         # what would run unread by the digests of ci/ and serve/ (bytecode without its source, a link) is refused first
-        launcher.refuse_strays(Path(ci.__file__).resolve().parent, launcher.launcher_dir())
+        digests.refuse_strays(digests.package_dir("ci"), digests.package_dir("serve"))
         if args.command in RECORDING:  # before any judge is imported (binding.judging_now)
-            launcher.remember_start(Path(ci.__file__).resolve().parent)
+            digests.remember_start(digests.package_dir("ci"))
         handler: Callable[[argparse.Namespace], int] = args.func
         with signals_as_interrupt():  # SIGTERM and SIGHUP end what Ctrl-C ends
             return handler(args)

@@ -74,9 +74,10 @@ UNRESOLVABLE = "ROOT {root} cannot be resolved: {problem}"  # a link loop
 NOTHING_AFTER_DASHES = "make takes no arguments after --: {args}"
 
 try:
-    from ci.command import Terminated, run, signals_as_interrupt  # the project's one way to run a program, from a checkout
+    from ci.command import run  # the project's one way to run a program, from a checkout
     from ci.errors import CommandFailed, ConfigError, OnebitError
     from ci.files import write_atomic
+    from ci.processes import Terminated, signals_as_interrupt
 except ImportError as exc:  # a Python without the project's dependencies: one line, not a traceback
     sys.exit(ERROR.format(message=LACKS.format(module=exc.name)))
 

@@ -1,29 +1,21 @@
 """``nox -s bisect``: when a bump fails a gate, name the fork commit that broke it.
 
-``git bisect`` (``--no-checkout``: it only moves ``BISECT_HEAD``) chooses each commit in the fork store; each step
-brings the checkout to that commit + the series through the one :func:`ci.source.sync.sync` path, builds it
-incrementally in the profile's build dir (:func:`ci.compile.stage.run_build`, under the commit's own build key)
-and runs the one gate. A pass is ``good``, a failure ``bad``; a series that does not apply, a build that fails or
-any other error is ``skip`` with its reason, as ``git bisect run`` treats exit code 125.
-
-Each step's gate record goes to the ledger under ``bisect:<its build key>``, a key no build ever has, so
-``nox -s ship`` never counts it for the pin. At the end, on a failure and on Ctrl-C or SIGTERM, the bisection is
-reset and the checkout put back at the pin + series.
+``git bisect --no-checkout`` chooses each commit in the fork store; each step brings the checkout to that commit + the
+series (:func:`ci.source.sync.sync`), builds it incrementally and runs the one gate: a pass is ``good``, a failure
+``bad``, anything else ``skip`` with its reason. Each step's record goes to the ledger under ``bisect:<build key>``,
+which no build has, so ship never counts it. At the end, on a failure and on Ctrl-C or SIGTERM, the bisection is reset
+and the checkout put back at the pin + series.
 """
-
 from __future__ import annotations
 
 import argparse
 import math
 import re
-import signal
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
-from types import FrameType
 
 from ci.commands import absolute, job_of, say
 from ci.commands.backend_ops import expectations
@@ -39,6 +31,7 @@ from ci.gates.results import GateResult, Status
 from ci.gates.target import GateOptions
 from ci.git import Git
 from ci.pin.verify import verify
+from ci.processes import signals_ignored, sigterm_as_interrupt
 from ci.release import ledger, records
 from ci.source.classify import classify
 from ci.source.store import ForkStore, Relation
@@ -95,6 +88,7 @@ FROM_BUMP_REPORT = (
     "the old fork's commit); give --good SHA, a commit of this fork's history where the gate passes"
 )
 MAX_STEPS_TOO_FEW = "--max-steps {max_steps}: must be 1 or more"
+REPORT_WRITTEN = "bisect: report for the bump PR: {report}; the {profile} build dir now holds the last step's build (nox -s build brings it back to the pin)"
 
 
 class Outcome(Enum):
@@ -177,8 +171,7 @@ class BisectAnswer:
 
     def headline(self) -> str:
         steps = count(len([s for s in self.steps if s.number > 0]), "step")
-        if self.first_bad is not None:
-            first_bad = self.first_bad
+        if (first_bad := self.first_bad) is not None:
             return FOUND.format(commit=first_bad.short, gate=self.gate, subject=first_bad.subject, steps=steps, seconds=self.seconds)
         if self.candidates:
             commits = ", ".join(c.short for c in self.candidates)
@@ -231,39 +224,26 @@ def bump_ends(text: str) -> tuple[str | None, str | None]:
 def markdown(answer: BisectAnswer) -> str:
     """The report to paste into the bump PR."""
     lines = [f"### Bisect: {answer.gate} on {answer.profile}, {answer.good[:7]}..{answer.bad[:7]}", ""]
-    lines += [
-        f"{answer.commits} commits in range, about {answer.expected} steps expected; {len([s for s in answer.steps if s.number])} run in {answer.seconds:.1f} s.",
-        "",
-    ]
+    ran = len([s for s in answer.steps if s.number])
+    lines += [f"{answer.commits} commits in range, about {answer.expected} steps expected; {ran} run in {answer.seconds:.1f} s.", ""]
     if answer.first_bad is not None:
         fb = answer.first_bad
         lines += [FIRST_BAD_HEADING.format(sha=fb.sha, subject=fb.subject), ""]
         if fb.files:
-            lines += [
-                FILES_TOUCHED.format(files=listed([f"`{f}`" for f in fb.files], 20)),
-                "",
-            ]
+            lines += [FILES_TOUCHED.format(files=listed([f"`{f}`" for f in fb.files], 20)), ""]
         step = answer.step_at(fb.sha)
         if step is not None:
             lines += [f"The gate there: {step.reason}"]
-            lines += [PROBLEM_ITEM.format(problem=p.splitlines()[0] if p else p) for p in step.problems[:5]]
-            lines.append("")
+            lines += [*(PROBLEM_ITEM.format(problem=p.splitlines()[0] if p else p) for p in step.problems[:5]), ""]
     elif answer.candidates:
         lines += [ONLY_SKIPPED_SECTION, ""]
-        lines += [CANDIDATE_ITEM.format(sha=c.sha, subject=c.subject) for c in answer.candidates]
-        lines.append("")
+        lines += [*(CANDIDATE_ITEM.format(sha=c.sha, subject=c.subject) for c in answer.candidates), ""]
     else:
-        lines += [
-            STOPPED_SECTION.format(left=count(len(answer.left), "commit"), commits=", ".join(f"`{s[:7]}`" for s in answer.left[:20])),
-            "",
-        ]
+        lines += [STOPPED_SECTION.format(left=count(len(answer.left), "commit"), commits=", ".join(f"`{s[:7]}`" for s in answer.left[:20])), ""]
     good = answer.last_good
     if good is not None:
-        lines += [
-            LAST_GOOD.format(sha=good.commit.sha, subject=good.commit.subject, reason=good.reason)
-            + (LEDGER_LINE.format(line=good.ledger_line) if good.ledger_line else ""),
-            "",
-        ]
+        ledger_line = LEDGER_LINE.format(line=good.ledger_line) if good.ledger_line else ""
+        lines += [LAST_GOOD.format(sha=good.commit.sha, subject=good.commit.subject, reason=good.reason) + ledger_line, ""]
     lines += ["| step | commit | verdict | build s | gate s | total s | why |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for s in answer.steps:
         n = "check-good" if s.number == 0 else str(s.number)
@@ -384,24 +364,9 @@ def run_step(job: _Job, number: int, sha: str, say: Callable[[str], None]) -> St
     try:
         build_plan = stepped.build_plan(BuildRequest(job.request.profile))  # the step's key, derived once
         outcome = run_build(build_plan, stepped.source(), stepped.root, None, quiet.append)
-    except CommandFailed as exc:
-        return Step(
-            number,
-            commit,
-            Outcome.SKIP,
-            f"the build failed: {exc.message}",
-            build_seconds=time.monotonic() - t0,
-            seconds=time.monotonic() - t0,
-        )
-    except OnebitError as exc:
-        return Step(
-            number,
-            commit,
-            Outcome.SKIP,
-            f"could not build: {exc.message}",
-            build_seconds=time.monotonic() - t0,
-            seconds=time.monotonic() - t0,
-        )
+    except OnebitError as exc:  # a build that failed, or one that could not start
+        why = f"the build failed: {exc.message}" if isinstance(exc, CommandFailed) else f"could not build: {exc.message}"
+        return Step(number, commit, Outcome.SKIP, why, build_seconds=time.monotonic() - t0, seconds=time.monotonic() - t0)
     t1 = time.monotonic()
     key = outcome.manifest.key
     out = job.results / f"{KEY_PREFIX[:-1]}-{key[:12]}"
@@ -411,16 +376,8 @@ def run_step(job: _Job, number: int, sha: str, say: Callable[[str], None]) -> St
         result = job.gate.run(under_test(stepped, build), job.request.options, out)
     except OnebitError as exc:
         t2 = time.monotonic()
-        return Step(
-            number,
-            commit,
-            Outcome.SKIP,
-            f"the gate could not run: {exc.message}",
-            build_seconds=t1 - t0,
-            gate_seconds=t2 - t1,
-            seconds=t2 - t0,
-            build_key=key,
-        )
+        why = f"the gate could not run: {exc.message}"
+        return Step(number, commit, Outcome.SKIP, why, build_seconds=t1 - t0, gate_seconds=t2 - t1, seconds=t2 - t0, build_key=key)
     t2 = time.monotonic()
     m = outcome.manifest
     context = ledger.BuildContext(KEY_PREFIX + key, sha, m.series_digest, m.profile, m.device)
@@ -445,47 +402,13 @@ def next_commit(git: Git, skipped: set[str]) -> str | None:
     return None
 
 
-class _Stop(KeyboardInterrupt):
-    """SIGTERM, raised where Python is, so the checkout is put back on the way out as on Ctrl-C."""
-
-
-@contextmanager
-def _terminated_as_interrupt() -> Iterator[None]:
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise _Stop
-
-    try:
-        old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: leave SIGTERM alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
 def put_back(job: _Job, git: Git, started: bool, say: Callable[[str], None]) -> None:
     """End the bisection and bring the checkout to the pin + series; Ctrl-C waits until this is done."""
-    with _signals_held():
+    with signals_ignored():
         if started:
             git.run("bisect", "reset", check=False)
         execute(prepare(job.source, job.store))
         say(PUT_BACK.format(commit=job.source.short))
-
-
-@contextmanager
-def _signals_held() -> Iterator[None]:
-    """Ctrl-C and SIGTERM ignored meanwhile (the main thread only can set handlers; elsewhere nothing changes)."""
-    try:
-        old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:
-        old = {}
-    try:
-        yield
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
 
 
 def bisect(job: _Job, say: Callable[[str], None]) -> BisectAnswer:
@@ -493,11 +416,8 @@ def bisect(job: _Job, say: Callable[[str], None]) -> BisectAnswer:
     git = Git(job.source.gitdir, job.source.workdir)
     n = int(git.text("rev-list", "--count", f"{job.good}..{job.bad}"))
     expected = expected_steps(n)
-    start = START.format(
-        gate=job.gate.name, profile=job.request.profile, good=job.good[:7], bad=job.bad[:7],
-        commits=count(n, "commit"), steps=count(expected, "step"),
-    )  # fmt: skip
-    say(start)
+    good, bad = job.good[:7], job.bad[:7]
+    say(START.format(gate=job.gate.name, profile=job.request.profile, good=good, bad=bad, commits=count(n, "commit"), steps=count(expected, "step")))
     steps: list[Step] = []
 
     def show(step: Step, total: str) -> None:
@@ -506,7 +426,7 @@ def bisect(job: _Job, say: Callable[[str], None]) -> BisectAnswer:
 
     started = False
     answer: BisectAnswer | None = None
-    with _terminated_as_interrupt():
+    with sigterm_as_interrupt():
         try:
             execute(prepare(job.source, job.store))  # HEAD at the pin, where git bisect starts from and ends at
             if job.request.check_good:
@@ -514,11 +434,8 @@ def bisect(job: _Job, say: Callable[[str], None]) -> BisectAnswer:
                 first = run_step(job, 0, job.good, say)
                 show(first, "check-good")
                 if first.outcome is not Outcome.GOOD:
-                    raise Refused(
-                        job.said_of_good(
-                            GOOD_END_FAILS.format(commit=job.good[:7], outcome=first.outcome.value, gate=job.gate.name, reason=first.reason)
-                        )
-                    )
+                    fails = GOOD_END_FAILS.format(commit=job.good[:7], outcome=first.outcome.value, gate=job.gate.name, reason=first.reason)
+                    raise Refused(job.said_of_good(fails))
             said = git.run("bisect", "start", "--no-checkout", job.bad, job.good).output
             started = True
             number = 0
@@ -569,9 +486,7 @@ def session(base: Job, request: BisectRequest, say: Callable[[str], None]) -> in
                 say(FIRST_BAD_PROBLEM.format(gate=job.gate.name, problem=p.splitlines()[0] if p else p))
     if answer.last_good is not None:
         say(LAST_GOOD_LINE.format(commit=answer.last_good.commit.short, subject=answer.last_good.commit.subject))
-    say(
-        f"bisect: report for the bump PR: {shown(out, base.root)}; the {request.profile} build dir now holds the last step's build (nox -s build brings it back to the pin)"
-    )
+    say(REPORT_WRITTEN.format(report=shown(out, base.root), profile=request.profile))
     return 0 if answer.found else 1
 
 

@@ -18,7 +18,7 @@ from ci.gates.backend_ops import run as backend_ops
 from ci.gates.registry import select
 from ci.gates.results import GateResult
 from ci.gates.target import BuildUnderTest, GateOptions
-from ci.release import binding, compile_record, ledger, records, ship
+from ci.release import binding, compile_record, ledger, records, standings
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 ON_BUILD = "gpu_tests: {profile} build {key} (pin {pin}, patches {patches}), device {device}"
@@ -41,8 +41,8 @@ def under_test(job: Job, build: CurrentBuild) -> BuildUnderTest:
     results_dir = ledger.default_results_dir(job.root)
     return BuildUnderTest(
         build, job.root, job.pins, profile.serve_device, bool(job.series.patches), job.series.touches("ggml/"),
-        last_release=lambda models: ship.last_release(results_dir, profile.name, build.key, models),
-        released=lambda gate: ship.last_record(results_dir, profile.name, build.key, gate),
+        last_release=lambda models: standings.last_release(results_dir, profile.name, build.key, models),
+        released=lambda gate: standings.last_record(results_dir, profile.name, build.key, gate),
     )  # fmt: skip
 
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from ci import command, defaults
+from ci import defaults
+from ci.environment import JUDGES_OWN, not_passable
 from ci.errors import ConfigError
 from ci.schema import Section, describe, did_you_mean, parse_yaml
 
@@ -40,7 +41,7 @@ NOT_AN_ARCH = '"{arch}" is not an architecture name (lower case, as test-llama-a
 NOT_AN_OP = "is not a ggml op name (upper case, as test-backend-ops -o takes it)"
 NOT_A_CMAKE_FLAG = '"{flag}" is not a CMake cache flag (-DNAME=VALUE, NAME of letters, digits and _)'
 NOT_A_VARIABLE_NAME = "{name} is not a variable name (letters, digits and _, not starting with a digit); name it as the environment does"
-NOT_PASSABLE_NAME = "{name}: " + command.JUDGES_OWN + "; take it out"
+NOT_PASSABLE_NAME = "{name}: " + JUDGES_OWN + "; take it out"
 VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -174,7 +175,7 @@ class Pins:
     # registry checks names a gate (ci.gates.registry.check_expect), as release.require's names are checked
     gate_expect: tuple[tuple[str, Any], ...] = ()
     # variables of the machine's environment the pin's build and gates need: passed on and recorded in every gate
-    # record as a profile's declared variables are (ci.command.declare)
+    # record as a profile's declared variables are (ci.environment.declare)
     environment: tuple[str, ...] = ()
 
     def gate_section(self, gate: str) -> Section | None:
@@ -284,7 +285,7 @@ def _environment(top: Section) -> tuple[str, ...]:
     for name in names:
         if not VARIABLE_NAME.fullmatch(name):
             raise top.error(NOT_A_VARIABLE_NAME.format(name=name), "environment")
-        if command.not_passable(name):
+        if not_passable(name):
             raise top.error(NOT_PASSABLE_NAME.format(name=name), "environment")
     return names
 

@@ -1,16 +1,9 @@
 """What binds a gate's record to what ship ships: the binaries it ran on and the criteria it judged against.
 
-At gate time each record carries ``manifest_sha256`` (:attr:`Manifest.digest`: the build key and every binary's and
-library's sha256) and ``criteria`` (what the gate judged against: the expected case counts; the token count, floors,
-spec type and prompts; the architectures with their seed and threshold; the perf checks; the fault set; for route and
-equivalence, the launcher's files; for route, the files that decide which route tests run; for every gate, the
-variables of the environment that can change its result and the ci package that ran and judged it) with its digest.
-At ship time :func:`why_not_counted` compares them with the build.json ship reads, whose binaries it has just hashed again
-(:meth:`Manifest.reproved`), and with the criteria pins.yaml, the committed faults and prompts, the launcher and its
-route tests give now. A binary swapped with its sha256 rewritten in build.json, a count raised after gating, a
-shorter equivalence run or one on other prompts, an archs run on fewer architectures, a launcher edited after its
-tests ran, route tests run under a conftest edited for the run and put back, a self-test on a user's one-fault file,
-or a pass under another setting of a variable that changes results no longer counts.
+At gate time each record carries ``manifest_sha256`` (the build key and every binary's and library's sha256) and
+``criteria`` (what the gate judged against, the launcher and route tests it ran, the environment its programs ran in
+and the ci package that judged it) with its digest. At ship time :func:`why_not_counted` compares them with the
+build ship has just hashed again and the criteria that hold now; docs/release.md's table lists each binding.
 """
 
 from __future__ import annotations
@@ -20,13 +13,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ci.command import recorded_environment
 from ci.compile import profiles
 from ci.compile.manifest import Manifest
+from ci.digests import at_start
+from ci.environment import recorded_environment
 from ci.errors import Refused
 from ci.gates import registry
 from ci.gates.results import GateResult
-from ci.gates.serving.launcher import at_start, launcher_sha256
+from ci.gates.serving.launcher import launcher_sha256
 from ci.pin.pins import Pins
 from ci.release import ledger
 
@@ -54,7 +48,7 @@ def orchestration_sha256() -> str:
 
 def environment_criterion(profile: str, source: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables of this machine's environment that can change a gate's result and that its programs are given
-    (:func:`ci.command.recorded_environment`: GGML_*, LLAMA_*, LD_*, VK_*, HIP_*, CUDA_*, ..., ONEBIT_PASS_ENV's and
+    (:func:`ci.environment.recorded_environment`: GGML_*, LLAMA_*, LD_*, VK_*, HIP_*, CUDA_*, ..., ONEBIT_PASS_ENV's and
     the profile's own), by name: a pass under GGML_VK_DISABLE_GRAPH_OPTIMIZE=1 does not count for a ship without it."""
     found = profiles.PROFILES.get(profile)
     return recorded_environment(source, found.variables if found is not None else ())

@@ -1,20 +1,10 @@
 """The results ledger: one JSON line per gate run, append-only, hash-chained, its tip anchored.
 
-Each record names the build it judged (key, pin, patch series, profile); ``nox -s ship`` counts only records
-for the build being shipped. A record's ``prev`` is the sha256 of the line before it, so a line edited or
-removed afterwards breaks the chain; the head file beside it (``ledger.jsonl.head``: the count and the last
-line's sha256, written atomically with each append) anchors the tip, so the last record cannot be edited,
-removed or added to unseen either. Reading reports any of it: a damaged ledger is never silently skipped.
-With ``ONEBIT_LEDGER_KEY`` set (a runner others share), each record carries an HMAC-SHA256 of itself (its sequence
-number included) and so does the head, and every reader checks them, so only a holder of the key can write a record
-or a head that counts; a signed ledger read without the key is refused. An old signed head put back with the
-records after it removed is caught by the witness (``ONEBIT_LEDGER_WITNESS``, a copy of the last head kept outside
-build/), which keeps one entry per ledger (its resolved path), so ledgers on one runner can share it.
-
-A full disk never leaves a ledger that cannot be read: an append whose line the disk took only part of (a short
-write), or whose fsync found no room, takes its line back and says so in one line (:data:`APPEND_FAILED`); a line it
-could not take back is one the head announced (``pending``), which a reader sets aside or counts, never calls
-tampering. docs/release.md says what this protects against and what not.
+Each record names the build it judged and chains to the line before it (``prev``); the head beside it
+(``ledger.jsonl.head``: the count and the last line's sha256) anchors the tip, so no record is edited, removed or
+added unseen. With ``ONEBIT_LEDGER_KEY`` every record and the head are signed and checked, and a witness
+(:mod:`ci.release.witness`) catches a rewind. A full disk or a crash is told from an edit (the head announces each
+line before it is written).
 """
 
 from __future__ import annotations
@@ -31,7 +21,7 @@ import secrets
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +29,8 @@ from typing import Any
 from ci.errors import ConfigError
 from ci.files import LEDGER_KEY_VAR, write_atomic
 from ci.gates.results import GateResult
+from ci.release import witness as witness_mod
+from ci.release.witness import WITNESS_VAR
 from ci.schema import parse_json
 from serve.bounded import CONFIG_LIMIT, LEDGER_LIMIT, read_regular
 
@@ -46,7 +38,6 @@ LEDGER = "ledger.jsonl"
 HEAD_SUFFIX = ".head"  # ledger.jsonl.head: the count and the last line's sha256
 GENESIS = "0" * 64
 KEY_VAR = LEDGER_KEY_VAR  # ONEBIT_LEDGER_KEY
-WITNESS_VAR = "ONEBIT_LEDGER_WITNESS"
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 MISSHAPEN = "{path}:{line}: the record's {field} is not of its shape (a text, a number, a mapping or a list of texts): this is no record a gate wrote; move the ledger away or restore it"
@@ -70,8 +61,6 @@ HEAD_NOT_MOVED = (
 )
 HEAD_MISMATCH = "{path}: the last record does not match the ledger's head (edited or removed?)"
 LEDGER_GONE = "{path}: missing, but its head {head} names records (removed?); restore it from a backup"
-NOT_A_WITNESS = "{witness} ({var}): not a ledger witness (an entry per ledger: count, sha256); restore it or remove it to start a new ledger"
-REWOUND = "{path}: rewound: it holds {held} records, but {witness} ({var}) saw {seen}; restore the ledger from a backup (records were removed)"
 # an append the disk did not take (a full disk: a short write, or fsync with no room); an OSError's strerror, its filename the ledger
 APPEND_FAILED = "the {gate} record ({verdict}) was not appended: {error}; the ledger keeps its {count} records, readable"
 APPEND_NOT_TAKEN_BACK = (
@@ -225,13 +214,6 @@ def signing_key(env: Mapping[str, str] | None = None) -> bytes | None:
     return value.encode() if value else None
 
 
-def witness_path(env: Mapping[str, str] | None = None) -> Path | None:
-    """ONEBIT_LEDGER_WITNESS: a file outside build/ (the runner's own state, or the CI job's artefact) holding the
-    last head this ledger had; a ledger rewound below it is refused (docs/release.md says who keeps it)."""
-    value = (os.environ if env is None else env).get(WITNESS_VAR, "")
-    return Path(value) if value else None
-
-
 def _signature(key: bytes, data: Mapping[str, Any]) -> str:
     body = json.dumps({k: v for k, v in data.items() if k != "sig"}, sort_keys=True).encode()
     return hmac.new(key, body, hashlib.sha256).hexdigest()
@@ -264,12 +246,12 @@ def read(path: Path, key: bytes | None = None, witness: Path | None = None) -> L
     signed ledger is refused), and, given a ``witness``, not rewound below the last head it saw. Any problem is a
     ConfigError naming the line. A last line cut short (a full disk, a crash) behind an intact head is set aside
     and named in :attr:`Ledger.notes`, and the next append removes it."""
-    witness = witness if witness is not None else witness_path()
+    witness = witness if witness is not None else witness_mod.witness_path()
     if not os.path.lexists(path):
         head = Head.read(path, key)
         if head is not None and head.count:
             raise ConfigError(LEDGER_GONE.format(path=path, head=head_path(path).name))
-        _check_witness(path, (), witness)
+        witness_mod.check(path, (), witness)
         return Ledger(path)
     try:
         raw_bytes = read_regular(path, LEDGER_LIMIT)
@@ -317,79 +299,8 @@ def read(path: Path, key: bytes | None = None, witness: Path | None = None) -> L
             notes.append(HEAD_NOT_MOVED.format(file=path.name, line=len(records)))
         else:
             raise ConfigError(HEAD_MISMATCH.format(path=path))
-    _check_witness(path, records, witness)
+    witness_mod.check(path, [r.sha256 for r in records], witness)
     return Ledger(path, tuple(records), tuple(notes), len(complete))
-
-
-def _witness_key(path: Path) -> str:
-    """A ledger's entry in a witness by place: its resolved path, so ledgers on one runner share a witness file."""
-    return os.path.realpath(path)
-
-
-CHAIN_KEY = "chain:{sha256}"  # a ledger's entry in a witness by identity: the sha256 of its first record's line
-
-
-def _chain_key(first: str) -> str:
-    """A ledger's entry by what it is, wherever it lies: an old copy read from another results directory (or through
-    a link) has the same first record, and is held to the count the witness saw of that chain."""
-    return CHAIN_KEY.format(sha256=first)
-
-
-def _read_witness(witness: Path) -> tuple[dict[str, tuple[int, str]], tuple[int, str] | None]:
-    """The witness's entries by ledger, and a witness of one unnamed ledger as written before entries (which any
-    ledger reading it is held to, as it was then)."""
-    try:
-        data = parse_json(read_regular(witness, CONFIG_LIMIT))
-    except OSError as exc:
-        raise ConfigError(f"{witness} ({WITNESS_VAR}): cannot be read: {exc.strerror}") from None
-    except (ValueError, RecursionError):
-        raise ConfigError(NOT_A_WITNESS.format(witness=witness, var=WITNESS_VAR)) from None
-
-    def entry(value: object) -> tuple[int, str]:
-        if not isinstance(value, dict):
-            raise ValueError
-        count, sha = value["count"], value["sha256"]
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0 or not isinstance(sha, str) or len(sha) != 64:
-            raise ValueError
-        return count, sha
-
-    try:
-        if isinstance(data, dict) and "ledgers" in data and isinstance(data["ledgers"], dict):
-            return {str(k): entry(v) for k, v in data["ledgers"].items()}, None
-        return {}, entry(data)
-    except (ValueError, KeyError, TypeError):
-        raise ConfigError(NOT_A_WITNESS.format(witness=witness, var=WITNESS_VAR)) from None
-
-
-def _check_witness(path: Path, records: Sequence[Record], witness: Path | None) -> None:
-    if witness is None or not os.path.lexists(witness):
-        return
-    entries, unnamed = _read_witness(witness)
-    by_place = entries.get(_witness_key(path), unnamed)
-    by_chain = entries.get(_chain_key(records[0].sha256)) if records else None
-    for seen in (by_place, by_chain):
-        if seen is None:
-            continue
-        count, sha = seen
-        if count > len(records):
-            raise ConfigError(REWOUND.format(path=path, held=len(records), witness=witness, var=WITNESS_VAR, seen=count))
-        if count and records[count - 1].sha256 != sha:
-            raise ConfigError(f"{path}:{count}: not the record {witness} ({WITNESS_VAR}) saw there (sha256 {sha[:12]}); the ledger was rewritten")
-
-
-def _advance_witness(witness: Path | None, path: Path, count: int, sha: str, first: str) -> None:
-    """This ledger's entries (by its place and by its chain, whose first record's sha256 is ``first``) moved to
-    (count, sha), the other ledgers' kept; under the witness's own lock, since ledgers with locks of their own share
-    it. A witness of one unnamed ledger becomes this ledger's entry: the append read and checked this ledger against
-    it."""
-    if witness is None:
-        return
-    with _locked(witness):
-        entries = _read_witness(witness)[0] if os.path.lexists(witness) else {}
-        entries[_witness_key(path)] = (count, sha)
-        entries[_chain_key(first)] = (count, sha)
-        doc = {"ledgers": {k: {"count": c, "sha256": s} for k, (c, s) in sorted(entries.items())}}
-        write_atomic(witness, json.dumps(doc, indent=1) + "\n")
 
 
 def _write_line(path: Path, line: bytes, keep: int) -> None:
@@ -436,7 +347,7 @@ def append(
     first. The witness (default: ONEBIT_LEDGER_WITNESS) moves this ledger's entry with the head. An append the disk
     does not take is one OSError naming the ledger (:data:`APPEND_FAILED`), its line taken back."""
     key = key if key is not None else signing_key()
-    witness = witness if witness is not None else witness_path()
+    witness = witness if witness is not None else witness_mod.witness_path()
     with _locked(path):
         ledger = read(path, key, witness)
         if path.exists() and path.stat().st_size > ledger.size:  # an append cut short: its partial line goes
@@ -480,7 +391,7 @@ def append(
         except OSError as exc:
             raise OSError(exc.errno, HEAD_NOT_WRITTEN.format(**said, seq=n, error=_why(exc)), str(path)) from None
         try:
-            _advance_witness(witness, path, n, digest, ledger.records[0].sha256 if ledger.records else digest)
+            witness_mod.advance(witness, path, n, digest, ledger.records[0].sha256 if ledger.records else digest, _locked)
         except OSError as exc:
             raise OSError(exc.errno, WITNESS_NOT_WRITTEN.format(**said, seq=n, witness=witness, var=WITNESS_VAR, error=_why(exc)), str(path)) from None
         return Record(n, data, digest)

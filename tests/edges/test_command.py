@@ -12,7 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ci import command, errors
+from ci import command, errors, processes
+from ci import environment as program_environment
 from ci.errors import CommandFailed, ToolchainError
 
 
@@ -107,7 +108,7 @@ def test_sigterm_while_programs_run_together_ends_every_tree(tmp_path: Path) -> 
     """The third program sends SIGTERM to this process once the other two are running, as a CI runner's cancel would."""
     hangs = [script(tmp_path / f"hang{n}.sh", f"touch {tmp_path}/{n}.up\nsleep 300 &\nsleep 301\n") for n in (1, 2)]
     cancel = script(tmp_path / "cancel.sh", f"while [ ! -e {tmp_path}/1.up ] || [ ! -e {tmp_path}/2.up ]; do sleep 0.05; done\nsleep 0.2\nkill -TERM $PPID\nsleep 302\n")
-    with command.signals_as_interrupt(), pytest.raises(command.Terminated):
+    with processes.signals_as_interrupt(), pytest.raises(processes.Terminated):
         command.run_together([[hangs[0]], [hangs[1]], [cancel]], timeout=120, quiet=True)
     assert sleeps_of(tmp_path) == [], "a program run together outlived SIGTERM"
 
@@ -134,13 +135,13 @@ def test_an_interrupt_while_trees_are_ended_waits_for_the_teardown(tmp_path: Pat
     hang = script(tmp_path / "hang.sh", "sleep 300 &\nsleep 301\n")
     proc = subprocess.Popen([hang])
     try:
-        while len(command.descendants(proc.pid)) < 2:
+        while len(processes.descendants(proc.pid)) < 2:
             time.sleep(0.02)
 
         def ctrl_c_then_end() -> None:
-            with command.signals_held():
+            with processes.signals_held():
                 os.kill(os.getpid(), signal.SIGINT)  # held: the tree is still ended in full below
-                command.end_tree(proc, grace=5.0)
+                processes.end_tree(proc, grace=5.0)
                 ended.append(proc.returncode)
 
         ended: list[int | None] = []
@@ -164,7 +165,7 @@ def test_a_program_that_forks_on_sigterm_leaves_nothing(tmp_path: Path) -> None:
         while not (tmp_path / "up").exists():
             assert proc.poll() is None
             time.sleep(0.02)
-        command.end_tree(proc, grace=1.0)
+        processes.end_tree(proc, grace=1.0)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -190,9 +191,9 @@ def test_sigterm_as_a_program_starts_ends_it(tmp_path: Path, monkeypatch: pytest
     """A SIGTERM between the program's start and its being known to the caller left it running."""
     hang = script(tmp_path / "hang.sh", "sleep 300\n")
     monkeypatch.setenv("TEST_PROCESS_TAG", str(tmp_path))  # the shell's own: it may not have started its sleep yet
-    monkeypatch.setenv(command.PASS_VAR, "TEST_PROCESS_TAG")  # passed on past the allow-list, as an operator names one
+    monkeypatch.setenv(program_environment.PASS_VAR, "TEST_PROCESS_TAG")  # passed on past the allow-list, as an operator names one
     monkeypatch.setattr(subprocess, "Popen", SignalledAsItStarts)
-    with command.signals_as_interrupt(), pytest.raises(command.Terminated):
+    with processes.signals_as_interrupt(), pytest.raises(processes.Terminated):
         command.run_together([[hang], [hang]], timeout=120, quiet=True) if together else command.run([hang], timeout=120, quiet=True)
     monkeypatch.undo()
     left = sleeps_of(tmp_path)
@@ -206,12 +207,12 @@ def test_a_finished_programs_pid_taken_by_another_process_is_left_alone(tmp_path
     was read by pid, and another process's children were stopped and killed. The reuse is played here by the pid."""
     stranger = subprocess.Popen([script(tmp_path / "stranger.sh", "sleep 300 &\nwait\n")])
     try:
-        while not command.descendants(stranger.pid):
+        while not processes.descendants(stranger.pid):
             time.sleep(0.02)
         finished = subprocess.Popen(["true"])
         finished.wait()
         finished.pid = stranger.pid
-        command.end_trees([finished], grace=1.0)
+        processes.end_trees([finished], grace=1.0)
         assert [p.status() for p in sleeps_of(tmp_path) if p.name() == "sleep"] == [psutil.STATUS_SLEEPING]
     finally:
         stranger.kill()
@@ -234,7 +235,7 @@ def test_a_signal_as_held_signals_are_put_back_leaves_no_handler_holding(monkeyp
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
     monkeypatch.setattr(signal, "signal", put_back)
     try:
-        with pytest.raises(KeyboardInterrupt), command.signals_held():
+        with pytest.raises(KeyboardInterrupt), processes.signals_held():
             pass
         monkeypatch.undo()
         after = {s: signal.getsignal(s) for s in before}
@@ -246,16 +247,16 @@ def test_a_signal_as_held_signals_are_put_back_leaves_no_handler_holding(monkeyp
 
 def test_the_environment_is_the_allow_list_the_declared_names_and_what_the_caller_sets() -> None:
     source = {"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "GGML_X": "1", "VULKAN_SDK": "/sdk", "EDITOR": "vi", "ONEBIT_LEDGER_KEY": "k"}
-    assert command.environment(source) == {"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "GGML_X": "1"}
-    declared = command.environment(source, declared=("VULKAN_SDK", "ONEBIT_LEDGER_KEY"), given={"ROCM_PATH": "/opt/rocm", "ONEBIT_LEDGER_WITNESS": "/w"})
+    assert program_environment.environment(source) == {"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "GGML_X": "1"}
+    declared = program_environment.environment(source, declared=("VULKAN_SDK", "ONEBIT_LEDGER_KEY"), given={"ROCM_PATH": "/opt/rocm", "ONEBIT_LEDGER_WITNESS": "/w"})
     assert declared == {"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "GGML_X": "1", "VULKAN_SDK": "/sdk", "ROCM_PATH": "/opt/rocm"}
-    assert command.recorded_environment(source, ("VULKAN_SDK",)) == {"GGML_X": "1", "VULKAN_SDK": "/sdk"}
-    assert list(command.recorded_environment({"VK_B": "2", "GGML_A": "1"})) == ["GGML_A", "VK_B"]
+    assert program_environment.recorded_environment(source, ("VULKAN_SDK",)) == {"GGML_X": "1", "VULKAN_SDK": "/sdk"}
+    assert list(program_environment.recorded_environment({"VK_B": "2", "GGML_A": "1"})) == ["GGML_A", "VK_B"]
 
 
 def test_each_program_gets_a_mark_of_its_own_and_the_folder_it_is_given(tmp_path: Path) -> None:
-    show = [sys.executable, "-c", f"import os; print(os.environ[{command.TREE_VAR!r}], os.getcwd())"]
+    show = [sys.executable, "-c", f"import os; print(os.environ[{processes.TREE_VAR!r}], os.getcwd())"]
     first = command.run(show, quiet=True, cwd=tmp_path).output.split()
-    second = command.run(show, quiet=True, env={"PATH": os.environ["PATH"], command.TREE_VAR: "inherited"}).output.split()
+    second = command.run(show, quiet=True, env={"PATH": os.environ["PATH"], processes.TREE_VAR: "inherited"}).output.split()
     assert first[1] == str(tmp_path)
     assert len({first[0], second[0], "inherited"}) == 3

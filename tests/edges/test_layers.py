@@ -1,5 +1,6 @@
 """The house's layers, read from the source (every import, function-level and TYPE_CHECKING ones included): no module
-imports a later stage, and no module reaches itself through its imports (issue 21)."""
+imports a later stage, and no module reaches itself through its imports (issue 21); the entry point imports only edge
+modules, and no module of ci/ is over 500 lines (issue 43: each concern in a room of its own)."""
 
 from __future__ import annotations
 
@@ -72,6 +73,42 @@ def test_no_module_imports_a_later_stage() -> None:
 
 def test_no_module_reaches_itself_through_its_imports() -> None:
     assert cycles(imports()) == []
+
+
+MAX_LINES = 500
+
+
+def long_modules(ci: Path = CI) -> list[str]:
+    """Each module of ``ci`` over :data:`MAX_LINES` lines, with its count."""
+    found = ((p, len(p.read_text(encoding="utf-8").splitlines())) for p in sorted(ci.rglob("*.py")))
+    return [f"{p.relative_to(ci.parent).as_posix()}: {n} lines" for p, n in found if n > MAX_LINES]
+
+
+def entry_imports(graph: dict[str, set[str]]) -> list[str]:
+    """What the entry point (ci.cli) imports that is not an edge module (ci/*.py): it dispatches to the commands by
+    name, and reads nothing of a stage itself."""
+    return sorted(f"ci.cli imports {d} ({stage_of(d)})" for d in graph["ci.cli"] if stage_of(d) != "edges")
+
+
+def test_no_module_of_ci_is_over_500_lines() -> None:
+    assert long_modules() == []
+
+
+def test_the_entry_point_imports_only_edge_modules() -> None:
+    assert entry_imports(imports()) == []
+
+
+def test_the_checks_see_a_long_module_and_a_stage_imported_by_the_entry_point(tmp_path: Path) -> None:
+    """A module grown past 500 lines and a gate package imported by cli.py, planted in a copy of ci/, are named."""
+    copy = tmp_path / "ci"
+    shutil.copytree(CI, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    words = copy / "words.py"
+    words.write_text(words.read_text(encoding="utf-8") + "\n" * MAX_LINES)
+    cli = copy / "cli.py"
+    cli.write_text(cli.read_text(encoding="utf-8") + "\n\ndef _late() -> None:\n    from ci.gates.serving import launcher  # noqa: F401\n")
+    assert "ci/words.py" in [line.split(":")[0] for line in long_modules(copy)]
+    assert "ci/words.py" not in [line.split(":")[0] for line in long_modules()]
+    assert entry_imports(imports(copy)) == ["ci.cli imports ci.gates.serving.launcher (gates)"]
 
 
 def test_the_checks_see_a_planted_late_import_and_the_circle_it_makes(tmp_path: Path) -> None:

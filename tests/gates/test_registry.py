@@ -16,6 +16,7 @@ from ci.gates.results import CaseResult, GateResult, Status, case_counts
 from ci.gates.target import BuildUnderTest, GateOptions
 from ci.pin import pins
 from ci.release import ledger, ship
+from ci.release import standings as release_standings
 from tests.support.build import build_cpu, manifest
 from tests.support.messages import said
 from tests.support.project import Project
@@ -44,7 +45,7 @@ def test_a_toy_gate_is_one_class_and_one_registry_line(make_build_project: Calla
     assert build_cpu(project).code == 0
     r = project.ci("ship", "--profile", "cpu", "--check")
     assert r.code == 7
-    assert ship.TABLE_ROW.format(gate="toy".ljust(WIDTH), state="MISSING", detail=ship.NO_RECORD) in r.out
+    assert ship.TABLE_ROW.format(gate="toy".ljust(WIDTH), state="MISSING", detail=release_standings.NO_RECORD) in r.out
     r = project.ci("gpu-tests", "--profile", "cpu", "--gate", "toy")
     assert r.code == 0, r.out + r.err
     assert said(gpu_tests.GATE_DONE, r.out, gate="toy", status="passed", summary=f"build {manifest(project)['key'][:12]} has its manifest")

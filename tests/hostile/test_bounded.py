@@ -23,6 +23,7 @@ from ci.pin import claims
 from ci.pin import pins as pins_yaml
 from ci.pin.claims import parse_check
 from ci.release import ledger
+from ci.release import witness as witness_mod
 from serve import bounded, facts, recipes
 from serve.errors import A_GGUF_FILE, AT, FLAG_PATH, NOT_A_FILE, ServeError
 from tests.support.messages import pattern, said
@@ -142,7 +143,7 @@ def test_serve_names_a_model_that_is_not_a_regular_file_at_once(tmp_path: Path, 
 def test_a_witness_that_is_not_one_is_one_line(tmp_path: Path) -> None:
     witness = tmp_path / "witness"
     witness.write_text("garbage")
-    with pytest.raises(ConfigError, match=re.escape(ledger.NOT_A_WITNESS.format(witness=witness, var=ledger.WITNESS_VAR))):
+    with pytest.raises(ConfigError, match=re.escape(witness_mod.NOT_A_WITNESS.format(witness=witness, var=witness_mod.WITNESS_VAR))):
         ledger.read(tmp_path / "ledger.jsonl", witness=witness)
 
 

@@ -18,17 +18,19 @@ from pathlib import Path
 
 import pytest
 
-from ci import cli, command, schema
+from ci import cli, command, processes, schema
+from ci import environment as program_environment
 from ci.errors import ConfigError, Refused, ServerFailed
 from ci.gates import registry
 from ci.gates.serving.llama import LlamaServer, ServerLaunch, free_ports
 from ci.pin import pins as pins_mod
 from ci.release import binding, ledger
+from ci.release import witness as witness_mod
 from tests.release.test_ship import GATES, built, record, ship
 from tests.support.build import build_cpu
 from tests.support.project import Project, pins_text
 
-SECRETS = {ledger.KEY_VAR: "the-ledger-key", ledger.WITNESS_VAR: "/var/lib/onebit/ledger.witness"}
+SECRETS = {ledger.KEY_VAR: "the-ledger-key", witness_mod.WITNESS_VAR: "/var/lib/onebit/ledger.witness"}
 SHA = "8abd563db5a3666adbd6eaa50c6826dfbe9abfef"
 DUMP_ENV = "import json, os, sys; json.dump({'env': dict(os.environ), 'cwd': os.getcwd(), 'files': os.listdir('.')}, open(sys.argv[1], 'w'))"
 
@@ -44,7 +46,7 @@ def env_of(path: Path) -> dict[str, str]:
 
 
 def test_the_ledgers_key_and_witness_are_named_as_the_ledger_names_them() -> None:
-    assert {ledger.KEY_VAR, ledger.WITNESS_VAR} <= set(command.NEVER_PASSED)
+    assert {ledger.KEY_VAR, witness_mod.WITNESS_VAR} <= set(program_environment.NEVER_PASSED)
 
 
 def test_no_program_is_given_the_ledgers_key_or_witness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -73,23 +75,23 @@ def test_a_program_gets_the_allow_list_and_the_variables_that_change_a_result_no
     assert env["PATH"] == os.environ["PATH"]
     assert "SOME_TOKEN_OF_THE_RUNNER" not in env
     assert "PYTEST_ADDOPTS" not in env
-    unexpected = [k for k in env if not (command.passed_on(k) or k == command.TREE_VAR)]
+    unexpected = [k for k in env if not (program_environment.passed_on(k) or k == processes.TREE_VAR)]
     assert unexpected == []
 
 
 def test_a_variable_named_in_onebit_pass_env_is_passed_on_and_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SITE_KNOB", "3")
-    monkeypatch.setenv(command.PASS_VAR, "SITE_KNOB ONEBIT_LEDGER_KEY")
+    monkeypatch.setenv(program_environment.PASS_VAR, "SITE_KNOB ONEBIT_LEDGER_KEY")
     monkeypatch.setenv(ledger.KEY_VAR, "the-ledger-key")
     with pytest.raises(Refused) as exc:  # naming the key is refused outright, as every ONEBIT_* is
         command.run([sys.executable, "-c", DUMP_ENV, str(tmp_path / "env.json")], quiet=True)
-    assert exc.value.message == command.NOT_PASSABLE.format(name=ledger.KEY_VAR)
-    monkeypatch.setenv(command.PASS_VAR, "SITE_KNOB")
+    assert exc.value.message == program_environment.NOT_PASSABLE.format(name=ledger.KEY_VAR)
+    monkeypatch.setenv(program_environment.PASS_VAR, "SITE_KNOB")
     command.run([sys.executable, "-c", DUMP_ENV, str(tmp_path / "env.json")], quiet=True)
     env = env_of(tmp_path / "env.json")
     assert env["SITE_KNOB"] == "3"
     assert ledger.KEY_VAR not in env  # never, even when named
-    assert command.recorded_environment()["SITE_KNOB"] == "3"
+    assert program_environment.recorded_environment()["SITE_KNOB"] == "3"
 
 
 @pytest.mark.parametrize(
@@ -101,7 +103,7 @@ def test_a_variable_that_loads_code_is_refused_and_nothing_starts(tmp_path: Path
     started = tmp_path / "started"
     with pytest.raises(Refused) as exc:
         command.run([sys.executable, "-c", f"open({str(started)!r}, 'w')"], quiet=True)
-    assert exc.value.message == command.LOADS_CODE_SET.format(name=name)
+    assert exc.value.message == program_environment.LOADS_CODE_SET.format(name=name)
     assert not started.exists()
 
 
@@ -110,7 +112,7 @@ def test_a_flag_given_to_llama_server_through_the_environment_is_refused(tmp_pat
     monkeypatch.setenv("LLAMA_ARG_MODEL", str(tmp_path / "other.gguf"))
     with pytest.raises(Refused) as exc:
         command.run([sys.executable, "-c", "pass"], quiet=True)
-    assert exc.value.message == command.FLAG_FROM_ENV.format(name="LLAMA_ARG_MODEL")
+    assert exc.value.message == program_environment.FLAG_FROM_ENV.format(name="LLAMA_ARG_MODEL")
 
 
 @pytest.mark.parametrize(("value", "entry"), [("/usr/lib:", ""), (":/usr/lib", ""), ("/usr/lib::/lib", ""), ("lib", "lib"), ("/usr/lib:./x", "./x")])
@@ -118,14 +120,14 @@ def test_a_library_path_searched_from_the_working_directory_is_refused(monkeypat
     monkeypatch.setenv("LD_LIBRARY_PATH", value)
     with pytest.raises(Refused) as exc:
         command.run([sys.executable, "-c", "pass"], quiet=True)
-    assert exc.value.message == command.NOT_ABSOLUTE.format(name="LD_LIBRARY_PATH", entry=entry)
+    assert exc.value.message == program_environment.NOT_ABSOLUTE.format(name="LD_LIBRARY_PATH", entry=entry)
 
 
 def test_an_absolute_library_path_is_passed_on_and_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LD_LIBRARY_PATH", f"{tmp_path}/a:{tmp_path}/b")
     command.run([sys.executable, "-c", DUMP_ENV, str(tmp_path / "env.json")], quiet=True)
     assert env_of(tmp_path / "env.json")["LD_LIBRARY_PATH"] == f"{tmp_path}/a:{tmp_path}/b"
-    assert command.recorded_environment()["LD_LIBRARY_PATH"] == f"{tmp_path}/a:{tmp_path}/b"
+    assert program_environment.recorded_environment()["LD_LIBRARY_PATH"] == f"{tmp_path}/a:{tmp_path}/b"
 
 
 def test_a_program_runs_in_a_fresh_empty_folder_that_goes_with_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -214,7 +216,7 @@ def test_the_launcher_a_gate_starts_gets_the_allow_list(tmp_path: Path, monkeypa
 def no_recorded_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     """This machine's own recorded variables left out (a PYTHONPATH set where the tests run), so that a test sees only
     what it sets."""
-    for name in [n for n in os.environ if command.recorded(n)]:
+    for name in [n for n in os.environ if program_environment.recorded(n)]:
         monkeypatch.delenv(name)
 
 
@@ -249,9 +251,9 @@ def test_the_judges_own_variables_cannot_be_passed_on_by_name(name: str) -> None
     """A hostile pass: ONEBIT_PASS_ENV="PYTEST_ADDOPTS" with PYTEST_ADDOPTS="-k test_hadamard_route" made the route
     gate's record 18/18 of 180 tests, and ship counted it."""
     with pytest.raises(Refused) as exc:
-        command.environment({"PATH": "/usr/bin", "ONEBIT_PASS_ENV": f"STANDIN {name}", name: "-k x"})
-    assert exc.value.message == command.NOT_PASSABLE.format(name=name)
-    assert command.environment({"PATH": "/usr/bin", "ONEBIT_PASS_ENV": "PYTHONPATH STANDIN", "STANDIN": "1"})["STANDIN"] == "1"
+        program_environment.environment({"PATH": "/usr/bin", "ONEBIT_PASS_ENV": f"STANDIN {name}", name: "-k x"})
+    assert exc.value.message == program_environment.NOT_PASSABLE.format(name=name)
+    assert program_environment.environment({"PATH": "/usr/bin", "ONEBIT_PASS_ENV": "PYTHONPATH STANDIN", "STANDIN": "1"})["STANDIN"] == "1"
 
 
 # -- what pins.yaml names, and what a profile declares, for the build and its gates alike -----------------------------
@@ -314,11 +316,11 @@ def test_a_gates_programs_get_the_variables_the_profile_declares_as_its_build_do
     job.profile("vulkan")
     for dump, env in dumped_by_a_gates_programs(tmp_path).items():
         assert env.get("VULKAN_SDK") == "/opt/vulkan-sdk", dump
-    build = command.environment(declared=profiles.PROFILES["vulkan"].variables)  # as build_environment asks for it
+    build = program_environment.environment(declared=profiles.PROFILES["vulkan"].variables)  # as build_environment asks for it
     assert build["VULKAN_SDK"] == "/opt/vulkan-sdk"
     assert binding.environment_criterion("vulkan") == {"VULKAN_SDK": "/opt/vulkan-sdk"}
     job.profile("cpu")  # the job of another profile: the vulkan one's variables are not its own
-    assert command.environment().get("VULKAN_SDK") is None
+    assert program_environment.environment().get("VULKAN_SDK") is None
     assert binding.environment_criterion("cpu") == {}
 
 
@@ -334,7 +336,7 @@ def test_a_gates_programs_get_the_variables_pins_yaml_names(
     Job.resolve(build_project.root).profile("cpu")
     for dump, env in dumped_by_a_gates_programs(tmp_path).items():
         assert env.get("SITE_KNOB") == "3", dump
-    assert command.recorded_environment() == {"SITE_KNOB": "3"}
+    assert program_environment.recorded_environment() == {"SITE_KNOB": "3"}
 
 
 def test_pins_yaml_names_variables_as_a_list() -> None:

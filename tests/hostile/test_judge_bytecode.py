@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from ci import cli
+from ci import cli, digests
 from ci.gates.serving import launcher as launcher_files
 from ci.release import binding
 from tests.release.test_ship import GATES, built, record, ship
@@ -166,10 +166,10 @@ def test_a_sourceless_package_shadows_the_judge_of_its_name(tmp_path: Path) -> N
 @pytest.mark.parametrize(
     ("plant", "why"),
     [
-        (sourceless_package, launcher_files.SOURCELESS_PACKAGE.format(module="judge")),
-        (orphan_bytecode, launcher_files.ORPHAN_BYTECODE.format(source="gone.py")),
-        (linked_folder, launcher_files.A_LINK.format(target="{target}")),
-        (stray_bytecode, launcher_files.SOURCELESS_BYTECODE),
+        (sourceless_package, digests.SOURCELESS_PACKAGE.format(module="judge")),
+        (orphan_bytecode, digests.ORPHAN_BYTECODE.format(source="gone.py")),
+        (linked_folder, digests.A_LINK.format(target="{target}")),
+        (stray_bytecode, digests.SOURCELESS_BYTECODE),
     ],
 )  # fmt: skip
 def test_ci_refuses_to_start_beside_bytecode_or_a_link_the_digests_do_not_read(tmp_path: Path, plant: Any, why: str) -> None:
@@ -181,14 +181,14 @@ def test_ci_refuses_to_start_beside_bytecode_or_a_link_the_digests_do_not_read(t
     assert done.stdout == ""
     shown = stray.relative_to(work).as_posix()
     assert len(done.stderr.splitlines()) == 1, done.stderr
-    assert said(cli.ERROR.format(message=launcher_files.STRAY.format(path=shown, why=why, more="")), done.stderr, target=str(work.parent / "elsewhere")), done.stderr
+    assert said(cli.ERROR.format(message=digests.STRAY.format(path=shown, why=why, more="")), done.stderr, target=str(work.parent / "elsewhere")), done.stderr
 
 
 def test_a_clean_bytecode_cache_is_not_a_stray(tmp_path: Path) -> None:
     work = tree(tmp_path)
     assert python(work, "-m", "compileall", "-q", "ci", "serve").returncode == 0  # every source's .pyc, where Python puts it
-    assert launcher_files.strays(work / "ci") == []
-    assert launcher_files.strays(work / "serve") == []
+    assert digests.strays(work / "ci") == []
+    assert digests.strays(work / "serve") == []
     assert python(work, "-m", "ci", *MATRIX).returncode == 0
 
 
@@ -220,8 +220,8 @@ def test_records_judged_beside_a_sourceless_judge_do_not_ship(build_project: Pro
     record(build_project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
     r = ship(build_project)
     assert r.code == 4, r.out + r.err
-    why = launcher_files.SOURCELESS_PACKAGE.format(module="judge")
-    assert r.err == cli.ERROR.format(message=launcher_files.STRAY.format(path=stray.relative_to(work).as_posix(), why=why, more="")) + "\n"
+    why = digests.SOURCELESS_PACKAGE.format(module="judge")
+    assert r.err == cli.ERROR.format(message=digests.STRAY.format(path=stray.relative_to(work).as_posix(), why=why, more="")) + "\n"
     assert not (build_project.root / "dist").exists()
     shutil.rmtree(stray)  # the judge put back: the records judged another ci/ than this one
     r = ship(build_project)

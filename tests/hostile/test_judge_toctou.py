@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ci import digests
 from ci.errors import Refused
 from ci.gates.results import GateResult, Status
 from ci.gates.serving import launcher as launcher_files
@@ -31,7 +32,7 @@ def test_a_judge_that_puts_itself_back_on_import_is_refused_before_any_gate(orch
     judge = orchestration / "gates" / "backend_ops" / "judge.py"
     committed = judge.read_text()
     judge.write_text(committed + "\n# planted: every result a pass, and this file put back on import\n")
-    launcher_files.remember_start(orchestration)  # the CLI takes it as the command starts
+    digests.remember_start(orchestration)  # the CLI takes it as the command starts
     judge.write_text(committed)  # what the planted import did
     with pytest.raises(Refused) as exc:
         binding.judging_now()
@@ -39,7 +40,7 @@ def test_a_judge_that_puts_itself_back_on_import_is_refused_before_any_gate(orch
 
 
 def test_a_change_to_ci_while_a_gate_runs_is_not_recorded(orchestration: Path) -> None:
-    launcher_files.remember_start(orchestration)
+    digests.remember_start(orchestration)
     judging = binding.judging_now()
     loaded = pins.load(REPO_PINS)
     result = GateResult("archs", Status.PASSED, "PASSED", properties=(("archs", "llama"), ("seed", "1"), ("threshold", "0.0001")))

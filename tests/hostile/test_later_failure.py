@@ -13,6 +13,7 @@ import dataclasses
 from ci.gates.results import Status
 from ci.release import binding
 from ci.release import ship as release_ship
+from ci.release import standings as release_standings
 from tests.release.test_ship import GATES, built, record, ship
 from tests.support.messages import said
 from tests.support.project import Project
@@ -33,7 +34,7 @@ def test_a_later_failure_under_other_criteria_stands_against_an_earlier_pass(bui
     assert r.code == 7, r.out + r.err
     assert said(release_ship.TABLE_ROW, r.out, gate="equivalence", state="FAILED")
     changed = binding.OTHER_CRITERIA.format(changes=binding.CRITERION_CHANGED.format(criterion="tokens", judged="4", current="256"))
-    assert release_ship.FAILED_ELSEWHERE.format(why=changed, line=4) in r.out
+    assert release_standings.FAILED_ELSEWHERE.format(why=changed, line=4) in r.out
 
 
 def test_a_pass_under_todays_criteria_after_the_failure_counts_again(build_project: Project) -> None:

@@ -25,6 +25,7 @@ import pytest
 from ci.errors import ConfigError
 from ci.gates.results import GateResult, Status
 from ci.release import ledger
+from ci.release import witness as witness_mod
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTEXT = ledger.BuildContext("k" * 64, "p" * 40, "s" * 64, "cpu", "CPU")
@@ -141,7 +142,7 @@ def test_two_ledgers_share_a_witness_without_reading_each_other_as_rewound(tmp_p
         shutil.copy(saved / name, a.parent / name)
     with pytest.raises(ConfigError) as rewound:
         ledger.read(a, KEY, witness=witness)
-    assert rewound.value.message == ledger.REWOUND.format(path=a, held=4, witness=witness, var=ledger.WITNESS_VAR, seen=5)
+    assert rewound.value.message == witness_mod.REWOUND.format(path=a, held=4, witness=witness, var=witness_mod.WITNESS_VAR, seen=5)
     assert len(ledger.read(b, KEY, witness=witness).records) == 2
 
 
@@ -153,7 +154,7 @@ def test_a_ledger_removed_outright_is_still_caught_by_its_entry(tmp_path: Path) 
     shutil.rmtree(a.parent)
     with pytest.raises(ConfigError) as rewound:
         ledger.read(a, KEY, witness=witness)
-    assert rewound.value.message == ledger.REWOUND.format(path=a, held=0, witness=witness, var=ledger.WITNESS_VAR, seen=3)
+    assert rewound.value.message == witness_mod.REWOUND.format(path=a, held=0, witness=witness, var=witness_mod.WITNESS_VAR, seen=3)
 
 
 def test_the_witness_names_each_ledger_it_keeps(tmp_path: Path) -> None:
@@ -173,12 +174,12 @@ def test_a_witness_written_before_entries_still_holds_and_becomes_this_ledgers_e
     witness.write_text(json.dumps({"count": 4, "sha256": "0" * 64}) + "\n")  # the old form: one ledger, unnamed
     with pytest.raises(ConfigError) as rewound:
         ledger.read(path, KEY, witness=witness)
-    assert rewound.value.message == ledger.REWOUND.format(path=path, held=3, witness=witness, var=ledger.WITNESS_VAR, seen=4)
+    assert rewound.value.message == witness_mod.REWOUND.format(path=path, held=3, witness=witness, var=witness_mod.WITNESS_VAR, seen=4)
     witness.write_text(json.dumps({"count": 3, "sha256": tip}) + "\n")
     last = ledger.append(path, result("route"), CONTEXT, key=KEY, witness=witness)
     first = ledger.read(path, KEY).records[0].sha256
     entry = {"count": 4, "sha256": last.sha256}
-    assert json.loads(witness.read_text()) == {"ledgers": {str(path.resolve()): entry, ledger.CHAIN_KEY.format(sha256=first): entry}}
+    assert json.loads(witness.read_text()) == {"ledgers": {str(path.resolve()): entry, witness_mod.CHAIN_KEY.format(sha256=first): entry}}
 
 
 @pytest.mark.parametrize("how", ["another results directory", "a link to the copy"])
@@ -200,4 +201,4 @@ def test_an_old_copy_of_a_ledger_put_elsewhere_is_caught_as_rewound(tmp_path: Pa
         where = saved / "ledger.jsonl"
     with pytest.raises(ConfigError) as rewound:
         ledger.read(where, KEY, witness=witness)
-    assert rewound.value.message == ledger.REWOUND.format(path=where, held=3, witness=witness, var=ledger.WITNESS_VAR, seen=4)
+    assert rewound.value.message == witness_mod.REWOUND.format(path=where, held=3, witness=witness, var=witness_mod.WITNESS_VAR, seen=4)

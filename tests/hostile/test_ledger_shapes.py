@@ -15,6 +15,7 @@ import pytest
 from ci.errors import ConfigError
 from ci.gates.results import GateResult, Status
 from ci.release import ledger, ship
+from ci.release import standings as release_standings
 
 CTX = ledger.BuildContext("k" * 64, "p" * 40, "s" * 64, "cpu", "CPU")
 
@@ -43,7 +44,7 @@ def test_a_field_of_another_shape_is_one_line_naming_it(tmp_path: Path, field: s
 def test_a_records_text_reaches_the_terminal_escaped(tmp_path: Path) -> None:
     path = tmp_path / "ledger.jsonl"
     ledger.append(path, GateResult("route", Status.PASSED, "PASSED \x1b[2J cleared"), CTX)
-    found = ship.standings(ledger.read(path, None), "k" * 64, ["route"])
+    found = release_standings.standings(ledger.read(path, None), "k" * 64, ["route"])
     manifest = SimpleNamespace(profile="cpu", pin_commit="p" * 40, series_digest="s" * 64)
     shown = ship.table(ship.ShipCheck("k" * 64, manifest, found))  # type: ignore[arg-type]
     assert "\x1b" not in shown

@@ -12,7 +12,7 @@ import pytest
 from ci import cli, git, schema
 from ci.errors import ConfigError, ToolchainError
 from ci.pin.pins import parse
-from ci.release.ship import NO_PYPA, _require_pypa_build
+from ci.release.wheel import NO_PYPA, _require_pypa_build
 from ci.source import series
 from ci.source.series import load_series
 from tests.support.fixtures import MakePatch

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from ci.gates.perf import judge as perf
 from ci.gates.results import GateResult, Status
-from ci.release import ledger, ship
+from ci.release import ledger
+from ci.release import standings as release_standings
 
 KEY = "k" * 64
 
@@ -21,11 +22,11 @@ def test_the_baseline_is_the_record_that_counted_when_the_release_shipped(tmp_pa
     book = tmp_path / "ledger.jsonl"
     ctx = ledger.BuildContext(KEY, "p" * 40, "s" * 64, "cpu", "CPU")
     counted = ledger.append(book, perf_record(100.0), ctx)
-    shipped = GateResult(ship.SHIP, Status.PASSED, "shipped", properties=(("release", "r"), (ship.COUNTED.format(gate="perf"), str(counted.line))))
+    shipped = GateResult(release_standings.SHIP, Status.PASSED, "shipped", properties=(("release", "r"), (release_standings.COUNTED.format(gate="perf"), str(counted.line))))
     ledger.append(book, shipped, ctx)
     ledger.append(book, perf_record(10.0, Status.FAILED), ctx)  # a later run of the released build, one round
     read = ledger.read(book, None)
-    released = ship.release_before(read, "cpu", "n" * 64, "tiny generated models only")
+    released = release_standings.release_before(read, "cpu", "n" * 64, "tiny generated models only")
     assert released is not None
     assert released.medians == {"decode": 100.0}
     assert perf.Released is type(released)

@@ -25,6 +25,7 @@ from ci.gates.serving import launcher as launcher_files
 from ci.pin import verify
 from ci.release import records
 from ci.release import ship as release_ship
+from ci.release import wheel as release_wheel
 from tests.release.test_ship import GATES, built, record, ship
 from tests.support.messages import said
 from tests.support.project import FORK_URL, Project
@@ -59,8 +60,8 @@ def test_an_edit_to_the_launcher_between_the_check_and_the_copy_is_not_shipped(b
     monkeypatch.setattr(records, "step_summary", slow_summary)
     r = ship(build_project)
     assert r.code == 4, r.out + r.err
-    why = release_ship.NOT_JUDGED.format(copy=launcher_files.launcher_sha256()[:12], judged=judged[:12])
-    assert r.err == cli.ERROR.format(message=release_ship.LAUNCHER_COPY_DIFFERS.format(launcher=launcher, why=why)) + "\n"
+    why = release_wheel.NOT_JUDGED.format(copy=launcher_files.launcher_sha256()[:12], judged=judged[:12])
+    assert r.err == cli.ERROR.format(message=release_wheel.LAUNCHER_COPY_DIFFERS.format(launcher=launcher, why=why)) + "\n"
     assert not (build_project.root / "dist").exists()
 
 
@@ -74,7 +75,7 @@ def test_an_edit_to_the_launcher_after_the_copy_is_not_in_the_wheel(build_projec
             f.write(EDIT)
         return command.run(*args, **kwargs)
 
-    monkeypatch.setattr("ci.release.ship.run", edited_while_built)  # python -m build, from the copy
+    monkeypatch.setattr("ci.release.wheel.run", edited_while_built)  # python -m build, from the copy
     r = ship(build_project)
     assert r.code == 0, r.out + r.err
     assert wheel_text(build_project, "serve/route.py") == committed
@@ -95,7 +96,7 @@ def test_an_edited_pin_url_or_branch_is_refused_before_anything_is_written(build
 
 
 def wheel_name(m: dict[str, Any]) -> str:
-    version = release_ship.release_version(metadata.version("onebit-ci"), m["pin"]["commit"], m["key"])
+    version = release_wheel.release_version(metadata.version("onebit-ci"), m["pin"]["commit"], m["key"])
     return f"onebit_serve-{version}-py3-none-any.whl"
 
 
@@ -186,10 +187,10 @@ def test_an_edit_to_ships_own_copy_after_its_check_is_not_shipped(build_project:
             f.write(EDIT)
         return command.run(*args, **kwargs)
 
-    monkeypatch.setattr("ci.release.ship.run", copy_edited_before_the_build)
+    monkeypatch.setattr("ci.release.wheel.run", copy_edited_before_the_build)
     r = ship(build_project)
     assert r.code == 4, r.out + r.err
-    assert said(release_ship.BUILT_DIFFERS, r.err.removeprefix("onebit-ci: error: ").strip(), what="wheel", member="serve/route.py", why=release_ship.MEMBER_NOT_JUDGED)
+    assert said(release_wheel.BUILT_DIFFERS, r.err.removeprefix("onebit-ci: error: ").strip(), what="wheel", member="serve/route.py", why=release_wheel.MEMBER_NOT_JUDGED)
     assert not (build_project.root / "dist").exists()
 
 
@@ -208,7 +209,7 @@ def test_a_wheel_swapped_in_the_stage_after_the_build_is_not_shipped(build_proje
                 zf.writestr(name, data)
         return done
 
-    monkeypatch.setattr("ci.release.ship.run", wheel_rewritten)
+    monkeypatch.setattr("ci.release.wheel.run", wheel_rewritten)
     r = ship(build_project)
     assert r.code == 4, r.out + r.err
     assert not (build_project.root / "dist").exists()
@@ -313,7 +314,7 @@ def test_a_wheel_or_sdist_edited_outside_serve_after_the_build_is_not_shipped(
         (_rewrite_wheel if kind == "whl" else _rewrite_sdist)(out, change)
         return done
 
-    monkeypatch.setattr("ci.release.ship.run", tampered)
+    monkeypatch.setattr("ci.release.wheel.run", tampered)
     r = ship(build_project)
     assert r.code == 4, r.out + r.err
     assert "is not what ship copied and checked" in r.err, r.err
@@ -407,7 +408,7 @@ def test_what_the_stage_holds_beside_the_checked_members_is_not_shipped(build_pr
         change(stage_of(args) / "dist")
         return done
 
-    monkeypatch.setattr("ci.release.ship.run", tampered)
+    monkeypatch.setattr("ci.release.wheel.run", tampered)
     monkeypatch.setenv("ONEBIT_TEST_SECRET", "sekrit")
     r = ship(build_project)
     dist = build_project.root / "dist"

@@ -21,6 +21,7 @@ from ci.compile.stage import CurrentBuild
 from ci.gates.registry import always
 from ci.gates.results import Status
 from ci.release import compile_record, ledger, ship
+from ci.release import standings as release_standings
 from tests.support.messages import pattern
 from tests.support.project import Project
 
@@ -113,10 +114,10 @@ def test_ship_still_wants_the_device_gates_after_a_compile_record_stand_in(tmp_p
     path.parent.mkdir()
     context = ledger.BuildContext(build.key, "c" * 40, "d" * 64, "gfx1151", "ROCm0")
     ledger.append(path, compile_record.result(build), context, key=b"")
-    standings = ship.standings(ledger.read(path, b""), build.key, always())
+    standings = release_standings.standings(ledger.read(path, b""), build.key, always())
     assert compile_record.GATE not in always()
     assert [s.gate for s in standings] == list(always())
-    assert not any(s.state is ship.Standing.PASSED for s in standings)
+    assert not any(s.state is release_standings.Standing.PASSED for s in standings)
     # and its refusal says where they can run: gpu_tests here runs none of them (issue 37)
     refused = ship.refusal(ship.ShipCheck(build.key, build.manifest, standings, ()))
     assert refused.message.endswith(ship.GATES_NEED_A_DEVICE.format(device="ROCm0", profile="gfx1151", board=compile_record.STRIX_HALO))
@@ -149,7 +150,7 @@ def test_no_toolchain_no_verdict_and_the_report_untouched(build_project: Project
 
 
 def test_a_cpu_refusal_names_no_device() -> None:
-    standings = (ship.GateStanding("route", ship.Standing.MISSING, ship.NO_RECORD),)
+    standings = (release_standings.GateStanding("route", release_standings.Standing.MISSING, release_standings.NO_RECORD),)
     manifest = Manifest(key="k" * 64, configure_key="c" * 64, profile="cpu", device="CPU", pin={}, patches={}, flags=(), toolchain={}, build_type="Release", targets=(), binaries={}, seconds=1.0)
     refused = ship.refusal(ship.ShipCheck("k" * 64, manifest, standings, ()))
     assert refused.message == ship.REFUSED.format(failing=1, total=1, gates="route")

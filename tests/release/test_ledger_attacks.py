@@ -15,6 +15,7 @@ import pytest
 from ci.errors import ConfigError
 from ci.gates.results import GateResult, Status
 from ci.release import ledger
+from ci.release import witness as witness_mod
 
 CONTEXT = ledger.BuildContext("k" * 64, "p" * 40, "s" * 64, "cpu", "CPU")
 KEY = b"runner secret"
@@ -54,7 +55,7 @@ def test_an_old_signed_head_put_back_is_caught_by_the_witness(tmp_path: Path) ->
     assert len(ledger.read(path, KEY, witness=tmp_path / "no-witness").records) == 2  # what a head alone cannot tell
     with pytest.raises(ConfigError) as exc:
         ledger.read(path, KEY, witness=witness)
-    assert exc.value.message == ledger.REWOUND.format(path=path, held=2, witness=witness, var="ONEBIT_LEDGER_WITNESS", seen=3)
+    assert exc.value.message == witness_mod.REWOUND.format(path=path, held=2, witness=witness, var="ONEBIT_LEDGER_WITNESS", seen=3)
 
 
 def test_the_witness_comes_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -66,7 +67,7 @@ def test_the_witness_comes_from_the_environment(tmp_path: Path, monkeypatch: pyt
     ledger.append(path, result("route", Status.FAILED), CONTEXT)
     for p, data in snapshot.items():
         p.write_bytes(data)
-    with pytest.raises(ConfigError, match=re.escape(ledger.REWOUND.format(path=path, held=2, witness=witness, var="ONEBIT_LEDGER_WITNESS", seen=3))):
+    with pytest.raises(ConfigError, match=re.escape(witness_mod.REWOUND.format(path=path, held=2, witness=witness, var="ONEBIT_LEDGER_WITNESS", seen=3))):
         ledger.read(path)
 
 

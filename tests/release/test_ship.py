@@ -22,6 +22,8 @@ from ci.gates.selftest import run as selftest
 from ci.pin import pins as pins_mod
 from ci.release import binding, ledger
 from ci.release import ship as release_ship
+from ci.release import standings as release_standings
+from ci.release import wheel as release_wheel
 from tests.support.build import BuildFork, add_fixture_patch, build_cpu, manifest
 from tests.support.messages import said
 from tests.support.project import Project, Result
@@ -87,13 +89,13 @@ def row(gate: str, state: str, detail: str, width: int = len("equivalence")) -> 
 
 def missing_on(models: str, note: str = "") -> str:
     """An equivalence gate's detail with no record on ``models`` that counts."""
-    return release_ship.NO_COUNTED_RECORD.format(what=release_ship.ON_MODELS.format(models=models), note=note)
+    return release_standings.NO_COUNTED_RECORD.format(what=release_standings.ON_MODELS.format(models=models), note=note)
 
 
 def not_counted_models(models: str, line: int, more: int = 0) -> str:
     """The note on the last record that ran on ``models``, not the release's."""
     and_more = words.AND_MORE.format(count=more) if more else ""
-    return release_ship.NOT_COUNTED.format(why=release_ship.OTHER_MODELS.format(models=models), line=line, more=and_more)
+    return release_standings.NOT_COUNTED.format(why=release_standings.OTHER_MODELS.format(models=models), line=line, more=and_more)
 
 
 def test_no_records_refuses_listing_every_gate(build_project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -107,7 +109,7 @@ def test_no_records_refuses_listing_every_gate(build_project: Project, tmp_path:
     assert summary.read_text().count("MISSING") == 3
     assert r.code == 7
     for gate in ("route", "backend_ops", "equivalence"):
-        assert row(gate, "MISSING", release_ship.NO_RECORD) in r.out
+        assert row(gate, "MISSING", release_standings.NO_RECORD) in r.out
     assert r.out.count("MISSING") == 3
     assert release_ship.REFUSED.format(failing=3, total=3, gates="route, backend_ops, equivalence") in r.err
     assert not (build_project.root / "dist").exists()
@@ -137,7 +139,7 @@ def test_records_for_another_key_never_count(build_project: Project) -> None:
     assert r.code == 7
     assert r.out.count("STALE") == 3
     for line, gate in enumerate(("route", "backend_ops", "equivalence"), 1):
-        assert row(gate, "STALE", release_ship.STALE_RECORD.format(verdict="passed", line=line, key="000000000000")) in r.out
+        assert row(gate, "STALE", release_standings.STALE_RECORD.format(verdict="passed", line=line, key="000000000000")) in r.out
 
 
 def test_a_patch_change_makes_the_build_and_then_the_records_stale(build_project: Project, build_fork: BuildFork) -> None:
@@ -254,7 +256,7 @@ def test_with_release_models_named_a_tiny_model_pass_does_not_ship(make_build_pr
     record(project, m, equivalence_on(RELEASE_MODELS, RELEASE["model"], RELEASE["drafter"]))
     r = ship(project)
     assert r.code == 0, r.out + r.err
-    assert release_ship.MODELS_TAG.format(models=RELEASE_MODELS) in r.out
+    assert release_standings.MODELS_TAG.format(models=RELEASE_MODELS) in r.out
     release = json.loads(next((project.root / "dist").glob("onebit_serve-*.release.json")).read_text())
     assert release["evidence"] == RELEASE_MODELS
     assert release["gates"]["equivalence"]["properties"]["model_sha256"] == RELEASE["model"]
@@ -265,7 +267,7 @@ def test_without_release_models_the_table_says_what_the_evidence_covers(build_pr
     record(build_project, m, GATES.route, GATES.backend_ops, equivalence_on(TINY_MODELS, "c" * 64, "d" * 64))
     r = ship(build_project, "--check")
     assert r.code == 0, r.err
-    assert release_ship.MODELS_TAG.format(models=TINY_MODELS) in r.out
+    assert release_standings.MODELS_TAG.format(models=TINY_MODELS) in r.out
 
 
 def test_a_run_on_other_models_is_recorded_but_never_counted(build_project: Project) -> None:
@@ -279,7 +281,7 @@ def test_a_run_on_other_models_is_recorded_but_never_counted(build_project: Proj
     record(build_project, m, GATES.equivalence, equivalence_on(GIVEN_MODELS, "c" * 64, "d" * 64))  # a later run on given models changes nothing
     r = ship(build_project, "--check")
     assert r.code == 0, r.out + r.err
-    assert release_ship.MODELS_TAG.format(models=TINY_MODELS) + not_counted_models(GIVEN_MODELS, 5, more=1) in r.out
+    assert release_standings.MODELS_TAG.format(models=TINY_MODELS) + not_counted_models(GIVEN_MODELS, 5, more=1) in r.out
 
 
 def test_pins_yaml_can_require_the_gate_selftest(make_build_project: Callable[..., Project]) -> None:
@@ -288,7 +290,7 @@ def test_pins_yaml_can_require_the_gate_selftest(make_build_project: Callable[..
     record(project, m, GATES.route, GATES.backend_ops, GATES.equivalence)
     r = ship(project, "--check")
     assert r.code == 7
-    assert row("gate_selftest", "MISSING", release_ship.NO_RECORD, width=len("gate_selftest")) in r.out
+    assert row("gate_selftest", "MISSING", release_standings.NO_RECORD, width=len("gate_selftest")) in r.out
     committed = fault_set.faults_sha256([f for f in selftest.load_faults() if "cpu" in f.profiles])  # what the session records
     passed = gate("gate_selftest", Status.PASSED, "PASSED: 4/4 faults caught by their gates, 1/1 benign edits passed every gate")
     record(project, m, dataclasses.replace(passed, properties=(("faults_sha256", committed),)))
@@ -306,5 +308,5 @@ def test_the_release_version_keeps_a_key_or_pin_of_digits_with_a_leading_zero() 
     """The main job's slow test failed once: its build key began 01281189, and the wheel's name said 1281189."""
     from packaging.version import Version
 
-    version = release_ship.release_version("0.1.0", "0086012" + "0" * 33, "01281189" + "f" * 56)
+    version = release_wheel.release_version("0.1.0", "0086012" + "0" * 33, "01281189" + "f" * 56)
     assert str(Version(version)) == version == "0.1.0+g0086012.b01281189"

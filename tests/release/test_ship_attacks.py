@@ -28,6 +28,7 @@ from ci.gates.serving import launcher as launcher_files
 from ci.pin import pins as pins_mod
 from ci.release import binding
 from ci.release import ship as release_ship
+from ci.release import standings as release_standings
 from tests.release.test_ship import GATES, built, record, ship
 from tests.support.messages import said
 from tests.support.project import Project
@@ -57,7 +58,7 @@ def test_a_swapped_llama_server_with_its_sha256_rewritten_in_build_json_does_not
     assert r.code == 7, r.out
     assert r.out.count("MISSING") == 3
     other = binding.OTHER_BINARIES.format(recorded=Manifest.from_json(m).digest[:12], current=Manifest.from_json(data).digest[:12])
-    assert said(release_ship.NOT_COUNTED, r.out, why=other)
+    assert said(release_standings.NOT_COUNTED, r.out, why=other)
     assert not (build_project.root / "dist").exists()
 
 
@@ -107,7 +108,7 @@ def test_expected_counts_raised_after_gating_do_not_count(build_project: Project
     assert r.code == 7
     assert said(release_ship.TABLE_ROW, r.out, gate="backend_ops", state="MISSING")
     expected = binding.CRITERION_CHANGED.format(criterion="expected", judged="{'GATED_DELTA_NET': 54}", current="{'GATED_DELTA_NET': 60}")
-    assert release_ship.NOT_COUNTED.format(why=binding.OTHER_CRITERIA.format(changes=expected), line=2, more="") in r.out
+    assert release_standings.NOT_COUNTED.format(why=binding.OTHER_CRITERIA.format(changes=expected), line=2, more="") in r.out
 
 
 def test_an_equivalence_run_shorter_than_pins_yaml_does_not_count(build_project: Project) -> None:
@@ -144,7 +145,7 @@ def test_a_selftest_on_a_one_fault_file_does_not_replace_the_committed_faults_fa
     assert said(release_ship.TABLE_ROW, r.out, gate="gate_selftest", state="FAILED")
     judged, now = (fault_set.faults_sha256(faults) for faults in (committed[:1], committed))  # each shown as its first 57 characters and ...
     faults = binding.CRITERION_CHANGED.format(criterion="faults_sha256", judged=f"{judged[:57]}...", current=f"{now[:57]}...")
-    assert release_ship.NOT_COUNTED.format(why=binding.OTHER_CRITERIA.format(changes=faults), line=5, more="") in r.out
+    assert release_standings.NOT_COUNTED.format(why=binding.OTHER_CRITERIA.format(changes=faults), line=5, more="") in r.out
     record(project, m, selftest_result(committed))
     assert ship(project, "--check").code == 0
 
@@ -172,7 +173,7 @@ def test_an_archs_run_on_fewer_architectures_than_pins_yaml_does_not_count(make_
     assert r.code == 7, r.out
     assert said(release_ship.TABLE_ROW, r.out, gate=ARCHS_ROW, state="MISSING")
     changed = binding.CRITERION_CHANGED.format(criterion="archs", judged="llama", current=listed)
-    assert release_ship.NOT_COUNTED.format(why=binding.OTHER_CRITERIA.format(changes=changed), line=4, more="") in r.out
+    assert release_standings.NOT_COUNTED.format(why=binding.OTHER_CRITERIA.format(changes=changed), line=4, more="") in r.out
     assert not (project.root / "dist").exists()
 
 

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from ci import cli, defaults
+from ci import cli, defaults, digests
 from ci.gates.equivalence import plan as eq_plan
 from ci.gates.results import GateResult, Status
 from ci.gates.route import run as route
 from ci.gates.serving import launcher as launcher_files
 from ci.release import binding, ledger
 from ci.release import ship as release_ship
+from ci.release import standings as release_standings
 from tests.release.test_ship import GATES, built, record, ship
 from tests.release.test_ship_attacks import PERF_PINS, perf_result
 from tests.support.messages import said
@@ -63,8 +64,8 @@ def test_a_link_to_a_folder_in_the_launcher_does_not_ship_files_its_digest_never
     assert launcher_files.launcher_sha256() != judged  # the digest sees the link
     r = ship(build_project)
     assert r.code == 4, r.out
-    why = launcher_files.A_LINK.format(target=outside)
-    assert r.err == cli.ERROR.format(message=launcher_files.STRAY.format(path="serve/extras", why=why, more="")) + "\n"
+    why = digests.A_LINK.format(target=outside)
+    assert r.err == cli.ERROR.format(message=digests.STRAY.format(path="serve/extras", why=why, more="")) + "\n"
     assert not (build_project.root / "dist").exists()
     (launcher / "extras").unlink()  # the launcher as its gates judged it, without the link
     r = ship(build_project)
@@ -84,12 +85,12 @@ def test_a_perf_pass_judged_before_the_last_release_does_not_count(make_build_pr
     other = ledger.BuildContext(build_key="f" * 64, pin="e" * 40, profile="cpu")  # another build, shipped since
     faster = dataclasses.replace(perf_result(str(defaults.PERF_ROUNDS)), metrics=(("tokens_per_step(draft, code).median", 9.0),))
     ledger.append(book, faster, other)
-    ledger.append(book, GateResult(release_ship.SHIP, Status.PASSED, "shipped"), other)
+    ledger.append(book, GateResult(release_standings.SHIP, Status.PASSED, "shipped"), other)
     r = ship(project)
     assert r.code == 7, r.out
     assert said(release_ship.TABLE_ROW, r.out, gate="perf".ljust(len("equivalence")), state="MISSING")
-    why = release_ship.OTHER_BASELINE.format(judged=release_ship.NO_RELEASE, now=release_ship.RELEASE_AT.format(pin="e" * 7))
-    assert release_ship.NOT_COUNTED.format(why=why, line=4, more="") in r.out
+    why = release_standings.OTHER_BASELINE.format(judged=release_standings.NO_RELEASE, now=release_standings.RELEASE_AT.format(pin="e" * 7))
+    assert release_standings.NOT_COUNTED.format(why=why, line=4, more="") in r.out
     assert not (project.root / "dist").exists()
     released = dataclasses.replace(perf_result(str(defaults.PERF_ROUNDS)), properties=(*perf_result(str(defaults.PERF_ROUNDS)).properties, ("released_pin", "e" * 40)))
     record(project, m, released)  # measured against that release: counts

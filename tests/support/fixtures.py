@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ci import command
+from ci import environment
 from ci.gates.tiny.models import TinyModels, write_tiny_models
 from tests.support.build import BuildFork, make_build_fork
 from tests.support.equivalence import Recorded
@@ -51,9 +51,9 @@ def _isolated_git(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
 
 @pytest.fixture(autouse=True)
 def _no_job_declared() -> Iterator[None]:
-    """What a command's job declares (ci.command.declare) holds for the rest of the process: here, the test's."""
+    """What a command's job declares (ci.environment.declare) holds for the rest of the process: here, the test's."""
     yield
-    command.declare(())
+    environment.declare(())
 
 
 @pytest.fixture(scope="session")

@@ -1,14 +1,9 @@
 """The greedy-equivalence gate: the drafter must not change what the model says, and must really draft.
 
-Two llama-servers (started through the serve launcher): a baseline without a drafter and a drafter leg with one.
-Each prompt goes to both as a greedy ``/completion``; :func:`judge` compares the token ids (pure, over the
-recorded answers). At the first difference the baseline's top-2 logprob margin decides: at or under the
-near-tie threshold both legs resume from the common prefix plus the baseline's token, so one near-tie never
-hides a later real divergence; above it the gate fails with the evidence. Exact equality alone would fail a
-correct GPU build: on an H200 three of six prompts diverged at near-ties (../shared facts).
-
-Plan apart from run: :func:`plan` turns options into a :class:`EquivalencePlan` (the legs' launcher argv, the request
-bodies); :func:`run` starts the servers, asks, judges and returns a :class:`GateResult`.
+Two llama-servers (through the serve launcher), a baseline and a drafter leg; each prompt goes to both as a greedy
+``/completion`` and :func:`judge` compares the token ids. At the first difference the baseline's top-2 logprob margin
+decides: at or under the near-tie threshold both legs resume from the common prefix plus the baseline's token; above
+it the gate fails with the evidence (exact equality alone fails a correct GPU build at near-ties).
 """
 
 from __future__ import annotations

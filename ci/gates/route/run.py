@@ -8,16 +8,17 @@ import time
 from pathlib import Path
 
 from ci.command import environment, run
+from ci.digests import files_sha256, files_under
 from ci.errors import ConfigError
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
 from ci.gates.route import NAME
-from ci.gates.serving.launcher import SOURCE_ROOT, files_sha256, files_under, launcher_sha256, own_bytecode, with_bytecode
+from ci.gates.serving.launcher import SOURCE_ROOT, launcher_sha256, own_bytecode, with_bytecode
 
 GATE = NAME
 
 
 # pytest's environment options (PYTEST_ADDOPTS="-k x" ran 5 of 180 tests, a plugin in PYTEST_PLUGINS skipped them all,
-# and either record passed) are not among what ci.command.environment passes on: the gate runs the whole suite.
+# and either record passed) are not among what ci.environment.environment passes on: the gate runs the whole suite.
 # and no plugin that an installed package declares (entry point pytest11) is loaded: a package on the path whose
 # plugin deselected a test made the record "1/1 passed" on a suite of two. tests/serve needs none of them.
 ENV_SET = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
@@ -61,7 +62,7 @@ def route_gate(out: Path, source: Path = SOURCE_ROOT) -> GateResult:
     judged = (launcher_sha256(), route_tests_sha256(source))  # what the tests read, as they start
     with own_bytecode() as bytecode:
         argv = [sys.executable, "-c", PYTEST_NOT_FROM_THE_CHECKOUT, *TEST_FOLDERS, "-c", PROJECT_CONFIG, "--rootdir", ".", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
-        # the one environment every program gets (ci.command.environment): no PYTEST_* of the caller's, no ledger key
+        # the one environment every program gets (ci.environment.environment): no PYTEST_* of the caller's, no ledger key
         done = run(argv, cwd=source, env=with_bytecode(environment(given=ENV_SET), bytecode), check=False, what=f"pytest {' '.join(TEST_FOLDERS)}")
     seconds = time.monotonic() - started
     cases = _junit_cases(junit) if junit.is_file() else []

@@ -1,12 +1,8 @@
 """A llama-server as a context manager: started through the serve launcher on 127.0.0.1, always stopped and reaped.
 
-:func:`launcher_argv` is the plan (pure): the ``python -m serve serve ...`` command line of one server.
-:class:`LlamaServer` runs it in a session of its own and keeps track of its process tree (the launcher puts
-llama-server in a process group of its own, so a group signal would miss it). On leaving the block (an
-exception, a timeout, Ctrl-C) the launcher gets SIGTERM, which it forwards; whatever of the tree still runs
-after a grace period gets SIGKILL; the launcher is reaped. Ctrl-C at the terminal reaches only this process
-(the server is in another session); the ``with`` block's exit then tears the server down before the
-interrupt propagates.
+:func:`launcher_argv` is the plan (pure). :class:`LlamaServer` runs it in a session of its own and tracks its process
+tree (llama-server has a process group of its own); on leaving the block the launcher gets SIGTERM, what is left
+after a grace period SIGKILL.
 """
 
 from __future__ import annotations
@@ -31,9 +27,11 @@ import psutil
 import requests
 
 from ci import defaults
-from ci.command import Process, adopt_orphans, descendants, environment, resolve, signals_held, tree_marked, wait_gone
+from ci.command import resolve
+from ci.environment import environment
 from ci.errors import ServerFailed, describe_returncode
 from ci.gates.serving.launcher import process_bytecode, safe_path, with_bytecode
+from ci.processes import Process, adopt_orphans, descendants, signals_held, tree_marked, wait_gone
 from ci.schema import parse_json
 
 log = logging.getLogger("onebit-ci")
@@ -173,7 +171,7 @@ class LlamaServer:
         log.info("$ %s", self.launch.display())
         self._started = time.monotonic()
         # the launcher runs its source, not bytecode left in serve/__pycache__ (launcher_files.process_bytecode), in the
-        # one environment of what a gate starts (ci.command.environment), marked: its tree's orphans come back here
+        # one environment of what a gate starts (ci.environment.environment), marked: its tree's orphans come back here
         env = tree_marked(with_bytecode(environment(given=self.launch.env), process_bytecode()))
         adopt_orphans()
         with signals_held():  # a Ctrl-C as it starts is raised once the server is known here, so stop() ends it
