@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from ci.command import environment, run
+from ci.compile import ninja as ninja_mod
 from ci.compile import profiles as profiles_mod
 from ci.compile import undeclared
 from ci.compile.flags import Flags
@@ -42,7 +43,13 @@ WHOLE_COMPILE = ".onebit-whole-compile.json"
 NINJA_LOG = ".ninja_log"
 LOG = "build.log"
 BUILD_TYPES = ("Release", "RelWithDebInfo", "Debug", "MinSizeRel")
-BUILD_VARIABLES = ("CCACHE_DIR",)  # passed to the build besides: where ccache keeps its cache (GGML_CCACHE finds ccache)
+# passed to the build besides: where ccache keeps its cache, and ccache's own switch to compile without it
+BUILD_VARIABLES = ("CCACHE_DIR", "CCACHE_DISABLE")
+# the languages whose compiles go through the launcher (CMAKE_<LANG>_COMPILER_LAUNCHER), by backend
+LAUNCHED = {"hip": ("C", "CXX", "HIP"), "cuda": ("C", "CXX", "CUDA")}
+# what says a build directory's compiles go through ccache: the launcher this tool gives, or the fork's own
+# GGML_CCACHE (ggml/src/CMakeLists.txt finds ccache at configure time and sets RULE_LAUNCH_COMPILE)
+LAUNCHER_IN_CACHE = re.compile(r"^(?:CMAKE_(?:C|CXX)_COMPILER_LAUNCHER|GGML_CCACHE_FOUND):[A-Z]+=(?!.*NOTFOUND)\S", re.MULTILINE)
 UNUSED_RE = re.compile(r"Manually-specified variables were not used by the project:\s*\n((?:\s*\n)*(?:[ \t]+\S[^\n]*\n)+)")
 PROGRESS_RE = re.compile(r"^\[(\d+)/(\d+)\] ")
 
@@ -99,6 +106,10 @@ class BuildPlan:
     def manifest_path(self) -> Path:
         return self.build_dir / MANIFEST
 
+    @property
+    def ninja(self) -> str:
+        return self.toolchain.tool("ninja").path
+
 
 @dataclass(frozen=True)
 class WholeCompile:
@@ -140,9 +151,19 @@ class Decision:
     stale: tuple[Path, ...] = ()  # artifacts that differ from the manifest: removed so ninja makes them again
 
 
-def configure_argv(flags: tuple[str, ...], toolchain: Toolchain, source: Path, build_dir: Path, build_type: str) -> tuple[str, ...]:
+def launcher_flags(ccache: str | None, backend: str) -> tuple[str, ...]:
+    """ccache as the compiler launcher of every language the backend compiles, where it is installed. Not in the key
+    nor in the flags CMake must use: it changes how long a compile takes, never what it makes."""
+    if not ccache:
+        return ()
+    return tuple(f"-DCMAKE_{lang}_COMPILER_LAUNCHER={ccache}" for lang in LAUNCHED.get(backend, ("C", "CXX")))
+
+
+def configure_argv(
+    flags: tuple[str, ...], toolchain: Toolchain, source: Path, build_dir: Path, build_type: str, launchers: tuple[str, ...] = ()
+) -> tuple[str, ...]:
     cmake = toolchain.tool("cmake").path
-    return (cmake, "-S", str(source), "-B", str(build_dir), "-G", "Ninja", f"-DCMAKE_BUILD_TYPE={build_type}", *toolchain.cmake_flags, *flags)
+    return (cmake, "-S", str(source), "-B", str(build_dir), "-G", "Ninja", f"-DCMAKE_BUILD_TYPE={build_type}", *toolchain.cmake_flags, *launchers, *flags)
 
 
 def build_argv(toolchain: Toolchain, build_dir: Path, targets: tuple[str, ...], jobs: int | None) -> tuple[str, ...]:
@@ -177,7 +198,7 @@ def plan(
         build_dir=build_dir,
         flags=flags,
         cmake_flags=(f"-DCMAKE_BUILD_TYPE={build_type}", *toolchain.cmake_flags, *merged),
-        configure_argv=configure_argv(merged, toolchain, source, build_dir, build_type),
+        configure_argv=configure_argv(merged, toolchain, source, build_dir, build_type, launcher_flags(toolchain.ccache, profile.backend)),
         build_argv=build_argv(toolchain, build_dir, targets, jobs),
         env=toolchain.env,
         targets=targets,
@@ -267,40 +288,26 @@ def build_environment(plan: BuildPlan, source: Mapping[str, str] | None = None) 
     return environment(source, declared=(*plan.profile.variables, *BUILD_VARIABLES), given=plan.env)
 
 
-def execute(plan: BuildPlan, decision: Decision, say: Callable[[str], None]) -> Manifest:
+def execute(plan: BuildPlan, decision: Decision, say: Callable[[str], None], shown: Callable[[Path], str] = str) -> Manifest:
+    """Configure when the decision says so, then ninja, with the checkout's times put back first (:mod:`ci.compile.ninja`:
+    a checkout written again with the same content rebuilds nothing) and the view ninja saw kept after it."""
     plan.build_dir.mkdir(parents=True, exist_ok=True)
     env = build_environment(plan)
     started = time.monotonic()
     whole = nothing_compiled(plan.build_dir)
     progress = Progress(say)
     log_path = plan.build_dir / LOG
+    for line in ninja_mod.reconcile(plan.build_dir, plan.source).lines(shown):
+        say(line)
+    stats_log = plan.build_dir / ninja_mod.CCACHE_LOG
+    stats_log.unlink(missing_ok=True)
     try:
-        with log_path.open("w") as log_file:
-            if decision.reconfigure:
-                (plan.build_dir / CONFIGURED).unlink(missing_ok=True)
-                # CMake keeps every -D in its cache: a flag dropped since the last configure, or given to a refused
-                # one, stayed and built binaries the key does not describe (what cmake --fresh does, for CMake < 3.24)
-                (plan.build_dir / CACHE).unlink(missing_ok=True)
-                t = time.monotonic()
-                done = _step(plan.configure_argv, env, log_file, "configure", None)
-                ignored = ignored_flags(done, plan.cmake_flags)
-                if ignored:
-                    raise ConfigError(IGNORED_FLAGS.format(flags="; ".join(ignored), where=plan.flags.where(ignored[0].split(" ", 1)[0])))
-                _refuse_undeclared(plan)
-                write_atomic(plan.build_dir / CONFIGURED, plan.key.configure + "\n")
-                say(CONFIGURE_DONE.format(seconds=time.monotonic() - t))
-            else:
-                say(CONFIGURE_REUSED)
-            # from here binaries change: until the new manifest is written there is none (a refused or failed
-            # configure above compiled nothing, so the last good one still describes the binaries and stays)
-            plan.manifest_path.unlink(missing_ok=True)
-            for path in decision.stale:
-                path.unlink(missing_ok=True)
-            t = time.monotonic()
-            _step(plan.build_argv, env, log_file, "build", progress)
-            say(f"build: done in {time.monotonic() - t:.1f} s")
-    except OSError as exc:  # a full disk: the log is what could not be written, whichever write saw it first
-        raise OSError(exc.errno, exc.strerror, exc.filename or str(log_path)) from None
+        _configure_and_compile(plan, decision, env, log_path, stats_log, progress, say)
+    except OnebitError:  # a failed compile or a refused configure: the view is what the next run will find
+        ninja_mod.seen(plan.build_dir, plan.source)
+        raise
+    ninja_mod.seen(plan.build_dir, plan.source)
+    stats = _ccache_report(plan, stats_log, progress.total, say, shown)
     paths = {name: _find_binary(plan.build_dir, name) for name in plan.targets}
     binaries = {name: Artifact.of(plan.build_dir, path) for name, path in paths.items()}
     linked = link_closure(plan.build_dir, paths)  # Refused, named: a search path past the build, a stray libggml-*.so
@@ -325,11 +332,62 @@ def execute(plan: BuildPlan, decision: Decision, say: Callable[[str], None]) -> 
         built_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         host=platform.node(),
         ccache=plan.toolchain.ccache,
+        ccache_stats=None if stats is None else stats.to_json(),
     )
     if whole:
         WholeCompile(manifest.seconds, progress.total, manifest.built_at).write(plan.build_dir)
     manifest.write(plan.manifest_path)
     return manifest
+
+
+def _configure_and_compile(
+    plan: BuildPlan, decision: Decision, env: dict[str, str], log_path: Path, stats_log: Path, progress: Progress, say: Callable[[str], None]
+) -> None:
+    try:
+        with log_path.open("w") as log_file:
+            if decision.reconfigure:
+                (plan.build_dir / CONFIGURED).unlink(missing_ok=True)
+                # CMake keeps every -D in its cache: a flag dropped since the last configure, or given to a refused
+                # one, stayed and built binaries the key does not describe (what cmake --fresh does, for CMake < 3.24)
+                (plan.build_dir / CACHE).unlink(missing_ok=True)
+                t = time.monotonic()
+                done = _step(plan.configure_argv, env, log_file, "configure", None)
+                ignored = ignored_flags(done, plan.cmake_flags)
+                if ignored:
+                    raise ConfigError(IGNORED_FLAGS.format(flags="; ".join(ignored), where=plan.flags.where(ignored[0].split(" ", 1)[0])))
+                _refuse_undeclared(plan)
+                write_atomic(plan.build_dir / CONFIGURED, plan.key.configure + "\n")
+                say(CONFIGURE_DONE.format(seconds=time.monotonic() - t))
+            else:
+                say(CONFIGURE_REUSED)
+            # from here binaries change: until the new manifest is written there is none (a refused or failed
+            # configure above compiled nothing, so the last good one still describes the binaries and stays)
+            plan.manifest_path.unlink(missing_ok=True)
+            for path in decision.stale:
+                path.unlink(missing_ok=True)
+            t = time.monotonic()
+            _step(plan.build_argv, {**env, "CCACHE_STATSLOG": str(stats_log)}, log_file, "build", progress)
+            say(f"build: done in {time.monotonic() - t:.1f} s")
+    except OSError as exc:  # a full disk: the log is what could not be written, whichever write saw it first
+        raise OSError(exc.errno, exc.strerror, exc.filename or str(log_path)) from None
+
+
+def _ccache_report(plan: BuildPlan, stats_log: Path, steps: int, say: Callable[[str], None], shown: Callable[[Path], str]) -> ninja_mod.CcacheStats | None:
+    """What ccache did for this run's compiles, said in a line; a line too when ccache is installed but the build
+    directory was configured without it (it is then used from its next configure)."""
+    stats = ninja_mod.ccache_stats(stats_log)
+    if stats is not None:
+        say(stats.line())
+    elif plan.toolchain.ccache and steps and not _launcher_configured(plan.build_dir):
+        say(ninja_mod.CCACHE_UNUSED.format(ccache=plan.toolchain.ccache, compiles=steps, build=shown(plan.build_dir), cache=shown(plan.build_dir / CACHE)))
+    return stats
+
+
+def _launcher_configured(build_dir: Path) -> bool:
+    try:
+        return LAUNCHER_IN_CACHE.search((build_dir / CACHE).read_text(errors="replace")) is not None
+    except OSError:
+        return False
 
 
 def _refuse_undeclared(plan: BuildPlan) -> None:

@@ -208,6 +208,7 @@ class Manifest:
     built_at: str = ""
     host: str = ""
     ccache: str | None = None
+    ccache_stats: dict[str, Any] | None = None  # the build's own compiles: hits, misses, uncacheable, hit_rate
     schema: int = SCHEMA  # as read: below 4, ``libraries`` is not what the binaries load, and ``loads`` is empty
 
     @property
@@ -241,6 +242,7 @@ class Manifest:
             "built_at": self.built_at,
             "host": self.host,
             "ccache": self.ccache,
+            "ccache_stats": self.ccache_stats,
         }
 
     @classmethod
@@ -269,6 +271,7 @@ class Manifest:
             built_at=data.get("built_at", ""),
             host=data.get("host", ""),
             ccache=data.get("ccache"),
+            ccache_stats=data.get("ccache_stats") if isinstance(data.get("ccache_stats"), dict) else None,
             schema=int(data.get("schema", SCHEMA)),
         )
 

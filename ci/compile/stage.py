@@ -9,7 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci.compile.cmake import LOG, BuildPlan, decide, execute
+from ci.compile import ninja
+from ci.compile.cmake import LOG, BuildPlan, Decision, build_environment, decide, execute
 from ci.compile.manifest import Manifest, read_manifest
 from ci.errors import CommandFailed, Refused
 from ci.files import shown
@@ -22,6 +23,7 @@ UP_TO_DATE = (
     "and its {binaries} binaries and {libraries} libraries are as recorded"
 )
 BUILDING = "build: building {profile} (key {key}): {reasons}"
+KEY_BUT_NINJA = "build: the key {key} matches {manifest}, but {reason}: letting ninja run it"
 FULL_LOG = "build: the full log: {log}"
 REBUILD = "run nox -s build -- --profile {profile}"
 NO_BUILD = "no build of profile {profile} ({manifest} is missing): {hint}"
@@ -61,6 +63,10 @@ def _locked_build(build_plan: BuildPlan, source: Source, root: Path, remote: str
     old = read_manifest(build_plan.manifest_path)
     decision = decide(build_plan, old)
     if decision.up_to_date and old is not None:
+        disagreement = ninja_disagrees(build_plan, root, say)
+        if disagreement is not None:
+            decision = Decision(False, False, (disagreement,))
+    if decision.up_to_date and old is not None:
         say(
             UP_TO_DATE.format(
                 key=build_plan.key.short,
@@ -77,12 +83,26 @@ def _locked_build(build_plan: BuildPlan, source: Source, root: Path, remote: str
     say(BUILDING.format(profile=profile.name, key=build_plan.key.short, reasons="; ".join(decision.reasons)))
     try:
         with timed(say, STEP_COMPILE):
-            manifest = execute(build_plan, decision, say)
+            manifest = execute(build_plan, decision, say, lambda p: shown(p, root))
     except CommandFailed:
         say(FULL_LOG.format(log=shown(build_plan.build_dir / LOG, root)))
         raise
     say(f"build: wrote {shown(build_plan.manifest_path, root)}; log: {shown(build_plan.build_dir / LOG, root)}")
     return BuildOutcome(manifest, False, build_plan, decision.reasons)
+
+
+def ninja_disagrees(build_plan: BuildPlan, root: Path, say: Callable[[str], None]) -> str | None:
+    """With the key matching, whether ninja agrees that nothing is to do: the checkout's times put back first (a
+    checkout written again with the same content), then ``ninja -n``. What it would still run is said, and returned
+    as the reason to let it run; None when it agrees. A key-matched build that ninja disagreed with was once a silent
+    full rebuild later, in the first self-test fault's copy (735 s for a one-line change, issue 45)."""
+    for line in ninja.reconcile(build_plan.build_dir, build_plan.source).lines(lambda p: shown(p, root)):
+        say(line)
+    left = ninja.pending(build_plan.ninja, build_plan.build_dir, build_plan.targets, build_environment(build_plan), root)
+    if left is None:
+        return None
+    say(KEY_BUT_NINJA.format(key=build_plan.key.short, manifest=shown(build_plan.manifest_path, root), reason=left.reason()))
+    return left.reason()
 
 
 @dataclass(frozen=True)

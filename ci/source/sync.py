@@ -143,6 +143,9 @@ class Record:
 
 def ensure_commit(source: Source, remote: str | None, say: Callable[[str], None] = log.info) -> ForkStore:
     """The fork store, holding the commit: fetched from ``remote`` when given, from the pinned URL when missing."""
+    # the store's core.worktree names the checkout, and git goes there for every command: a checkout removed by hand
+    # (rm -rf) failed every git of the next sync with "cannot chdir"; an empty folder is checked out anew
+    source.workdir.mkdir(parents=True, exist_ok=True)
     store = ForkStore.open(source.gitdir)
     if not remote:
         store.check_alternates()  # a mirror an older store borrowed from, moved: one line, not git's own errors
