@@ -91,9 +91,10 @@ def test_the_moe_file_has_the_35b_a3b_per_expert_widths() -> None:
     m, c = REAL.moe, QWEN35_35B_A3B
     assert m.arch == "qwen35moe"
     assert m.experts > 0
-    assert (m.dim, m.layers, m.heads, m.heads_kv, m.head_dim) == (
+    assert m.layers == spec.MOE_LAYERS < c["num_hidden_layers"]  # the recipe's premise is per layer (the docstring)
+    assert m.layers % m.full_attention_interval == 0
+    assert (m.dim, m.heads, m.heads_kv, m.head_dim) == (
         c["hidden_size"],
-        c["num_hidden_layers"],
         c["num_attention_heads"],
         c["num_key_value_heads"],
         c["head_dim"],
