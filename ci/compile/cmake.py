@@ -43,8 +43,8 @@ WHOLE_COMPILE = ".onebit-whole-compile.json"
 NINJA_LOG = ".ninja_log"
 LOG = "build.log"
 BUILD_TYPES = ("Release", "RelWithDebInfo", "Debug", "MinSizeRel")
-# passed to the build besides: where ccache keeps its cache, and ccache's own switch to compile without it
-BUILD_VARIABLES = ("CCACHE_DIR", "CCACHE_DISABLE")
+# passed to the build besides: where ccache keeps its cache and how big it may grow, and its own switch to compile without it
+BUILD_VARIABLES = ("CCACHE_DIR", "CCACHE_DISABLE", "CCACHE_MAXSIZE")
 # the languages whose compiles go through the launcher (CMAKE_<LANG>_COMPILER_LAUNCHER), by backend
 LAUNCHED = {"hip": ("C", "CXX", "HIP"), "cuda": ("C", "CXX", "CUDA")}
 # what says a build directory's compiles go through ccache: the launcher this tool gives, or the fork's own

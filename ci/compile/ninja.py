@@ -146,7 +146,10 @@ def reconcile(build_dir: Path, workdir: Path, *, copy_of: tuple[Path, Path] | No
         return Reconciled(build_dir, None, foreign=record is not None)
     others = others_of(copy_of[1] if copy_of else build_dir)
     restoration = restore(workdir, record.view, gitdir=gitdir, others=others, skip=skip, refresh_index=copy_of is None)
-    SourcesRecord.write(build_dir, restoration.view)
+    if (restoration.view.files, restoration.view.index) != (record.view.files, record.view.index):
+        # written only when something moved: a no-op keeps the view as taken (no ninja ran since it, so no object is
+        # newer than it says) and writes nothing
+        SourcesRecord.write(build_dir, restoration.view)
     return Reconciled(build_dir, restoration)
 
 

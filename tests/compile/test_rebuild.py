@@ -161,3 +161,19 @@ def test_a_fault_planted_after_the_checkout_was_written_again_rebuilds_one_file(
     steps = ninja_steps(rebuild_in_namespace(build_project, trial))
     assert compiled(steps) == ["ggml.c.o"], steps
     assert not any("Re-running CMake" in s for s in steps), steps
+
+
+@pytest.mark.skipif(shutil.which("ccache") is None, reason="ccache is not installed (apt-get install ccache)")
+def test_ccaches_hit_rate_is_said_and_lands_in_build_json(build_project: Project, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "ccache"))
+    r = build_cpu(build_project)
+    assert r.code == 0, r.err
+    first = manifest(build_project)["ccache_stats"]
+    assert (first["hits"], first["misses"]) == (0, 3), first  # ggml.c, test-backend-ops.cpp, server.cpp: all new
+    assert said(ninja.CCACHE_LINE, r.out, hits=0, cacheable=3, rate="0.0%")
+    shutil.rmtree(build_dir(build_project))
+    r = build_cpu(build_project)
+    assert r.code == 0, r.err
+    again = manifest(build_project)["ccache_stats"]
+    assert (again["hits"], again["misses"], again["hit_rate"]) == (3, 0, 1.0), again
+    assert said(ninja.CCACHE_LINE, r.out, hits=3, cacheable=3, rate="100.0%")
