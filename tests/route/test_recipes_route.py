@@ -117,8 +117,12 @@ def test_user_draft_p_min_alias_after_double_dash_beats_the_recipe(gguf_file: Fi
 
 def test_builtin_recipes_carry_their_measurements() -> None:
     builtin = recipes.builtin()
-    assert builtin.ids == ("rotated-moe-ub1024", "dflash-p-min-0")
-    ub, pmin = builtin.recipes
+    assert builtin.ids == ("rotated-moe-ub1024", "dflash-p-min-0", "long-model-ub1024")
+    ub, pmin, long = builtin.recipes
+    assert long.match == recipes.Match(long_model=True)
+    assert long.args == ("-ub", "1024")
+    assert "12.96 s through 1bit serve --long-model instead of 13.89 s" in long.measured
+    assert long.source == "engine #205"
     assert ub.args == ("-ub", "1024")
     assert ub.match == recipes.Match(device=("rocm",), hadamard_q4_0=True, moe=True)
     assert "2,001 -> 2,158 t/s" in ub.measured
@@ -197,6 +201,13 @@ def test_match_keys(match: dict[str, Any], kind: str, applies: bool, tmp_path: P
     r = dry_run("-m", gguf_file(kind), "--recipes", mine)
     assert r.recipes == (["mine"] if applies else [])
     assert ("-b" in r.argv) is applies
+
+
+def test_long_model_adds_1024_token_micro_batches_and_says_so(gguf_file: FileFn, dry_run: DryRunFn) -> None:
+    r = dry_run("-m", gguf_file("plain"), "--device", "cuda", "--long-model")
+    assert r.argv[-2:] == ["-ub", "1024"]
+    assert r.recipe_lines() == [cli.RECIPE_APPLIED.format(id="long-model-ub1024", added="-ub 1024")]
+    assert "-ub" not in dry_run("-m", gguf_file("plain"), "--device", "cuda").argv
 
 
 @pytest.mark.parametrize(("given", "applies"), [((), False), (("--long-model",), True)])

@@ -47,6 +47,7 @@ DECODE_PROMPTS = {  # the seeds' decode prompts, by their names there
     "short": "Translate to French: The quick brown fox jumps over the lazy dog, and then it goes home to sleep.",
 }
 GROUP_SIZE = 3  # servers up at once: three 15.5 GB targets (or two 19 GB MoE files and a spare) in 80 GB
+SECONDS = 150.0  # each group's budget for the sequential test: the set's checks stay under minutes on a GPU box
 
 TARGET, MOE = "target", "moe"  # ci.gates.shapes.models' roles a leg serves
 DRAFTER_ARG = "{drafter}"  # a leg's stand-in for the set's drafter file

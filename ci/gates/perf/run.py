@@ -29,6 +29,7 @@ from ci.schema import load_json
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 CHART_TITLE = "perf: {profile}, pin {pin}, {models} ({rounds} rounds)"
+NO_CHECKS = "pins.yaml: expect.perf: no checks for {models} ({key}) nor expect.perf.{real}; declare them (docs/bench.md)"
 REAL_SHAPE_CASE = "real-shape: {name}"  # a real-shaped set's check among the gate's cases and figures
 REAL_SHAPE_SUMMARY = "; real-shape ({set}, {device}): {held}/{checks} checks hold ({rounds} rounds)"
 
@@ -69,22 +70,28 @@ def released_for(target: BuildUnderTest, models: str, prefix: str = "") -> perf.
 
 
 def run(target: BuildUnderTest, options: GateOptions, out: Path, say: Callable[[str], None] = lambda line: None) -> GateResult:
+    """The checks of the equivalence gate's models (the release's, else the tiny set) and of the real-shaped set, as
+    pins.yaml declares them for this profile; one record of both."""
+    expect = spec.expectations(target.pins)
+    profile = target.build.manifest.profile
+    model, drafter, models = equivalence_models(target, options)
+    key = profile if models == eq_plan.RELEASE_MODELS else spec.TINY
+    checks, real = expect.checks(key), expect.real_shape(profile)
+    if not checks and not real:
+        raise ConfigError(NO_CHECKS.format(key=key, models=models, real=spec.real_shape_key(profile).replace("/", ".")))
     with bench.box_lock(box_lock_path(), say):
-        result = _run_models(target, options, out)
-        checks = spec.expectations(target.pins).real_shape(target.build.manifest.profile)
-        if not checks:
+        result = _run_models(target, options, out, (model, drafter, models), checks) if checks else None
+        if not real:
+            assert result is not None
             return result
-        return joined_results(result, run_real_shape(target, options, checks, out, say))
+        shaped = named_real_shape(run_real_shape(target, options, real, out, say))
+        return joined_results(result, shaped) if result is not None else shaped
 
 
-def _run_models(target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
+def _run_models(target: BuildUnderTest, options: GateOptions, out: Path, served: tuple[Path, Path, str], checks: Sequence[Check]) -> GateResult:
     t0 = time.monotonic()
     manifest = target.build.manifest
-    model, drafter, models = equivalence_models(target, options)
-    key = manifest.profile if models == eq_plan.RELEASE_MODELS else spec.TINY
-    checks = spec.expectations(target.pins).checks(key)
-    if not checks:
-        raise ConfigError(f"pins.yaml: expect.perf.{key}: no checks for {models}; declare them (docs/bench.md)")
+    model, drafter, models = served
     server = manifest.binary(target.build.build_dir, "llama-server")
     released = released_for(target, models)
     tiny = models == eq_plan.TINY_MODELS
@@ -135,7 +142,7 @@ def run_real_shape(target: BuildUnderTest, options: GateOptions, checks: Sequenc
     models = real_shape.Models(files.files, prompts, per_tps)
     prefix = REAL_SHAPE_CASE.format(name="")
     released = released_for(target, "", prefix)
-    budget = perf.Budget(max_rounds=options.rounds, seconds=defaults.PERF_SECONDS)
+    budget = perf.Budget(max_rounds=options.rounds, seconds=real_shape.SECONDS)
 
     def judge(group_checks: Sequence[Check], measure: Callable[[int], Sequence[Sample]]) -> perf.Settled:
         return perf.judge_settled(group_checks, measure, budget, released, manifest.pin_commit)
@@ -153,19 +160,25 @@ def run_real_shape(target: BuildUnderTest, options: GateOptions, checks: Sequenc
     return dataclasses.replace(result, properties=(*result.properties, *properties))
 
 
-def joined_results(main: GateResult, real: GateResult) -> GateResult:
-    """One record of both sets: the real-shaped set's cases and figures named with :data:`REAL_SHAPE_CASE`."""
+def named_real_shape(real: GateResult) -> GateResult:
+    """The real-shaped set's result with its cases and figures named by :data:`REAL_SHAPE_CASE`, as they are kept
+    beside another set's in one record (and as :func:`released_for` reads them back)."""
     prefix = REAL_SHAPE_CASE.format(name="")
-    cases = (*main.cases, *(dataclasses.replace(c, name=prefix + c.name) for c in real.cases))
-    metrics = (*main.metrics, *((prefix + k, v) for k, v in real.metrics))
+    cases = tuple(dataclasses.replace(c, name=prefix + c.name) for c in real.cases)
+    return dataclasses.replace(real, cases=cases, metrics=tuple((prefix + k, v) for k, v in real.metrics))
+
+
+def joined_results(main: GateResult, real: GateResult) -> GateResult:
+    """One record of both sets: the main set's, then the real-shaped set's (named by :func:`named_real_shape`)."""
+    cases = (*main.cases, *real.cases)
+    props = dict(real.properties)
     held = sum(c.status.ok for c in real.cases)
-    summary = main.summary + REAL_SHAPE_SUMMARY.format(set=dict(real.properties).get("real_shape", ""), device=dict(real.properties).get("real_shape_device", ""),
-                                                        held=held, checks=len(real.cases), rounds=dict(real.properties).get("rounds", ""))  # fmt: skip
+    summary = main.summary + REAL_SHAPE_SUMMARY.format(set=props.get("real_shape", ""), device=props.get("real_shape_device", ""), held=held, checks=len(real.cases), rounds=props.get("rounds", ""))
     statuses = (main.status, real.status)
     status = Status.PASSED if all(s is Status.PASSED for s in statuses) else Status.ERROR if Status.ERROR in statuses else Status.FAILED
     properties = (*main.properties, *((k, v) for k, v in real.properties if k.startswith("real_shape")))
     return dataclasses.replace(main, status=status, summary=summary, cases=cases, counts=case_counts(cases), problems=(*main.problems, *real.problems),
-                               metrics=metrics, properties=properties, seconds=main.seconds + real.seconds)  # fmt: skip
+                               metrics=(*main.metrics, *real.metrics), properties=properties, seconds=main.seconds + real.seconds)  # fmt: skip
 
 
 def configs(drafter: Path, device: str, tiny: bool) -> list[plans.BenchConfig]:
