@@ -185,6 +185,12 @@ def kernelforge(session: nox.Session) -> None:
     _ci(session, "kernelforge")
 
 
+@nox.session(name="try", default=False)
+def try_(session: nox.Session) -> None:
+    """Build and gate a fork commit that is not the pin, in build/try/<sha>/: -- REF [--url URL] [--profile P] [--post [--dry-run]]."""
+    _ci(session, "try", "plot")  # the perf gate's chart
+
+
 @nox.session(default=False)
 def lint(session: nox.Session) -> None:
     """ruff and mypy --strict over ci/, serve/, tests/ and this file."""

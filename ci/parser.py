@@ -159,6 +159,33 @@ def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpa
     _timeout(p)
     p.add_argument("--out", metavar="FILE", help="where the markdown report for the bump PR goes (default: build/bisect/report.md)")
 
+    p = command("try", "build and gate a fork commit that is not the pin (a pull request's head, a branch, another fork's commit) in build/try/<sha>/, nothing of the pin's touched")
+    p.add_argument("ref", help="refs/pull/N/head, pull/N, #N or N (a pull request), a branch of the fork, or a commit id (4+ hex digits)")
+    p.add_argument("--url", help="the https:// URL of the fork the commit is on (default: pins.yaml's fork.url); it is fetched unless --remote is given")
+    _remote(p)
+    _profile(p, "the profile to build and gate", os.environ.get("ONEBIT_PROFILE", "gfx1151"))
+    p.add_argument("--gate", action="append", default=[], help="run only this gate (default: every gate ship requires); repeatable")
+    _timeout(p)
+    p.add_argument("--rounds", type=int, default=d.PERF_MAX_ROUNDS, help=f"the most rounds of the perf gate (default {d.PERF_MAX_ROUNDS})")
+    p.add_argument("--post", action="store_true", help="set a commit status on the commit and write (or update) the pull request's comment (docs/try.md)")
+    p.add_argument("--dry-run", action="store_true", help="with --post: print the requests it would make; send nothing")
+    p.add_argument("--repo", help="with --post: OWNER/NAME of the fork on GitHub (default: from --url, else pins.yaml's url)")
+    p.add_argument("--pr", type=int, help="with --post: the pull request to comment on (default: REF's, when it names one)")
+    p.add_argument("--run-url", help="with --post: the run's page, linked from the status and the comment (default: this GitHub Actions run's)")
+    p.add_argument("--report-url", help="with --post: the report's page, linked from the comment")
+    p.add_argument("--api", help="with --post: GitHub's API root (default: $ONEBIT_GITHUB_API, else https://api.github.com)")
+
+    p = sub.add_parser("try-inner")  # try runs it in the try's own mount namespace
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
+    for flag in ("--work", "--commit", "--label", "--profile"):
+        p.add_argument(flag, required=True)
+    p.add_argument("--url")
+    p.add_argument("--pr", type=int)
+    p.add_argument("--gate", action="append", default=[])
+    _timeout(p)
+    p.add_argument("--rounds", type=int, default=d.PERF_MAX_ROUNDS)
+    p.set_defaults(func=commands["try-inner"])
+
     p = command("matrix", "the GitHub Actions matrix of the GPU job, as JSON: a runner and device per profile")
     p.add_argument("--profiles", default="gfx1151", help="comma-separated profiles (default gfx1151)")
 
