@@ -31,6 +31,10 @@ NO_STRUCT = "{path} has no test struct for {op} (no // GGML_OP_{op} comment abov
 NOT_FOLLOWED = "a case of {op} is {where}, which this reader does not follow"
 BUILT_ELSEWHERE = "{struct} is built outside {function}() (line {line})"
 TOO_LONG = "the loops around {op}'s cases run more than {budget} steps"
+OUTPUT_VARIES = "{struct} makes its output with {functions}: which op a case runs depends on its arguments"
+OUTPUT_UNSEEN = "{struct}'s output is not one ggml call this reader sees (out = ggml_...( or return ggml_...()"
+OUTPUT_SHARED = "{other} makes {function}'s output too"
+OUTPUT_NAMED = "{struct} names its op {named} (op_desc)"
 COUNTED = "{cases} cases"  # a known count, in a report
 UNKNOWN = "unknown ({why})"
 
@@ -81,8 +85,9 @@ def count_cases(text: str, op: str) -> OpCount:
 # -- the source, made plain: comments, strings and the preprocessor --------------------------------------------------
 
 
-def _strip(text: str) -> str:
-    """``text`` with comments and string literals blanked (same length, newlines kept), so offsets and lines stay."""
+def _strip(text: str, strings: bool = False) -> str:
+    """``text`` with comments and (unless ``strings``) string literals blanked (same length, newlines kept), so
+    offsets and lines stay."""
     out = []
     i, n = 0, len(text)
     while i < n:
@@ -98,7 +103,7 @@ def _strip(text: str) -> str:
             j = n if j < 0 else j + 2
             out.append(re.sub(r"[^\n]", " ", text[i:j]))
             i = j
-        elif c in "\"'":
+        elif c in "\"'" and not strings:
             j = i + 1
             while j < n and text[j] != c and text[j] != "\n":
                 j += 2 if text[j] == "\\" else 1
@@ -177,9 +182,54 @@ def _body(text: str, function: str) -> tuple[int, int] | None:
     return m.end(), i - 1
 
 
+_STRUCT = re.compile(r"\bstruct\s+(\w+)\s*:\s*public\s+test_case\s*\{")
+_OUTPUT = re.compile(r"(?:\bout\s*=|\breturn)\s*(ggml_\w+)\s*\(")
+
+
+_OP_DESC = re.compile(r"\bop_desc\s*\([^)]*\)\s*override\s*\{(.*?)\n\s*\}", re.DOTALL)
+_RETURN = re.compile(r"\breturn\b([^;]*);")
+_LITERAL = re.compile(r'^\s*"([A-Z0-9_]+)"\s*$')
+
+
+def _outputs(code: str) -> dict[str, tuple[set[str], str | None]]:
+    """Each test struct's output functions (``out = ggml_X(`` or ``return ggml_X(``, an ``_inplace`` variant taken
+    as its op's) and the name its ``op_desc`` override gives ("" without one, None when it computes it): a struct
+    with several outputs makes a different op depending on its arguments (test_rope: ROPE and ROPE_BACK, and -o ROPE
+    runs only the first), and one named otherwise is another op's test (test_topk_qsa's TOPK_QSA ends in ggml_top_k)."""
+    found: dict[str, tuple[set[str], str | None]] = {}
+    for m in _STRUCT.finditer(code):
+        depth, i = 1, m.end()
+        while i < len(code) and depth:
+            depth += {"{": 1, "}": -1}.get(code[i], 0)
+            i += 1
+        body = code[m.end() : i]
+        desc = _OP_DESC.search(body)
+        names = {n.group(1) if (n := _LITERAL.match(r)) else None for r in _RETURN.findall(desc.group(1))} if desc else set()
+        named = "" if desc is None else names.pop() if len(names) == 1 else None
+        found[m.group(1)] = ({f.removesuffix("_inplace") for f in _OUTPUT.findall(body)}, named)
+    return found
+
+
+def _one_op(code: str, struct: str, op: str) -> None:
+    """The struct's cases are all of ``op``, and no other struct's are: else the count is unknown."""
+    outputs = _outputs(code)
+    mine, named = outputs.get(struct, (set(), ""))
+    if named not in ("", op):
+        raise _Unknown(OUTPUT_NAMED.format(struct=struct, named=named if named is not None else "a name it computes"))
+    if not mine:
+        raise _Unknown(OUTPUT_UNSEEN.format(struct=struct))
+    if len(mine) > 1:
+        raise _Unknown(OUTPUT_VARIES.format(struct=struct, functions=", ".join(sorted(mine))))
+    (function,) = mine
+    others = sorted(name for name, (fns, desc) in outputs.items() if name != struct and function in fns and desc in ("", op, None))
+    if others:
+        raise _Unknown(OUTPUT_SHARED.format(other=others[0], function=function))
+
+
 def _count(text: str, op: str) -> int:
     struct = _struct_of(text, op)
     code, conditional = _preprocess(_strip(text))
+    _one_op(_preprocess(_strip(text, strings=True))[0], struct, op)
     span = _body(code, EVAL_FUNCTION)
     if span is None:
         raise _Unknown(NO_FUNCTION.format(path=TEST_PROGRAM, function=EVAL_FUNCTION))

