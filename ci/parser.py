@@ -174,6 +174,7 @@ def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpa
     p.add_argument("--run-url", help="with --post: the run's page, linked from the status and the comment (default: this GitHub Actions run's)")
     p.add_argument("--report-url", help="with --post: the report's page, linked from the comment")
     p.add_argument("--api", help="with --post: GitHub's API root (default: $ONEBIT_GITHUB_API, else https://api.github.com)")
+    p.add_argument("-j", "--jobs", type=int, help="parallel compile jobs (default: ninja's)")
 
     p = sub.add_parser("try-inner")  # try runs it in the try's own mount namespace
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
@@ -184,6 +185,7 @@ def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpa
     p.add_argument("--gate", action="append", default=[])
     _timeout(p)
     p.add_argument("--rounds", type=int, default=d.PERF_MAX_ROUNDS)
+    p.add_argument("--jobs", type=int)
     p.set_defaults(func=commands["try-inner"])
 
     p = command("matrix", "the GitHub Actions matrix of the GPU job, as JSON: a runner and device per profile")

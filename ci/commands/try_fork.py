@@ -87,6 +87,7 @@ class TryRequest:
     gates: tuple[str, ...] = ()
     options: Any = None  # GateOptions
     post: post.PostRequest | None = None
+    jobs: int | None = None  # compile jobs (default: ninja's)
 
 
 @dataclass(frozen=True)
@@ -286,7 +287,7 @@ def gate_commit(
     paths inside the namespace, the try's folder otherwise) and run the gates, each recorded in the try's ledger."""
     tjob = tried_job(job, tried.sha, request.url)
     source = Source(job.pins.submodule, src, place.gitdir, tried.sha, tjob.pins.fork.url, job.pins.omit, job.series)
-    build_plan = tjob.build_plan(BuildRequest(profile=request.profile, build_root=build_root))
+    build_plan = tjob.build_plan(BuildRequest(profile=request.profile, build_root=build_root, jobs=request.jobs))
     if src != build_plan.source:  # the try's own checkout: the plan's configure line names it (the key does not)
         build_plan = replace(build_plan, source=src, configure_argv=configure_argv(build_plan.flags.merged, build_plan.toolchain, src, build_plan.build_dir, build_plan.build_type))
     t0 = time.monotonic()
@@ -342,6 +343,7 @@ def _namespaced(job: Job, tried: Tried, place: TryPlace, request: TryRequest) ->
     options = request.options
     if options is not None:
         inner += ["--timeout", str(options.timeout), "--rounds", str(options.rounds)]
+    inner += ["--jobs", str(request.jobs)] if request.jobs else []
     place.summary.unlink(missing_ok=True)
     # the environment as it is (the ledger's key reads the release ledger; the child hides it as this process does)
     code = subprocess.run([*unshare, "--", *inner], env=with_bytecode(os.environ, process_bytecode()), check=False).returncode
@@ -361,7 +363,7 @@ def inner(args: argparse.Namespace) -> int:
         run(["mount", "--bind", str(copy), str(over)], what="mount --bind")
     from ci.gates.target import GateOptions
 
-    request = TryRequest(args.commit, args.profile, args.url, None, tuple(args.gate), GateOptions(timeout=args.timeout, rounds=args.rounds))
+    request = TryRequest(args.commit, args.profile, args.url, None, tuple(args.gate), GateOptions(timeout=args.timeout, rounds=args.rounds), jobs=args.jobs)
     tried = Tried(args.commit, args.label, args.pr)
     gate_commit(job, tried, place, request, say, src=checkout, build_root=build_dir.parent, incremental=True)
     return 0
@@ -409,7 +411,8 @@ def main(args: argparse.Namespace) -> int:
 
     job = job_of(args)
     posting = post.request_of(args, job.pins.fork.url) if args.post else None
-    request = TryRequest(args.ref, args.profile, args.url, args.remote, tuple(args.gate), GateOptions(timeout=args.timeout, rounds=args.rounds), posting)
+    options = GateOptions(timeout=args.timeout, rounds=args.rounds)
+    request = TryRequest(args.ref, args.profile, args.url, args.remote, tuple(args.gate), options, posting, args.jobs)
     outcome = session(job, request, say)
     failed = [g for g in outcome.gates if g.verdict != "passed"]
     place = TryPlace(job.root, outcome.tried.sha)
