@@ -263,7 +263,9 @@ class LiveGroup:
     def _ask(self, leg: Leg, metric: str, round_: int) -> Sample:
         server = self.servers[leg.name]
         decode = metric.startswith("decode")
-        body = chat_body(self.models.prompts[metric], self.protocol.decode_tokens if decode else self.protocol.prompt_max_tokens)
+        # the long prompt's request asks one token: its wall time is the first token's (ttft), its timings the prompt's
+        tokens = self.protocol.decode_tokens if decode else 1 if metric == prompt_metric(LONG_PROMPT) else self.protocol.prompt_max_tokens
+        body = chat_body(self.models.prompts[metric], tokens)
         t0 = time.monotonic()
         answer = server.post("/v1/chat/completions", body, self.protocol.request_timeout)
         seconds = time.monotonic() - t0
