@@ -8,7 +8,13 @@
 #   tools/device_run.sh gates PROFILE...   wait for each build, then every gate (gpu-tests), the profile's
 #                                          self-test faults and the engine-path cost benchmark, one after another
 #                                          (DEVICE_GATES=0, DEVICE_SELFTEST=0 or DEVICE_BENCH=0 leave one out, so that
-#                                          each call stays inside 10 minutes: H200 figures in docs/ci.md)
+#                                          each call stays inside 10 minutes: H200 figures in docs/ci.md;
+#                                          DEVICE_GATE_ARGS: more gpu-tests flags, e.g. "--rounds 10")
+#   tools/device_run.sh fault PROFILE...   the patches in .dev/fault/ added to the series, the build made again, and
+#                                          every gate on it (a planted fault the self-test's machinery would not judge
+#                                          whole: the perf gate's real-shaped set), its results saved as *-fault
+# DEVICE_SHAPES=real with `start`: the real-shaped models written beside the build (nice'd, in a session of their own),
+# so that the perf gate finds them cached; DEVICE_WAIT=S: `start` waits up to S seconds for the builds to end.
 #
 # What it reads, carried with the call (none of it committed: the fork's code never is):
 #   .dev/project.bundle   git bundle of this project (git bundle create .dev/project.bundle HEAD)
@@ -18,8 +24,8 @@
 #   .dev/deb/             for vulkan: Debian's glslc, libshaderc1, the loader libvulkan1 and the glvnd libraries
 #                         (unpacked into /), and libvulkan-dev and spirv-headers 1.4.309 (trixie's; into the folder
 #                         VULKAN_SDK names): docs/ci.md, "A GPU machine with no network"
-# and, to move the pin to another fork for the run: DEVICE_PIN=SHA DEVICE_URL=URL [DEVICE_BRANCH=B] [DEVICE_CASES=N,
-# the pin's GATED_DELTA_NET count]. Work goes to /tmp/onebit-device (it stays while the machine is warm).
+# and, to move the pin to another fork for the run: DEVICE_PIN=SHA DEVICE_URL=URL [DEVICE_BRANCH=B] (the pin's own
+# test-backend-ops counts are taken). Work goes to /tmp/onebit-device (it stays while the machine is warm).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 work=/tmp/onebit-device
@@ -55,8 +61,8 @@ start)
     if [ ! -d "$work/proj" ]; then
         git clone -q "$here/.dev/project.bundle" "$work/proj"
         if [ -n "${DEVICE_PIN:-}" ]; then
-            ci bump-pin "$DEVICE_PIN" --remote "$here/.dev/mirror" --branch "${DEVICE_BRANCH:-main}" --url "${DEVICE_URL:?DEVICE_URL: the fork the pin is on}" --allow-rollback --no-compile
-            [ -n "${DEVICE_CASES:-}" ] && sed -i "s/^    GATED_DELTA_NET: [0-9]*/    GATED_DELTA_NET: $DEVICE_CASES/" "$work/proj/pins.yaml"
+            # the pin's own test-backend-ops counts (read from its tests/test-backend-ops.cpp): --accept-counts
+            ci bump-pin "$DEVICE_PIN" --remote "$here/.dev/mirror" --branch "${DEVICE_BRANCH:-main}" --url "${DEVICE_URL:?DEVICE_URL: the fork the pin is on}" --allow-rollback --no-compile --accept-counts
             for p in "$here"/.dev/*.patch; do
                 [ -e "$p" ] || continue
                 cp "$p" "$work/proj/patches/"
@@ -74,7 +80,43 @@ start)
             sleep 0.5
         done
     done
+    if [ -n "${DEVICE_SHAPES:-}" ]; then
+        setsid nice -n 19 bash -c "cd '$work/proj' && python3 -c 'from ci.gates.shapes.models import write_set; write_set(\"$DEVICE_SHAPES\", say=print)' > '$work/shapes.log' 2>&1; echo \$? > '$work/shapes.rc'" < /dev/null > /dev/null 2>&1 &
+        echo "device_run: writing the $DEVICE_SHAPES shapes (log $work/shapes.log)"
+    fi
     echo "device_run: set up in $(( $(date +%s) - t0 )) s"
+    for _ in $(seq "${DEVICE_WAIT:-0}"); do
+        done_all=1
+        for profile in "${profiles[@]}"; do [ -e "$work/build-$profile.rc" ] || done_all=0; done
+        [ $done_all = 1 ] && break
+        sleep 1
+    done
+    for profile in "${profiles[@]}"; do
+        echo "device_run: $profile build: $(tail -c 300 "$work/build-$profile.log" | tr '\r' '\n' | tail -1)"
+    done
+    [ -e "$work/shapes.log" ] && { save "$work/shapes.log" shapes.log; echo "device_run: shapes: $(tail -3 "$work/shapes.log" | tr '\n' ' ')"; }
+    ;;
+fault)
+    for profile in "${profiles[@]}"; do
+        t0=$(date +%s)
+        for p in "$here"/.dev/fault/*.patch; do
+            [ -e "$p" ] || continue
+            cp "$p" "$work/proj/patches/"
+            grep -qx "$(basename "$p")" "$work/proj/patches/series" || basename "$p" >> "$work/proj/patches/series"
+        done
+        git -C "$work/proj" add -A && git -C "$work/proj" commit -qm "device run: a planted fault" || true
+        ci build --profile "$profile" --remote "$here/.dev/mirror" > "$work/build-$profile-fault.log" 2>&1 || { echo "device_run: the faulted $profile build failed"; save "$work/build-$profile-fault.log" "build-$profile-fault.log"; continue; }
+        echo "device_run: faulted $profile build in $(( $(date +%s) - t0 )) s: $(grep -o 'configure and compile: done in [0-9.]* s' "$work/build-$profile-fault.log" || true)"
+        t0=$(date +%s)
+        # shellcheck disable=SC2086  # the flags word by word
+        ci gpu-tests --profile "$profile" ${DEVICE_GATE_ARGS:-} 2>&1 | tee "$work/gates-$profile-fault.log" | grep -E '^(gpu_tests|route|backend_ops|oracle|equivalence|archs|perf) ' || true
+        save "$work/gates-$profile-fault.log" "gates-$profile-fault.log"
+        for f in perf.json perf-real-shape-samples.json; do
+            found=$(find "$work/proj/build/results" -name "$f" -newer "$work/build-$profile-fault.log" 2>/dev/null | head -1)
+            [ -n "$found" ] && save "$found" "${f%.json}-$profile-fault.json"
+        done
+        echo "device_run: faulted $profile gates in $(( $(date +%s) - t0 )) s"
+    done
     ;;
 gates)
     for profile in "${profiles[@]}"; do
@@ -84,9 +126,14 @@ gates)
         [ "$(cat "$work/build-$profile.rc")" = 0 ] || { echo "device_run: the $profile build failed (build-$profile.log)"; continue; }
         echo "device_run: $profile build waited $(( $(date +%s) - t0 )) s; $(grep -o 'configure and compile: done in [0-9.]* s' "$work/build-$profile.log" || true)"
         t0=$(date +%s)
-        [ "${DEVICE_GATES:-1}" = 1 ] && ci gpu-tests --profile "$profile" 2>&1 | tee "$work/gates-$profile.log" | grep -E '^(gpu_tests|route|backend_ops|oracle|equivalence|archs|perf) ' || true
+        # shellcheck disable=SC2086  # the flags word by word
+        [ "${DEVICE_GATES:-1}" = 1 ] && ci gpu-tests --profile "$profile" ${DEVICE_GATE_ARGS:-} 2>&1 | tee "$work/gates-$profile.log" | grep -E '^(gpu_tests|route|backend_ops|oracle|equivalence|archs|perf) ' || true
         save "$work/gates-$profile.log" "gates-$profile.log"
         save "$work/proj/build/results/ledger.jsonl" "ledger.jsonl"
+        for f in perf.json perf-real-shape-samples.json; do
+            found=$(find "$work/proj/build/results" -name "$f" -newer "$work/build-$profile.rc" 2>/dev/null | head -1)
+            [ -n "$found" ] && save "$found" "${f%.json}-$profile.json"
+        done
         chart=$(find "$work/proj/build/results" -name perf.svg -newer "$work/build-$profile.rc" 2>/dev/null | head -1)
         [ -n "$chart" ] && save "$chart" "perf-$profile.svg" && save "$(dirname "$chart")/perf-samples.json" "perf-samples-$profile.json"
         echo "device_run: $profile gates in $(( $(date +%s) - t0 )) s"
@@ -107,7 +154,7 @@ gates)
     done
     ;;
 *)
-    echo "device_run: $phase: give start or gates" >&2
+    echo "device_run: $phase: give start, gates or fault" >&2
     exit 2
     ;;
 esac
