@@ -192,6 +192,12 @@ def try_(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def report(session: nox.Session) -> None:
+    """A static site of every pin's gate records, charts across pins: -- --out DIR [LEDGER ...]."""
+    _ci(session, "report")
+
+
+@nox.session(default=False)
 def lint(session: nox.Session) -> None:
     """ruff and mypy --strict over ci/, serve/, tests/ and this file."""
     bindir = _env(session, "lint")

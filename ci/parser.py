@@ -188,6 +188,11 @@ def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpa
     p.add_argument("--jobs", type=int)
     p.set_defaults(func=commands["try-inner"])
 
+    p = command("report", "a static site from one or more ledgers: a table per pin and profile, charts of every figure across pins")
+    p.add_argument("--out", required=True, metavar="DIR", help="the site's folder (index.html, one SVG per chart)")
+    p.add_argument("ledgers", nargs="*", metavar="LEDGER", help="ledger.jsonl files (default: build/results/ledger.jsonl and every try's)")
+    p.add_argument("--title", default="onebit-ci: the gates across pins", help="the page's title")
+
     p = command("matrix", "the GitHub Actions matrix of the GPU job, as JSON: a runner and device per profile")
     p.add_argument("--profiles", default="gfx1151", help="comma-separated profiles (default gfx1151)")
 

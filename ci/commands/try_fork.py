@@ -42,13 +42,13 @@ from ci.gates.results import GateResult
 from ci.gates.serving.launcher import process_bytecode, with_bytecode
 from ci.git import Git, is_checked_out
 from ci.release import binding, compile_record, ledger, post, records
+from ci.release.figures import TRY_DIR, TRY_PREFIX
 from ci.source.op_cases import counts_at
 from ci.source.store import HEX_RE, PULLS, ForkStore
 from ci.source.sync import RECORD, Source
 
-TRY_DIR = Path("build") / "try"
 STORE = "fork.git"  # build/try/fork.git: what every try fetched; each try's own store borrows from it
-KEY_PREFIX = "try:"  # a try record's build key: never a build's, so ship never counts it
+KEY_PREFIX = TRY_PREFIX
 SUMMARY = "try.json"
 PR_RE = re.compile(r"^(?:refs/pull/(\d+)/head|pull/(\d+)|#(\d+)|(\d{1,6}))$")
 
@@ -312,7 +312,8 @@ def _gates(tjob: Job, build: CurrentBuild, build_plan: BuildPlan, place: TryPlac
     rows: list[GateRow] = []
 
     def keep(result: GateResult, context: ledger.BuildContext) -> None:
-        result = replace(result, properties=(*result.properties, ("try", manifest.pin_commit)))
+        extra = (("try", manifest.pin_commit), ("build_seconds", f"{manifest.seconds:.1f}"))  # the report's build seconds
+        result = replace(result, properties=(*result.properties, *extra))
         line = records.record(result, out, props, ledger_path=place.ledger, build=replace(context, build_key=KEY_PREFIX + key), root=tjob.root)
         say(f"try: {result.gate}: {result.status.value}: {result.summary} (try ledger line {line.line if line else '?'})")
         done.append(result)
