@@ -49,6 +49,7 @@ from ci.source.sync import RECORD, Source
 
 STORE = "fork.git"  # build/try/fork.git: what every try fetched; each try's own store borrows from it
 KEY_PREFIX = TRY_PREFIX
+BUILD_ROW = "build"  # the verdict's row when the commit did not build (or its gates could not start)
 SUMMARY = "try.json"
 PR_RE = re.compile(r"^(?:refs/pull/(\d+)/head|pull/(\d+)|#(\d+)|(\d{1,6}))$")
 
@@ -388,10 +389,18 @@ def session(job: Job, request: TryRequest, say: Callable[[str], None]) -> TryOut
             say(COUNT_SAID.format(op=op, said=said, label=tried.label, listed=c.cases))
     incremental, why = prepare(job, place, fetched, request.profile)
     say(INCREMENTAL.format(profile=request.profile) if incremental else FRESH.format(why=why))
-    if incremental:
-        outcome = _namespaced(job, tried, place, request)
-    else:
-        outcome = gate_commit(job, tried, place, request, say, src=place.src, build_root=place.build_root, incremental=False)
+    started = time.monotonic()
+    try:
+        if incremental:
+            outcome = _namespaced(job, tried, place, request)
+        else:
+            outcome = gate_commit(job, tried, place, request, say, src=place.src, build_root=place.build_root, incremental=False)
+    except OnebitError as exc:  # the commit does not build, or its gates could not run: the PR is told so too
+        if request.post is not None:
+            line = post.GateLine(BUILD_ROW, "error", time.monotonic() - started, exc.message.splitlines()[0])
+            failed = post.Verdict(tried.sha, tried.label, request.profile, "", (line,), time.monotonic() - started, incremental, pr=tried.pr)
+            post.post_verdict(failed, request.post, say)
+        raise
     if request.post is not None:
         post.post_verdict(verdict_of(outcome, request.post), request.post, say)
     return outcome

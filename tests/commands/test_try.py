@@ -184,3 +184,14 @@ def test_post_sets_the_status_and_writes_the_comment_through_the_real_client(pro
         assert post.COMMENT_CREATED.format(url=comment["html_url"]) in r.out
         assert tried(project, "pull/3", "--post", "--repo", "someone/ROCmFPX", "--api", github.api).code == 0
         assert len(github.comments[("someone/ROCmFPX", 3)]) == 1  # updated in place
+
+
+def test_a_commit_that_does_not_build_is_posted_as_an_error(project: Project, try_fork_: TryFork) -> None:
+    broken = try_fork_.fork.builder.commit("server: a typo", {SERVER: "int main( {\n"}, ref="refs/pull/4/head", parents=[try_fork_.fork.f0])
+    before = state(project)
+    r = tried(project, "pull/4", "--post", "--dry-run", "--repo", "someone/ROCmFPX")
+    assert r.code == 6, r.out + r.err  # CommandFailed: the compile's own exit, named
+    assert '"state": "error"' in r.out
+    assert f"{post.API}/repos/someone/ROCmFPX/statuses/{broken}" in r.out
+    assert f"| {try_fork.BUILD_ROW} | **ERROR** |" in r.out.replace("\\n", "\n")
+    assert state(project) == before
