@@ -31,7 +31,7 @@ from ci.pin.verify import verify
 from ci.release import compile_record
 from ci.source import sync
 from ci.source.classify import PatchVerdict, SeriesPlan, classify
-from ci.source.op_cases import TEST_PROGRAM, OpCount, counts_at
+from ci.source.op_cases import OpCount, accept, against, counts_at, report_lines
 from ci.source.series import PATCHES_DIR, SERIES_FILE, Series, check_paths, load_series, series_text
 from ci.source.store import ForkStore, Move, Relation
 from ci.words import count, listed
@@ -82,17 +82,8 @@ REPORT_DETAIL = " ({detail})"
 REPORT_DROPPED = "- `{patch}`: {fate}, dropped from the series by this bump ({detail})"
 STALE_FAULTS_HEADING = "### Stale gate_selftest faults"
 REPORT_FAULT = "- {fault}"
-# the counts of expect.backend_ops against the new pin's own test program (ci.source.op_cases), before any gate runs
-COUNTS_HEADING = "### test-backend-ops cases: pins.yaml and the pin's " + TEST_PROGRAM
-COUNT_AGREES = "{cases} cases, as the pin lists"
-COUNT_DIFFERS = "pins.yaml says {said}, the pin lists {listed}"
-COUNT_UNKNOWN = "pins.yaml says {said}; the pin's count is unknown ({why})"
-COUNT_ACCEPTED = "pins.yaml said {said}, the pin lists {listed}: pins.yaml says {listed} now (--accept-counts)"
-COUNT_FROM = " (pins.yaml's {said}: {source})"
-REPORT_COUNT = "- `{op}`: {line}"
-COUNT_LINE = "bump_pin: test-backend-ops {op}: {line}"
+COUNT_LINE = "bump_pin: test-backend-ops {op}: {line}"  # pins.yaml's count against the pin's (ci.source.op_cases)
 COUNTS_DIFFER_NEXT = "bump_pin: the counts differ: {command} writes the pin's, or confirm pins.yaml's on the device (nox -s gpu_tests) before this lands"
-ACCEPTED_FROM = "the pin's " + TEST_PROGRAM + " at {commit}, written by bump_pin --accept-counts on {date}; not yet run on a device"
 COMPILE_HEADING = "## Compile ({profile})"
 NO_COMPILE_VERDICT = "bump_pin: no {profile} compile verdict: {reason}"
 COMPILE_SAID = "bump_pin: {profile} compile {verdict}"
@@ -195,24 +186,12 @@ class BumpPlan:
             lines += [REPORT_FAULT.format(fault=line) for line in self.stale_faults]
             lines.append("")
         if self.counts:
-            lines += [COUNTS_HEADING, ""]
-            for found in self.counts:
-                said, source = self.pins.expected_cases()[found.op], self.pins.cases_from(found.op)
-                where = COUNT_FROM.format(said=said, source=source) if source and found.cases != said else ""
-                lines.append(REPORT_COUNT.format(op=found.op, line=self.count_line(found) + where))
+            lines += report_lines(self.pins, self.counts, self.accepted)
             lines += ["", "The counts belong to the pin: confirm them with `nox -s gpu_tests` before this lands.", ""]
         return "\n".join(lines)
 
     def count_line(self, found: OpCount) -> str:
-        """pins.yaml's count of ``found.op`` against the pin's, in words."""
-        said = self.pins.expected_cases()[found.op]
-        if found.cases is None:
-            return COUNT_UNKNOWN.format(said=said, why=found.why)
-        if found.cases == said:
-            return COUNT_AGREES.format(cases=said)
-        if found.op in self.accepted:
-            return COUNT_ACCEPTED.format(said=said, listed=found.cases)
-        return COUNT_DIFFERS.format(said=said, listed=found.cases)
+        return against(self.pins.expected_cases()[found.op], found, found.op in self.accepted)
 
     @property
     def counts_differ(self) -> bool:
@@ -251,11 +230,7 @@ def plan(project: Project, pins: pins_mod.Pins, store: ForkStore, request: BumpR
     counts = tuple(counts_at(store.repo, new, list(pins.expected_cases())).values()) if move.relation is not Relation.SAME else ()
     accepted: tuple[str, ...] = ()
     if request.accept_counts:
-        taken = {c.op: c.cases for c in counts if c.cases is not None and c.cases != pins.expected_cases()[c.op]}
-        if taken:
-            written = ACCEPTED_FROM.format(commit=new[:7], date=request.today.isoformat())
-            pins_text = pins_mod.edit_cases(pins_text, taken, {op: written for op in taken if pins.cases_from(op)})
-            accepted = tuple(taken)
+        pins_text, accepted = accept(pins, pins_text, counts, new, request.today.isoformat())
     gitmodules_text = None
     if branch != pins.fork.branch or url != pins.fork.url:
         sub = read_gitmodules(project.gitmodules_path).get(pins.submodule)

@@ -11,7 +11,7 @@ import pytest
 from ci import cli, files
 from ci.commands import bump_pin
 from ci.gates.selftest import faults as fault_set
-from ci.source import store, sync
+from ci.source import op_cases, store, sync
 from tests.support.messages import said
 from tests.support.project import Project
 
@@ -43,7 +43,7 @@ def test_bump_ahead_writes_the_pin_the_gitlink_and_a_report(project: Project) ->
     report = (project.root / "build" / "bump-report.md").read_text()
     assert report.startswith(bump_pin.REPORT_TITLE.format(old=fork.c1[:7], new=fork.c5[:7]) + "\n")
     assert bump_pin.REPORT_SUBJECT.format(line=bump_pin.SUBJECT.format(sha=fork.c4[:7], subject=fork.subject(fork.c4))) in report
-    assert bump_pin.COUNTS_HEADING in report
+    assert op_cases.COUNTS_HEADING in report
     assert project.ci("verify-pin").code == 0
 
 

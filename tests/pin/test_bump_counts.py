@@ -53,7 +53,7 @@ def test_the_bump_says_pins_yaml_against_the_pin_before_anything_runs_and_keeps_
     project = project_with(tmp_path, counts_fork, ENTRY)
     r = bump(project, counts_fork.fewer[:7])
     assert r.code == 0, r.err
-    differs = bump_pin.COUNT_DIFFERS.format(said=54, listed=36)
+    differs = op_cases.COUNT_DIFFERS.format(said=54, listed=36)
     line = bump_pin.COUNT_LINE.format(op="GATED_DELTA_NET", line=differs)
     assert line in r.out
     lines = r.out.splitlines()
@@ -62,9 +62,9 @@ def test_the_bump_says_pins_yaml_against_the_pin_before_anything_runs_and_keeps_
     assert "--accept-counts" in next(ln for ln in lines if ln.startswith("bump_pin: the counts differ"))
     assert pins_mod.load(project.pins).expected_cases() == {"GATED_DELTA_NET": 54}  # changed only when asked
     report = (project.root / "build" / "bump-report.md").read_text()
-    assert bump_pin.COUNTS_HEADING in report
-    source = bump_pin.COUNT_FROM.format(said=54, source="engine #229 (ROCmFPX#4, pin b82c8b8)")
-    assert bump_pin.REPORT_COUNT.format(op="GATED_DELTA_NET", line=differs + source) in report
+    assert op_cases.COUNTS_HEADING in report
+    source = op_cases.COUNT_FROM.format(said=54, source="engine #229 (ROCmFPX#4, pin b82c8b8)")
+    assert op_cases.REPORT_COUNT.format(op="GATED_DELTA_NET", line=differs + source) in report
 
 
 def test_accept_counts_writes_the_pins_count_and_where_it_comes_from(tmp_path: Path, counts_fork: CountsFork) -> None:
@@ -72,12 +72,12 @@ def test_accept_counts_writes_the_pins_count_and_where_it_comes_from(tmp_path: P
     before = project.pins.read_text()
     r = bump(project, counts_fork.fewer[:7], "--accept-counts")
     assert r.code == 0, r.err
-    accepted = bump_pin.COUNT_ACCEPTED.format(said=54, listed=36)
+    accepted = op_cases.COUNT_ACCEPTED.format(said=54, listed=36)
     assert bump_pin.COUNT_LINE.format(op="GATED_DELTA_NET", line=accepted) in r.out
     assert not said(bump_pin.COUNTS_DIFFER_NEXT, r.out)
     loaded = pins_mod.load(project.pins)
     assert loaded.expected_cases() == {"GATED_DELTA_NET": 36}
-    assert loaded.cases_from("GATED_DELTA_NET") == bump_pin.ACCEPTED_FROM.format(commit=counts_fork.fewer[:7], date=dt.date.today().isoformat())
+    assert loaded.cases_from("GATED_DELTA_NET") == op_cases.ACCEPTED_FROM.format(commit=counts_fork.fewer[:7], date=dt.date.today().isoformat())
     changed = [b for a, b in zip(before.splitlines(), project.pins.read_text().splitlines(), strict=True) if a != b]
     assert len(changed) == 4  # commit, reference, date, and the count's one line: comments and order stay
     assert project.ci("verify-pin").code == 0
@@ -89,17 +89,17 @@ def test_a_bare_count_is_edited_in_place_and_an_agreeing_one_says_so(tmp_path: P
     assert "    GATED_DELTA_NET: 36\n" in project.pins.read_text()
     again = counts_fork.builder.commit("more", {"README.md": "fork\nmore\n"})
     r = bump(project, again[:7])
-    assert bump_pin.COUNT_LINE.format(op="GATED_DELTA_NET", line=bump_pin.COUNT_AGREES.format(cases=36)) in r.out
+    assert bump_pin.COUNT_LINE.format(op="GATED_DELTA_NET", line=op_cases.COUNT_AGREES.format(cases=36)) in r.out
 
 
 def test_a_count_the_pin_does_not_say_is_unknown_never_guessed(project: Project) -> None:
     """The fixture fork has no test program: pins.yaml's count stands, and the report says the pin's is unknown."""
     r = bump(project, project.fork.c5[:7], "--accept-counts")
     assert r.code == 0, r.err
-    unknown = bump_pin.COUNT_UNKNOWN.format(said=54, why=op_cases.NO_PROGRAM.format(path=op_cases.TEST_PROGRAM))
+    unknown = op_cases.COUNT_UNKNOWN.format(said=54, why=op_cases.NO_PROGRAM.format(path=op_cases.TEST_PROGRAM))
     assert bump_pin.COUNT_LINE.format(op="GATED_DELTA_NET", line=unknown) in r.out
     assert pins_mod.load(project.pins).expected_cases() == {"GATED_DELTA_NET": 54}
-    assert bump_pin.REPORT_COUNT.format(op="GATED_DELTA_NET", line=unknown) in (project.root / "build" / "bump-report.md").read_text()
+    assert op_cases.REPORT_COUNT.format(op="GATED_DELTA_NET", line=unknown) in (project.root / "build" / "bump-report.md").read_text()
 
 
 def test_pins_yaml_says_where_each_count_comes_from() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.source import op_cases
+from ci.source import case_loops, op_cases
 from ci.source.op_cases import count_cases, counts_at
 from tests.support.gitrepo import RepoBuilder
 from tests.support.messages import said
@@ -139,7 +139,7 @@ def test_continue_break_and_a_list_declared_before_the_loop() -> None:
 def test_what_the_reader_does_not_follow_is_unknown_and_says_why(body: str, where: str) -> None:
     found = count_cases(program(gdn_lines(3) + body), "GATED_DELTA_NET")
     assert found.cases is None
-    assert said(op_cases.NOT_FOLLOWED, found.why, op="GATED_DELTA_NET"), found.why
+    assert said(case_loops.NOT_FOLLOWED, found.why, op="GATED_DELTA_NET"), found.why
     assert where in found.why
     assert found.describe() == op_cases.UNKNOWN.format(why=found.why)
 
@@ -157,9 +157,9 @@ def test_an_op_without_a_struct_or_a_program_without_the_function() -> None:
 
 
 def test_a_loop_too_long_to_run_is_unknown_not_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(op_cases, "STEP_BUDGET", 1000)
+    monkeypatch.setattr(case_loops, "STEP_BUDGET", 1000)
     body = "    for (int i = 0; i < 100000; ++i) {\n" + GDN.format(n="i") + "    }\n"
-    assert count_cases(program(body), "GATED_DELTA_NET").why == op_cases.TOO_LONG.format(op="GATED_DELTA_NET", budget=1000)
+    assert count_cases(program(body), "GATED_DELTA_NET").why == case_loops.TOO_LONG.format(op="GATED_DELTA_NET", budget=1000)
 
 
 def test_counts_are_read_from_the_fork_store_at_a_commit_without_a_checkout(tmp_path: Path) -> None:
