@@ -67,6 +67,7 @@ FIRST_FRESH = "as the first try of this commit was"
 GATED = "try: {label} {sha}: {verdict}; records in {ledger} (build key {key}, never counted by ship)"
 VERDICT_PASSED = "every gate passed"
 VERDICT_FAILED = "{failed} of {total} gates did not pass: {gates}"
+POST_FLAGS = "{flags}: with --post only (it sets the status and writes the comment; --dry-run prints them)"
 INNER_FAILED = "try: the gates' run in the mount namespace ended with {code} and wrote no {summary}"
 
 
@@ -419,6 +420,9 @@ def verdict_of(outcome: TryOutcome, request: post.PostRequest) -> post.Verdict:
 def main(args: argparse.Namespace) -> int:
     from ci.gates.target import GateOptions
 
+    given = [flag for flag, value in (("--dry-run", args.dry_run), ("--repo", args.repo), ("--pr", args.pr), ("--api", args.api)) if value]
+    if given and not args.post:
+        raise ConfigError(POST_FLAGS.format(flags=", ".join(given)))
     job = job_of(args)
     posting = post.request_of(args, job.pins.fork.url) if args.post else None
     options = GateOptions(timeout=args.timeout, rounds=args.rounds)

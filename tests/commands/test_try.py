@@ -195,3 +195,10 @@ def test_a_commit_that_does_not_build_is_posted_as_an_error(project: Project, tr
     assert f"{post.API}/repos/someone/ROCmFPX/statuses/{broken}" in r.out
     assert f"| {try_fork.BUILD_ROW} | **ERROR** |" in r.out.replace("\\n", "\n")
     assert state(project) == before
+
+
+def test_posting_flags_without_post_are_refused_before_anything_runs(project: Project) -> None:
+    r = project.ci("try", "pull/3", "--dry-run", "--pr", "3", "--profile", "cpu")
+    assert r.code == 2
+    assert try_fork.POST_FLAGS.format(flags="--dry-run, --pr") in r.err
+    assert not (project.root / "build" / "try").exists()
