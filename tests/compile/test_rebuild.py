@@ -77,6 +77,18 @@ def test_after_a_checkout_written_again_a_one_file_patch_rebuilds_that_file_alon
     assert run_binary(build_project, "llama-server") == "llama-server says fixture\n"
 
 
+def test_an_edit_discarded_with_patches_reset_costs_nothing(build_project: Project) -> None:
+    assert build_cpu(build_project).code == 0
+    source = build_project.submodule / "ggml" / "ggml.c"
+    source.write_text(source.read_text().replace("return 42", "return 46"))
+    assert build_project.ci("patches", "--reset").code == 0
+    r = build_cpu(build_project)
+    assert r.code == 0, r.err
+    assert said(ninja.PUT_BACK, r.out, files="1 file", build="build/cpu")
+    assert said(stage.UP_TO_DATE, r.out)
+    assert "ninja: no work to do." in dry_run(build_dir(build_project))
+
+
 def test_ninja_disagreeing_with_the_key_is_said_and_ninja_runs(build_project: Project) -> None:
     """With no view to go by (a build directory made before views were kept), the key still matches but ninja would
     rebuild: said, with ninja's own reason, and run now, never silently in a later rebuild."""
