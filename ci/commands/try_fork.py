@@ -43,6 +43,7 @@ from ci.gates.serving.launcher import process_bytecode, with_bytecode
 from ci.git import Git, is_checked_out
 from ci.release import binding, compile_record, ledger, post, records
 from ci.release.figures import TRY_DIR, TRY_PREFIX
+from ci.source import sync
 from ci.source.op_cases import counts_at
 from ci.source.store import HEX_RE, PULLS, ForkStore
 from ci.source.sync import RECORD, Source
@@ -63,6 +64,7 @@ INCREMENTAL = "try: from a copy of the pin's {profile} build and checkout, in a 
 FRESH = "try: a fresh checkout and build ({why})"
 NO_PIN_BUILD = "the pin has no current {profile} build to start from"
 NO_UNSHARE = "unshare gives no mount namespace here"
+NOT_THE_PIN = "{name} is not the pin + the series as this tool left it"
 FIRST_FRESH = "as the first try of this commit was"
 GATED = "try: {label} {sha}: {verdict}; records in {ledger} (build key {key}, never counted by ship)"
 VERDICT_PASSED = "every gate passed"
@@ -274,9 +276,10 @@ def _not_incremental(job: Job, profile: str) -> str:
         return NO_PIN_BUILD.format(profile=profile)
     try:
         current(job, profile)
+        exact = sync.prepare(job.source(), ForkStore.open(job.project.module_gitdir(job.pins.submodule))).action is sync.Action.NOTHING
     except OnebitError:
         return NO_PIN_BUILD.format(profile=profile)
-    return ""
+    return "" if exact else NOT_THE_PIN.format(name=job.pins.submodule)
 
 
 # -- build and gate (in the namespace, or here) ----------------------------------------------------------------------
