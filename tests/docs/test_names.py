@@ -67,8 +67,9 @@ def noxfile_sessions() -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and any("session" in ast.unparse(d) for d in node.decorator_list):
+            named = [k.value.value for d in node.decorator_list if isinstance(d, ast.Call) for k in d.keywords if k.arg == "name" and isinstance(k.value, ast.Constant)]
             calls = [c for c in ast.walk(node) if isinstance(c, ast.Call) and ast.unparse(c.func) == "_ci"]
-            out[node.name] = calls[0].args[1].value if calls and isinstance(calls[0].args[1], ast.Constant) else None  # type: ignore[assignment]
+            out[str(named[0]) if named else node.name] = calls[0].args[1].value if calls and isinstance(calls[0].args[1], ast.Constant) else None  # type: ignore[assignment]
     return out
 
 
