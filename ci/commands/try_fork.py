@@ -7,15 +7,18 @@ every gate runs as for a bump, through the same stages (the sync, the build stag
 against the last release's figures. Its records go to the try's own ledger under the key ``try:<build key>``, a key no
 build has, so ``nox -s ship`` never counts one, wherever the ledger lies.
 
-Incremental where the machine allows: when the pin's build is current and ``unshare`` gives a mount namespace, the
-checkout and the pin's build directory are copied (modification times kept) and, in a namespace of the try's own, bound
-over the project's paths (as gate_selftest does), so CMake and Ninja see the paths they were configured with and
-rebuild what the tried commit changed. Elsewhere the try's checkout and build are fresh.
+The build and the gates run in a mount namespace of the try's own (``unshare``, as gate_selftest's faults do), the
+try's checkout and build directory bound over the project's: the gates find the fork's source and binaries where they
+look for the pin's (the oracle compiles its driver against ``third_party/llama.cpp-rocmfpx/ggml/include``), and
+nothing outside the namespace sees them. Incremental where it can be: when the pin's build is current and its
+checkout exactly the pin + the series, the first try of a commit starts from copies of both (modification times kept),
+so CMake and Ninja see the paths they were configured with and rebuild what the commit changed; else it is fresh.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -32,9 +35,9 @@ from ci.command import run
 from ci.commands import job_of, say
 from ci.commands.gpu_tests import under_test
 from ci.commands.job import Job
-from ci.compile.cmake import BuildPlan, BuildRequest, configure_argv
+from ci.compile.cmake import BuildPlan, BuildRequest
 from ci.compile.stage import CurrentBuild, run_build
-from ci.errors import ConfigError, GateFailed, GitError, OnebitError, Refused
+from ci.errors import ConfigError, GateFailed, GitError, OnebitError, Refused, ToolchainError
 from ci.files import shown, write_atomic
 from ci.gates import results
 from ci.gates.registry import select
@@ -61,16 +64,20 @@ NO_SUCH_PULL = "pull request {number} is not in {where} (it serves no pull refs,
 NO_SUCH_REF = '"{ref}" is neither a pull request (refs/pull/N/head, pull/N, #N), a branch of {where} nor a commit id'
 COUNT_SAID = "try: test-backend-ops {op}: pins.yaml says {said}, {label} lists {listed}; the gate judges pins.yaml's, as a bump would"
 INCREMENTAL = "try: from a copy of the pin's {profile} build and checkout, in a mount namespace of its own"
-FRESH = "try: a fresh checkout and build ({why})"
+FRESH = "try: a fresh checkout and build, in a mount namespace of its own ({why})"
 NO_PIN_BUILD = "the pin has no current {profile} build to start from"
-NO_UNSHARE = "unshare gives no mount namespace here"
+NO_NAMESPACE = (
+    "try: unshare gives no mount namespace here, and a try's gates must see the commit's source and build at the project's "
+    "paths without touching them; run it where unshare --mount --map-root-user works (user namespaces on), as gate_selftest needs"
+)
 NOT_THE_PIN = "{name} is not the pin + the series as this tool left it"
 FIRST_FRESH = "as the first try of this commit was"
 GATED = "try: {label} {sha}: {verdict}; records in {ledger} (build key {key}, never counted by ship)"
 VERDICT_PASSED = "every gate passed"
 VERDICT_FAILED = "{failed} of {total} gates did not pass: {gates}"
 POST_FLAGS = "{flags}: with --post only (it sets the status and writes the comment; --dry-run prints them)"
-INNER_FAILED = "try: the gates' run in the mount namespace ended with {code} and wrote no {summary}"
+INNER_FAILED = "try: the build and gates in the try's mount namespace ended with status {code}, no verdict written"
+ERROR_PREFIX = "onebit-ci: error: "  # ci.cli.ERROR's start: the namespace's run says its error so
 
 
 @dataclass(frozen=True)
@@ -233,20 +240,22 @@ def prepare(job: Job, place: TryPlace, fetched: ForkStore, profile: str) -> tupl
     """The try's store (the tried commit's objects, the project store's borrowed) and, the first time, its copy of
     the pin's checkout and build: (incremental, why not) as decided then, and kept by later tries of the commit."""
     mode = place.work / "incremental"
-    if place.work.is_dir() and (place.src / ".git").exists():
+    if place.work.is_dir() and (place.build_root / "ready").is_file():
         return mode.is_file(), "" if mode.is_file() else FIRST_FRESH
-    shutil.rmtree(place.work, ignore_errors=True)  # a try that stopped before its checkout: begun again
+    shutil.rmtree(place.work, ignore_errors=True)  # a try that stopped before its folder was whole: begun again
     place.work.mkdir(parents=True)
     store = ForkStore.open(place.gitdir)
     store.sync(str(Path(fetched.repo.path)))
     module = job.project.module_gitdir(job.pins.submodule)
     if (module / "HEAD").is_file():
         store.sync(str(module))  # the pin's objects, for the copy of its checkout (hard links: nothing copied)
+    checkout, build_dir = job.root / job.pins.submodule, job.build_dir(job.profile(profile))
     why = _not_incremental(job, profile)
     if why:
         place.src.mkdir()
+        (place.build_root / build_dir.name).mkdir(parents=True)
+        (place.build_root / "ready").write_text("")
         return False, why
-    checkout, build_dir = job.root / job.pins.submodule, job.build_dir(job.profile(profile))
     run(["cp", "-a", "--reflink=auto", str(checkout), str(place.src)], what="cp -a the checkout")
     place.build_root.mkdir(parents=True)
     run(["cp", "-a", "--reflink=auto", str(build_dir), str(place.build_root / build_dir.name)], what="cp -a the build")
@@ -262,7 +271,8 @@ def prepare(job: Job, place: TryPlace, fetched: ForkStore, profile: str) -> tupl
         if value:
             git.run("config", key, value)
     (place.src / ".git").write_text(f"gitdir: {place.gitdir}\n")
-    mode.write_text("the pin's checkout and build, copied; built in a mount namespace of its own\n")
+    mode.write_text("the pin's checkout and build, copied\n")
+    (place.build_root / "ready").write_text("")
     return True, ""
 
 
@@ -270,8 +280,6 @@ def _not_incremental(job: Job, profile: str) -> str:
     """Why a try cannot start from the pin's build here, or ""."""
     from ci.commands.job import current
 
-    if not can_unshare():
-        return NO_UNSHARE
     if not is_checked_out(job.root / job.pins.submodule):
         return NO_PIN_BUILD.format(profile=profile)
     try:
@@ -285,16 +293,12 @@ def _not_incremental(job: Job, profile: str) -> str:
 # -- build and gate (in the namespace, or here) ----------------------------------------------------------------------
 
 
-def gate_commit(
-    job: Job, tried: Tried, place: TryPlace, request: TryRequest, say: Callable[[str], None], *, src: Path, build_root: Path, incremental: bool
-) -> TryOutcome:
-    """Build the tried commit + the series (the checkout at ``src``, the build under ``build_root``: the project's own
-    paths inside the namespace, the try's folder otherwise) and run the gates, each recorded in the try's ledger."""
+def gate_commit(job: Job, tried: Tried, place: TryPlace, request: TryRequest, say: Callable[[str], None], *, incremental: bool) -> TryOutcome:
+    """In the try's namespace (the try's checkout and build bound over the project's): build the tried commit + the
+    series and run the gates, each recorded in the try's ledger."""
     tjob = tried_job(job, tried.sha, request.url)
-    source = Source(job.pins.submodule, src, place.gitdir, tried.sha, tjob.pins.fork.url, job.pins.omit, job.series)
-    build_plan = tjob.build_plan(BuildRequest(profile=request.profile, build_root=build_root, jobs=request.jobs))
-    if src != build_plan.source:  # the try's own checkout: the plan's configure line names it (the key does not)
-        build_plan = replace(build_plan, source=src, configure_argv=configure_argv(build_plan.flags.merged, build_plan.toolchain, src, build_plan.build_dir, build_plan.build_type))
+    source = Source(job.pins.submodule, job.root / job.pins.submodule, place.gitdir, tried.sha, tjob.pins.fork.url, job.pins.omit, job.series)
+    build_plan = tjob.build_plan(BuildRequest(profile=request.profile, jobs=request.jobs))
     t0 = time.monotonic()
     built = run_build(build_plan, source, job.root, None, say)
     build_seconds = time.monotonic() - t0
@@ -339,8 +343,9 @@ def _gates(tjob: Job, build: CurrentBuild, build_plan: BuildPlan, place: TryPlac
 
 
 def _namespaced(job: Job, tried: Tried, place: TryPlace, request: TryRequest) -> TryOutcome:
-    """The build and the gates in a mount namespace of the try's own (``try-inner``), the copies bound over the
-    project's checkout and build directory; its output streams here, and try.json is its answer."""
+    """The build and the gates in a mount namespace of the try's own (``try-inner``), its checkout and build bound over
+    the project's (an empty folder made for a mount point is removed after); its output streams here, and try.json is
+    its answer."""
     unshare = ["unshare", "--mount", "--propagation", "private", *([] if os.geteuid() == 0 else ["--map-root-user"])]
     inner = [sys.executable, "-m", "ci", "--root", str(job.root), "try-inner", "--work", str(place.work), "--commit", tried.sha, "--label", tried.label]
     inner += ["--profile", request.profile, *(["--url", request.url] if request.url else []), *(["--pr", str(tried.pr)] if tried.pr else [])]
@@ -351,11 +356,53 @@ def _namespaced(job: Job, tried: Tried, place: TryPlace, request: TryRequest) ->
         inner += ["--timeout", str(options.timeout), "--rounds", str(options.rounds)]
     inner += ["--jobs", str(request.jobs)] if request.jobs else []
     place.summary.unlink(missing_ok=True)
-    # the environment as it is (the ledger's key reads the release ledger; the child hides it as this process does)
-    code = subprocess.run([*unshare, "--", *inner], env=with_bytecode(os.environ, process_bytecode()), check=False).returncode
+    points = [job.root / job.pins.submodule, job.build_dir(job.profile(request.profile))]
+    made = [p for p in points if not p.exists()]
+    for p in made:
+        p.mkdir(parents=True)
+    try:
+        # the environment as it is (the ledger's key reads the release ledger; the child hides it as this process does)
+        code, error = _streamed([*unshare, "--", *inner], with_bytecode(os.environ, process_bytecode()))
+    finally:
+        for p in made:
+            with contextlib.suppress(OSError):  # left when something wrote into it: never removed with its files
+                p.rmdir()
     if not place.summary.is_file():
-        raise Refused(INNER_FAILED.format(code=code, summary=shown(place.summary, job.root)))
+        raise Ended(error or INNER_FAILED.format(code=code), code)
     return TryOutcome.from_json(json.loads(place.summary.read_text(encoding="utf-8")))
+
+
+class Ended(OnebitError):
+    """The namespace's run ended without its answer (a compile that failed, a refusal): its own error, and its own exit
+    status, which a CI step and the tests read as the command's."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.exit_code = code if 0 < code < 128 else OnebitError.exit_code
+
+
+def _streamed(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """Run ``argv``, its output passed on line by line as it comes but its error line kept: (its exit status, that
+    line's message)."""
+    from ci.processes import end_tree
+
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    error = ""
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith(ERROR_PREFIX):  # said once, by this process, as the try's own error
+                error = line[len(ERROR_PREFIX) :].strip()
+                continue
+            sys.stdout.write(line)
+            sys.stdout.flush()
+        return proc.wait(), error
+    except BaseException:
+        end_tree(proc)
+        raise
+    finally:
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def inner(args: argparse.Namespace) -> int:
@@ -371,7 +418,7 @@ def inner(args: argparse.Namespace) -> int:
 
     request = TryRequest(args.commit, args.profile, args.url, None, tuple(args.gate), GateOptions(timeout=args.timeout, rounds=args.rounds), jobs=args.jobs)
     tried = Tried(args.commit, args.label, args.pr)
-    gate_commit(job, tried, place, request, say, src=checkout, build_root=build_dir.parent, incremental=True)
+    gate_commit(job, tried, place, request, say, incremental=(place.work / "incremental").is_file())
     return 0
 
 
@@ -381,6 +428,8 @@ def inner(args: argparse.Namespace) -> int:
 def session(job: Job, request: TryRequest, say: Callable[[str], None]) -> TryOutcome:
     """Fetch, name the commit, prepare its folder, build and gate it, post the verdict when asked."""
     job.toolchain(job.profile(request.profile))  # a missing toolchain is refused before anything is fetched
+    if not can_unshare():
+        raise ToolchainError(NO_NAMESPACE)
     fetched, where = fetch(job, request, say)
     tried = resolve_ref(fetched, request.ref, where)
     if tried.sha == job.pins.fork.commit:
@@ -395,10 +444,7 @@ def session(job: Job, request: TryRequest, say: Callable[[str], None]) -> TryOut
     say(INCREMENTAL.format(profile=request.profile) if incremental else FRESH.format(why=why))
     started = time.monotonic()
     try:
-        if incremental:
-            outcome = _namespaced(job, tried, place, request)
-        else:
-            outcome = gate_commit(job, tried, place, request, say, src=place.src, build_root=place.build_root, incremental=False)
+        outcome = _namespaced(job, tried, place, request)
     except OnebitError as exc:  # the commit does not build, or its gates could not run: the PR is told so too
         if request.post is not None:
             line = post.GateLine(BUILD_ROW, "error", time.monotonic() - started, exc.message.splitlines()[0])

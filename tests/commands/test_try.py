@@ -19,6 +19,7 @@ from tests.support.build import BuildFork, build_cpu, make_build_fork, replay_fl
 from tests.support.project import Project, make_project
 
 SERVER = "tools/server/server.cpp"
+pytestmark = pytest.mark.skipif(not try_fork.can_unshare(), reason="unshare gives no mount namespace on this machine: a try refuses to run here")
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,6 @@ def test_a_pull_request_is_built_and_gated_in_its_own_folder_and_nothing_of_the_
 
 
 def test_a_try_starts_from_the_pins_build_and_rebuilds_only_what_the_commit_changed(project: Project, try_fork_: TryFork) -> None:
-    if not try_fork.can_unshare():
-        pytest.skip("unshare gives no mount namespace on this machine: a try builds fresh here")
     assert build_cpu(project).code == 0
     assert project.ci("gpu-tests", "--profile", "cpu", "--gate", "backend_ops").code == 0
     shipped = project.ci("ship", "--profile", "cpu", "--check")
@@ -191,6 +190,7 @@ def test_a_commit_that_does_not_build_is_posted_as_an_error(project: Project, tr
     before = state(project)
     r = tried(project, "pull/4", "--post", "--dry-run", "--repo", "someone/ROCmFPX")
     assert r.code == 6, r.out + r.err  # CommandFailed: the compile's own exit, named
+    assert r.err.splitlines() == ["onebit-ci: error: build (cmake --build) exited with status 1"]
     assert '"state": "error"' in r.out
     assert f"{post.API}/repos/someone/ROCmFPX/statuses/{broken}" in r.out
     assert f"| {try_fork.BUILD_ROW} | **ERROR** |" in r.out.replace("\\n", "\n")
@@ -201,4 +201,13 @@ def test_posting_flags_without_post_are_refused_before_anything_runs(project: Pr
     r = project.ci("try", "pull/3", "--dry-run", "--pr", "3", "--profile", "cpu")
     assert r.code == 2
     assert try_fork.POST_FLAGS.format(flags="--dry-run, --pr") in r.err
+    assert not (project.root / "build" / "try").exists()
+
+
+def test_without_a_mount_namespace_a_try_refuses_before_anything_is_fetched(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stand-in for a machine without user namespaces (a container that forbids them): can_unshare says no."""
+    monkeypatch.setattr(try_fork, "can_unshare", lambda: False)
+    r = tried(project, "pull/3")
+    assert r.code == 5
+    assert try_fork.NO_NAMESPACE in r.err
     assert not (project.root / "build" / "try").exists()
