@@ -53,6 +53,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "matrix": ("build", "matrix"),
     "backend-ops": ("backend_ops", "main"),
     "tiny-models": ("equivalence", "tiny_models"),
+    "shape-models": ("shapes", "main"),
     "kernelforge": ("kernelforge", "main"),
     "equivalence": ("equivalence", "main"),
     "bench": ("bench", "main"),

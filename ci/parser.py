@@ -213,6 +213,12 @@ def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpa
     _profile(p, "whose build the task's driver runs against")
     p.add_argument("--out", required=True, help="the task's folder (new, empty, or an earlier task's, which is replaced)")
 
+    p = command("shape-models", "write a real-shaped model set (the 27B's shapes, generated weights), cached where the perf gate finds it")
+    p.add_argument("--set", default="real", help="real (the engine's pair and a MoE file at their real shapes) or reduced (four layers, for the CPU)")
+    p.add_argument("--out", metavar="DIR", help="write into DIR/SET (default: $ONEBIT_SHAPES_CACHE, else onebit-ci's cache folder)")
+    p.add_argument("--roles", metavar="R,R", help="only these models: target, drafter, moe (default: all three)")
+    p.add_argument("--jobs", type=int, metavar="N", help="writer threads (default: one per core)")
+
     p = command("tiny-models", "write the gates' tiny GGUF models: the llama set (target, near and far drafters, other target) and the engine's qwen35 class (target, near, DFlash and MTP drafters)")
     p.add_argument("--out", required=True, help="directory to write them in")
 
