@@ -107,6 +107,7 @@ def fresh_imports() -> Iterator[None]:
 
 def _main(argv: Sequence[str] | None) -> int:
     from ci import digests
+    from ci.environment import environment
     from ci.parser import parser
 
     args = parser({name: dispatch(name) for name in COMMANDS}).parse_args(argv)
@@ -116,6 +117,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         # what would run unread by the digests of ci/ and serve/ (bytecode without its source, a link) is refused first
         digests.refuse_strays(digests.package_dir("ci"), digests.package_dir("serve"))
+        environment()  # what would load other code into every program (a library path, start-up code) is refused before any starts
         if args.command in RECORDING:  # before any judge is imported (binding.judging_now)
             digests.remember_start(digests.package_dir("ci"))
         handler: Callable[[argparse.Namespace], int] = args.func

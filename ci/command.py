@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from ci import loaded
 from ci.environment import environment as environment  # a program's unless given one; ci.compile.cmake imports it here
 from ci.environment import hide_secrets
 from ci.errors import CommandFailed, ToolchainError
@@ -104,6 +105,7 @@ class _Started:
             if source is not None:
                 source.close()
         remember_mark(self.proc, self.mark)
+        loaded.follow(self.proc.pid)  # the libraries it maps, while a gate watches (ci.loaded)
         self.started = time.monotonic()
         self.ended: float | None = None
         self.timed_out = False

@@ -2,13 +2,15 @@
 reading it as source (a stray, refused at start). An edge module: the entry point and the stages read it alike.
 
 A digest reads every entry, not following links, except the bytecode Python caches for a source beside it. A stray is
-bytecode outside ``__pycache__`` (a folder holding only ``__init__.pyc`` is a package that shadows the module of its
-name), bytecode whose source is gone, and a link (no digest reads what it points to).
+what an import could load other than the sources and data: a compiled module (``.so``, ``.abi3.so``, imported ahead of
+the ``.py`` beside it), a ``.pth``, bytecode outside ``__pycache__`` (a folder of ``__init__.pyc`` alone shadows the
+module of its name), bytecode whose source is gone, and a link (no digest reads what it points to).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import os
 import stat
 from collections.abc import Iterable, Iterator
@@ -19,6 +21,9 @@ from serve import bounded
 
 BYTECODE_CACHE = "__pycache__"
 BYTECODE_SUFFIXES = (".pyc", ".pyo")
+# what an import loads as a module ahead of its source (importlib's own list, and the plain .so it holds), and a .pth
+EXTENSION_SUFFIXES = tuple(dict.fromkeys((*importlib.machinery.EXTENSION_SUFFIXES, ".so", ".pyd")))
+PATH_FILE_SUFFIX = ".pth"
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 STRAY = "{path}: {why}; the judges run only the sources that the digests read: remove it{more}"
@@ -30,6 +35,8 @@ ORPHAN_BYTECODE = "bytecode of {source}, which is not there (left by a module th
 NOT_BYTECODE = "in a __pycache__ folder, and not bytecode of a source beside it"
 A_LINK = "a link to {target}, which the digests do not follow"
 NOT_A_FILE = "{kind}, neither a file nor a folder"
+EXTENSION_MODULE = "a compiled module, which Python imports as {module} before any {module}.py"
+PATH_FILE = "a .pth file, whose lines a Python may run or put on sys.path at start-up"
 
 
 def package_dir(name: str) -> Path:
@@ -128,6 +135,10 @@ def strays(root: Path) -> list[tuple[Path, str]]:
         elif path.parent.name == BYTECODE_CACHE:
             source = path.name.split(".", 1)[0] + ".py"
             found.append((path, ORPHAN_BYTECODE.format(source=source) if path.suffix in BYTECODE_SUFFIXES else NOT_BYTECODE))
+        elif (suffix := next((s for s in EXTENSION_SUFFIXES if path.name.endswith(s)), None)) is not None:
+            found.append((path, EXTENSION_MODULE.format(module=path.name.removesuffix(suffix).split(".", 1)[0])))
+        elif path.suffix == PATH_FILE_SUFFIX:
+            found.append((path, PATH_FILE))
         elif path.suffix in BYTECODE_SUFFIXES:
             package = path.stem.split(".", 1)[0] == "__init__" and not _is_file(path.with_name("__init__.py"))
             found.append((path.parent, SOURCELESS_PACKAGE.format(module=path.parent.name)) if package else (path, SOURCELESS_BYTECODE))

@@ -22,6 +22,14 @@ LOADS_CODE_SET = "{name} is set: it loads code into every program a gate or a bu
 FLAG_FROM_ENV = "{name} is set: llama-server takes it as a flag that no gate planned; unset it (a gate's flags are its own)"
 JUDGES_OWN = "it changes how the gates themselves run and judge (pytest's options, Python's start-up, this tool's own settings)"
 NOT_PASSABLE = "ONEBIT_PASS_ENV names {name}: " + JUDGES_OWN + "; take it out"
+LIBRARY_PATH_OUTSIDE = (
+    "LD_LIBRARY_PATH: the entry '{entry}' is outside the system's library folders ({folders}): a library there loads in "
+    "place of the build's in every program a gate starts, and 1bit serve runs without it; unset it, or name only those folders"
+)
+START_UP_CODE = (
+    "PYTHONPATH: the entry '{entry}' holds {name}, which every Python a gate starts runs before anything of its own "
+    "(the route gate's pytest, the launcher); take it out of PYTHONPATH"
+)
 NOT_ABSOLUTE = (
     "{name}: the entry '{entry}' is not an absolute path: an empty or relative entry is searched from the working "
     "directory, where a planted library loads; give absolute paths only"
@@ -64,6 +72,8 @@ FLAGS_FROM_ENV = re.compile(r"LLAMA_ARG_\w*")
 # Lists of paths a loader searches, or files it loads (the Vulkan driver, which the H200's profile names): each entry
 # absolute. An empty or relative one is the working directory, where a planted libgcc_s.so.1 ran inside the gates.
 PATH_LISTS = ("LD_LIBRARY_PATH", "VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES", "PYTHONPATH")
+# What a Python runs at start-up from the first folder of sys.path holding it (site's hooks)
+START_UP_MODULES = ("sitecustomize.py", "sitecustomize", "usercustomize.py", "usercustomize")
 
 
 @dataclass(frozen=True)
@@ -136,7 +146,26 @@ def environment(
             entry = next((e for e in value.split(os.pathsep) if not os.path.isabs(e)), None)
             if entry is not None:
                 raise Refused(NOT_ABSOLUTE.format(name=name, entry=entry))
+    _refuse_other_code(source)
     return env
+
+
+def _refuse_other_code(source: Mapping[str, str]) -> None:
+    """Refuse what this process's environment would make a gate's programs load in place of the build's or the
+    project's code: a library folder outside the system's (``1bit serve`` runs llama-server without one), a Python
+    path entry holding start-up code. What the orchestration itself sets (``given``) is not the user's to refuse."""
+    from ci import loaded
+
+    entries = [e for e in source.get("LD_LIBRARY_PATH", "").split(os.pathsep) if e]
+    if entries:
+        folders = loaded.system_folders()
+        outside = next((e for e in entries if not loaded.inside(e, folders)), None)
+        if outside is not None:
+            raise Refused(LIBRARY_PATH_OUTSIDE.format(entry=outside, folders=", ".join(folders)))
+    for entry in (e for e in source.get("PYTHONPATH", "").split(os.pathsep) if e):
+        found = next((n for n in START_UP_MODULES if os.path.lexists(os.path.join(entry, n))), None)
+        if found is not None:
+            raise Refused(START_UP_CODE.format(entry=entry, name=found))
 
 
 def recorded_environment(source: Mapping[str, str] | None = None, declared: Iterable[str] = ()) -> dict[str, str]:

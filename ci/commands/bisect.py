@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ci.commands import absolute, job_of, say
 from ci.commands.backend_ops import expectations
-from ci.commands.gpu_tests import under_test
+from ci.commands.gpu_tests import under_test, watched_run
 from ci.commands.job import Job
 from ci.compile.cmake import BuildRequest
 from ci.compile.stage import current_build, run_build
@@ -30,9 +30,10 @@ from ci.gates.protocol import Gate
 from ci.gates.results import GateResult, Status
 from ci.gates.target import GateOptions
 from ci.git import Git
+from ci.pin.pins import EquivalenceConfig
 from ci.pin.verify import verify
 from ci.processes import signals_ignored, sigterm_as_interrupt
-from ci.release import ledger, records
+from ci.release import ledger, records, standings
 from ci.source.classify import classify
 from ci.source.store import ForkStore, Relation
 from ci.source.sync import Source, ensure_commit, execute, prepare
@@ -249,11 +250,8 @@ def markdown(answer: BisectAnswer) -> str:
         n = "check-good" if s.number == 0 else str(s.number)
         why = s.reason.replace("|", "\\|").replace("\n", " ")
         subject = s.commit.subject.replace("|", "/")
-        row = STEP_ROW.format(
-            step=n, commit=s.commit.short, subject=subject, verdict=s.outcome.value,
-            build=s.build_seconds, gate=s.gate_seconds, total=s.seconds, why=why,
-        )  # fmt: skip
-        lines.append(row)
+        times = {"build": s.build_seconds, "gate": s.gate_seconds, "total": s.seconds}
+        lines.append(STEP_ROW.format(step=n, commit=s.commit.short, subject=subject, verdict=s.outcome.value, why=why, **times))
     if answer.log:
         lines += ["", LOG_BLOCK.format(log=answer.log.rstrip())]
     return "\n".join(lines) + "\n"
@@ -314,7 +312,7 @@ def resolve(base: Job, request: BisectRequest, say: Callable[[str], None]) -> _J
         if from_report:
             raise ConfigError(said_of_good(REPORT_NOT_ANCESTOR.format(good=good[:7], bad=bad[:7], relation=relation.value)))
         raise ConfigError(NOT_ANCESTOR.format(good=good[:7], bad=bad[:7], relation=relation.value))
-    gate = registry.select([request.gate or default_gate(base.root, request.profile, bad)], base.pins)[0]
+    gate = registry.select([request.gate or default_gate(base.root, request.profile, bad, base.pins.equivalence)], base.pins)[0]
     if (source.gitdir / "BISECT_START").exists():
         raise Refused(UNDER_WAY.format(name=source.name))
     prepare(source, store)  # refuses, untouched, a checkout holding changes this tool did not make
@@ -322,17 +320,18 @@ def resolve(base: Job, request: BisectRequest, say: Callable[[str], None]) -> _J
     return _Job(base, request, source, store, good, bad, gate, results, said_of_good)
 
 
-def default_gate(root: Path, profile: str, bad: str) -> str:
-    """The gate whose newest record for ``profile`` did not pass, at the bad end when one is there."""
+def default_gate(root: Path, profile: str, bad: str, release: EquivalenceConfig | None = None) -> str:
+    """The gate that stands FAILED in the newest build of ``profile`` where one does (:func:`standings.standings`, the
+    reading ship and the self-test ask; a run on models of one's own is none), at the bad end when one is there."""
     book = ledger.read(ledger.ledger_path(ledger.default_results_dir(root)), ledger.signing_key())
-    failed = [
-        r for r in book.records if r.verdict != "passed" and r.data.get("profile") == profile and not r.build_key.startswith(KEY_PREFIX)
-    ]
-    at_bad = [r for r in failed if r.data.get("pin") == bad]
-    chosen = (at_bad or failed)[-1] if failed else None
-    if chosen is None or chosen.gate not in registry.runnable():
-        raise ConfigError(NO_GATE.format(profile=profile, gates="|".join(registry.runnable())))
-    return chosen.gate
+    mine = [r for r in book.records if r.data.get("profile") == profile and not r.build_key.startswith(KEY_PREFIX)]
+    keys = list(dict.fromkeys(r.build_key for r in reversed(mine)))  # the newest build first
+    at_bad = {r.build_key for r in mine if r.data.get("pin") == bad}
+    for key in [k for k in keys if k in at_bad] + [k for k in keys if k not in at_bad]:
+        failing = [s for s in standings.standings(book, key, registry.runnable(), release) if s.state is standings.Standing.FAILED and s.record]
+        if failing:
+            return max(failing, key=lambda s: s.record.line if s.record else 0).gate
+    raise ConfigError(NO_GATE.format(profile=profile, gates="|".join(registry.runnable())))
 
 
 def _commit(store: ForkStore, sha: str, files: bool = False) -> Commit:
@@ -373,7 +372,7 @@ def run_step(job: _Job, number: int, sha: str, say: Callable[[str], None]) -> St
     out.mkdir(parents=True, exist_ok=True)
     try:
         build = current_build(build_plan, stepped.root)
-        result = job.gate.run(under_test(stepped, build), job.request.options, out)
+        result = watched_run(job.gate, under_test(stepped, build), job.request.options, out)
     except OnebitError as exc:
         t2 = time.monotonic()
         why = f"the gate could not run: {exc.message}"

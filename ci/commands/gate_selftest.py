@@ -12,17 +12,18 @@ from pathlib import Path
 from ci import defaults, places
 from ci.command import run
 from ci.commands import absolute, job_of, say
-from ci.commands.gpu_tests import under_test
+from ci.commands.gpu_tests import under_test, watched_run
 from ci.commands.job import Job, current
 from ci.compile.cmake import BuildRequest, build_environment
+from ci.compile.manifest import Manifest
 from ci.compile.stage import CurrentBuild, current_build
 from ci.errors import ConfigError, GateFailed
 from ci.files import shown, write_json
 from ci.gates import registry
-from ci.gates.results import Status
 from ci.gates.selftest import run as selftest
 from ci.gates.target import GateOptions
-from ci.release import binding, ledger, records
+from ci.pin.pins import Pins
+from ci.release import binding, ledger, records, standings
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 VERDICT_LINE = "gate_selftest: {summary} (ledger line {line})"
@@ -44,7 +45,7 @@ def session(
     m = build.manifest
     results_dir = ledger.default_results_dir(job.root)
     book = ledger.ledger_path(results_dir)
-    failing = unplanted_failures(book, m.key, job.root)
+    failing = unplanted_failures(book, m, job.pins, job.root)
     result, shown = selftest.selftest(build.key, job.source(), job.root, build.build_dir, profile, faults, only, say, jobs, keep, timeout, failing)
     line = records.record(
         result, results_dir / m.key[:12], {"build_key": m.key, "profile": m.profile}, ledger_path=book,
@@ -60,17 +61,17 @@ def session(
     return 0
 
 
-def unplanted_failures(ledger_file: Path, key: str, root: Path | None = None) -> dict[str, str]:
-    """The gates whose newest record for this build key (gpu_tests, the main job) did not pass: gate -> which record.
-    A fault judged by such a gate would be caught by the pin itself, and a benign edit alarm for the same reason."""
+def unplanted_failures(ledger_file: Path, manifest: Manifest, pins: Pins, root: Path | None = None) -> dict[str, str]:
+    """The gates that stand FAILED for this build, read as ship reads the ledger (:func:`standings.for_build`): gate ->
+    which record. A fault judged by such a gate would be caught by the pin itself, and a benign edit alarm for the
+    same reason; a failure ship does not count (a run on models of one's own) blocks nothing."""
     if not ledger_file.is_file():
         return {}
     book = ledger.read(ledger_file, ledger.signing_key())  # a signed ledger (ONEBIT_LEDGER_KEY) is read as ship reads it
     found = {}
-    for name in registry.runnable():
-        rec = ledger.latest(book, name, key)
-        if rec is not None and rec.verdict != Status.PASSED.value:
-            found[name] = FAILING_RECORD.format(verdict=rec.verdict, ledger=shown(ledger_file, root), line=rec.line)
+    for s in standings.for_build(book, manifest, pins, registry.runnable()):
+        if s.state is standings.Standing.FAILED and s.record is not None:
+            found[s.gate] = FAILING_RECORD.format(verdict=s.record.verdict, ledger=shown(ledger_file, root), line=s.record.line)
     return found
 
 
@@ -101,7 +102,7 @@ def selftest_fault(args: argparse.Namespace) -> int:
     rebuild = time.monotonic() - t
     target = under_test(job, build)
     for gate in registry.select(fault.gates, job.pins):
-        result = gate.run(target, GateOptions(planted=True), trial.out)
+        result = watched_run(gate, target, GateOptions(planted=True), trial.out)
         write_json(trial.out / f"{gate.name}.json", result.to_json())
     write_json(trial.work / "rebuild.json", {"seconds": round(rebuild, 2)})
     say(f"selftest-fault: {fault.id}: rebuilt in {rebuild:.1f} s, ran {', '.join(fault.gates)}")

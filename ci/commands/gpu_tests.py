@@ -5,20 +5,24 @@ result recorded once (:func:`ci.release.records.record`: JSON, JUnit and a ledge
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ci import loaded
 from ci.commands import absolute, folder, given, job_of, say
 from ci.commands.job import Job, current
 from ci.compile.stage import CurrentBuild
 from ci.errors import ConfigError
 from ci.gates import results
 from ci.gates.backend_ops import run as backend_ops
+from ci.gates.protocol import Gate
 from ci.gates.registry import select
-from ci.gates.results import GateResult
+from ci.gates.results import GateResult, Status
 from ci.gates.target import BuildUnderTest, GateOptions
 from ci.release import binding, compile_record, ledger, records, standings
+from ci.release.binding import ELSEWHERE_PROPERTY, LOADED_PROPERTY
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 ON_BUILD = "gpu_tests: {profile} build {key} (pin {pin}, patches {patches}), device {device}"
@@ -44,6 +48,24 @@ def under_test(job: Job, build: CurrentBuild) -> BuildUnderTest:
         last_release=lambda models: standings.last_release(results_dir, profile.name, build.key, models),
         released=lambda gate: standings.last_record(results_dir, profile.name, build.key, gate),
     )  # fmt: skip
+
+
+def watched_run(gate: Gate, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
+    """``gate.run`` with the libraries its programs mapped read from them as they ran (:mod:`ci.loaded`) and held to
+    the build's: a library of a build library's name from elsewhere makes the result an ERROR naming it; what they
+    loaded of the build is recorded (``loaded_libraries``), and what from outside the build and the system's folders
+    (``loaded_elsewhere``)."""
+    with loaded.watching() as watch:
+        result = gate.run(target, options, out)
+    build = target.build
+    libraries = [loaded.Library(name, build.build_dir / a.path, a.sha256) for name, a in build.manifest.libraries.items()]
+    judged = watch.judge(build.build_dir, libraries, loaded.system_folders())
+    props = [(LOADED_PROPERTY, ",".join(f"{n}={s}" for n, s in sorted(judged.loaded.items())))] if judged.loaded else []
+    props += [(ELSEWHERE_PROPERTY, ",".join(judged.elsewhere))] if judged.elsewhere else []
+    result = dataclasses.replace(result, properties=(*result.properties, *props))
+    if not judged.problems:
+        return result
+    return dataclasses.replace(result, status=Status.ERROR, summary=f"ERROR: {judged.problems[0]}", problems=(*judged.problems, *result.problems))
 
 
 def own_out(out: Path | None, results_dir: Path, own: str) -> Path:
@@ -80,7 +102,7 @@ def run_gates(job: Job, build: CurrentBuild, request: GpuTestsRequest, say: Call
     done: list[GateResult] = []
     for gate in select(request.gates, job.pins):
         say(f"gpu_tests: {gate.name} ...")
-        result = gate.run(target, request.options, out)
+        result = watched_run(gate, target, request.options, out)
         line = records.record(
             result, out, {"build_key": key, "profile": manifest.profile}, ledger_path=ledger.ledger_path(results_dir),
             build=binding.context_of(job.pins, manifest, judging), root=job.root,

@@ -28,6 +28,9 @@ from ci.release import ledger
 OTHER_BINARIES = "it judged other binaries (manifest {recorded}, build.json now {current})"
 OTHER_CRITERIA = "it judged other criteria than pins.yaml's and the committed faults' ({changes})"
 NO_SUCH_GATE = "no gate of this checkout is called {gate}"
+OTHER_LIBRARIES = "it ran {name} {ran}, not the build's {build}"
+LOADED_PROPERTY = "loaded_libraries"  # a record's: name=sha256 of each library of the build its programs mapped (ci.loaded)
+ELSEWHERE_PROPERTY = "loaded_elsewhere"  # and the libraries they mapped from outside the build and the system's folders
 CRITERION_CHANGED = "{criterion} {judged}, now {current}"
 CI_CHANGED = "ci/ changed while the gates ran (ci_sha256 {judged} when they started, {now} now): not recorded in the ledger; run them again on an unchanged checkout"  # OTHER_CRITERIA's changes, joined by "; "
 
@@ -135,6 +138,8 @@ def why_not_counted(record: ledger.Record, manifest: Manifest, pins: Pins, now: 
         return NO_SUCH_GATE.format(gate=record.gate)
     if (why := gate.why_not_counted(data.get("properties") or {}, manifest)) is not None:
         return why
+    if (why := other_libraries(data.get("properties") or {}, manifest)) is not None:
+        return why
     want = (now or criteria_now(pins, manifest.profile))(record.gate)
     got = data.get("criteria")
     if not isinstance(got, Mapping) or data.get("criteria_sha256") != ledger.criteria_digest(got):
@@ -143,6 +148,16 @@ def why_not_counted(record: ledger.Record, manifest: Manifest, pins: Pins, now: 
         changed = [k for k in sorted({*want, *got}) if got.get(k) != want.get(k)]
         shown = "; ".join(CRITERION_CHANGED.format(criterion=k, judged=_short(got.get(k)), current=_short(want.get(k))) for k in changed)
         return OTHER_CRITERIA.format(changes=shown)
+    return None
+
+
+def other_libraries(properties: Mapping[str, Any], manifest: Manifest) -> str | None:
+    """Why a record whose programs mapped a library of another sha256 than the build's does not count, or None."""
+    for item in str(properties.get(LOADED_PROPERTY, "")).split(","):
+        name, _, sha = item.partition("=")
+        built = manifest.libraries.get(name)
+        if name and (built is None or built.sha256 != sha):
+            return OTHER_LIBRARIES.format(name=name, ran=sha[:12], build=built.sha256[:12] if built else "none")
     return None
 
 

@@ -41,6 +41,9 @@ KEY_VAR = LEDGER_KEY_VAR  # ONEBIT_LEDGER_KEY
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 MISSHAPEN = "{path}:{line}: the record's {field} is not of its shape (a text, a number, a mapping or a list of texts): this is no record a gate wrote; move the ledger away or restore it"
+INCONSISTENT = "{where} says passed, but its counts say {why}: no gate writes a record so; move the ledger away or restore it"
+AT_LINE = "{path}:{line}"  # INCONSISTENT's where, on reading
+APPENDED = "the {gate} record"  # INCONSISTENT's where, on appending (a gate's own bug)
 NOT_JSON = "{path}:{line}: not a JSON record (a damaged ledger); restore it from a backup or move it away"
 BROKEN_CHAIN = "{where} (line {line} chains to {got}, not {expected})"
 EDITED_OR_REMOVED = "{path}:{line}: the record was edited, or one after it removed"  # BROKEN_CHAIN's where
@@ -240,6 +243,24 @@ def _misshapen(data: Mapping[str, Any]) -> str | None:
     return None
 
 
+def inconsistency(verdict: object, counts: Mapping[str, Any]) -> str | None:
+    """Why a record's verdict and its own counts disagree, or None: a ``passed`` record with a failed or erring case,
+    or fewer passed than the record says were expected (a weakened judge's pass over a failed case)."""
+    if verdict != "passed":
+        return None
+    number = {k: v for k, v in counts.items() if isinstance(v, int) and not isinstance(v, bool)}
+    for name in ("failed", "error"):
+        if number.get(name, 0) > 0:
+            return f"{name} {number[name]}"
+    if "expected" in number and number.get("passed", 0) < number["expected"]:
+        return f"passed {number.get('passed', 0)} of {number['expected']} expected"
+    return None
+
+
+def _inconsistent(data: Mapping[str, Any]) -> str | None:
+    return inconsistency(data.get("verdict"), data.get("counts") or {})
+
+
 def read(path: Path, key: bytes | None = None, witness: Path | None = None) -> Ledger:
     """Every record, checked: each line JSON with the record's fields, its sequence number its line, the chain
     unbroken, the tip equal to the head file, with ``key`` every record's and the head's signature (without it, a
@@ -273,6 +294,8 @@ def read(path: Path, key: bytes | None = None, witness: Path | None = None) -> L
             raise ConfigError(f"{path}:{n}: not a ledger record (needs gate, verdict, prev, time)")
         if (field := _misshapen(data)) is not None:
             raise ConfigError(MISSHAPEN.format(path=path, line=n, field=field))
+        if (why := _inconsistent(data)) is not None:
+            raise ConfigError(INCONSISTENT.format(where=AT_LINE.format(path=path, line=n), why=why))
         if key is None and "sig" in data:
             raise ConfigError(SIGNED_WITHOUT_KEY.format(where=f"{path}:{n}", var=KEY_VAR))
         if data["prev"] != prev:
@@ -371,6 +394,8 @@ def append(
             "artefacts": dict(artefacts or {}),
             "prev": prev,
         }
+        if (why := _inconsistent(data)) is not None:  # a gate's bug, or a judge weakened: never written
+            raise ConfigError(INCONSISTENT.format(where=APPENDED.format(gate=result.gate), why=why))
         if n == 1:  # the chain's identity: two ledgers begun alike (one gate, one second, one build) still differ
             data["chain"] = secrets.token_hex(16)
         data["criteria_sha256"] = criteria_digest(data["criteria"])

@@ -24,7 +24,6 @@ from ci.compile.manifest import MANIFEST, Manifest
 from ci.compile.stage import CurrentBuild
 from ci.errors import GateFailed, Refused
 from ci.files import shown
-from ci.gates import registry
 from ci.gates.registry import required
 from ci.gates.results import GateResult, Status
 from ci.gates.serving import launcher as launcher_files
@@ -33,7 +32,7 @@ from ci.pin.pins import Pins
 from ci.release import binding
 from ci.release import ledger as ledger_mod
 from ci.release.compile_record import STRIX_HALO
-from ci.release.standings import COUNTED, SHIP, GateStanding, Standing, counted_models, flags_of, other_baseline, released_record, standings
+from ci.release.standings import COUNTED, SHIP, GateStanding, Standing, flags_of, for_build
 from ci.release.wheel import (
     LAUNCHER_COPY_DIFFERS,
     NO_JUDGED_LAUNCHER,
@@ -88,26 +87,7 @@ def check(build: CurrentBuild, pins: Pins, results_dir: Path, root: Path) -> Shi
         more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
         raise Refused(f"ship: the {profile} build's {name} {what} in {shown(build.build_dir / MANIFEST, root)}{more}: run nox -s build -- --profile {profile}, then the gates")
     ledger = ledger_mod.read(ledger_mod.ledger_path(results_dir), ledger_mod.signing_key())
-
-    now = binding.criteria_now(pins, profile)
-
-    models = counted_models(pins.equivalence)
-
-    def baseline(gate: str) -> str:
-        """The pin of the release a record of ``gate`` must have compared with: the last one now (on the release's
-        models for a gate whose records name them), or "" when there is none."""
-        found = released_record(ledger, profile, build.key, gate, models if flags_of(gate).on_models else None)
-        return found[0] if found is not None else ""
-
-    def why_not(record: ledger_mod.Record) -> str | None:
-        return binding.why_not_counted(record, build.manifest, pins, now) or other_baseline(record, baseline)
-
-    def failed_here(record: ledger_mod.Record) -> bool:
-        """A FAILED record of a gate this checkout has, that judged exactly this build's binaries."""
-        judged = record.data.get("manifest_sha256")
-        return record.verdict == Status.FAILED.value and judged == build.manifest.digest and registry.by_name(record.gate) is not None
-
-    found = standings(ledger, build.key, required(pins), release=pins.equivalence, why_not=why_not, failed_here=failed_here)
+    found = for_build(ledger, build.manifest, pins, required(pins))
     return ShipCheck(build.key, build.manifest, found, ledger.notes)
 
 
@@ -157,6 +137,9 @@ def release_manifest(pins: Pins, root: Path, result: ShipCheck, results_dir: Pat
             for s in result.standings
         },
         "ledger": shown(ledger_mod.ledger_path(results_dir), root),
+        # the variables of the gates' environment that change a result, as every counted record judged them (ship
+        # holds each record's to its own): 1bit serve is to run under these, and no library path (it drops one)
+        "environment": binding.environment_criterion(m.profile),
     }
 
 

@@ -8,19 +8,25 @@ binaries stands whatever the criteria it ran under, until a pass under today's c
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import os
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from ci.compile.manifest import Manifest
 from ci.gates import registry
 from ci.gates.equivalence.plan import RELEASE_MODELS, TINY_MODELS
 from ci.gates.perf import judge as perf
 from ci.gates.protocol import Flags
 from ci.gates.registry import always
 from ci.gates.results import Status
-from ci.pin.pins import EquivalenceConfig
+from ci.pin.pins import EquivalenceConfig, Pins
+from ci.release import binding
 from ci.release import ledger as ledger_mod
 from ci.words import AND_MORE
 
@@ -31,6 +37,10 @@ COUNTED = "counted.{gate}"  # a ship record's property: the ledger line of the g
 MODELS_TAG = " [{models}]"  # a counted equivalence or perf record's detail ends with the models it ran on
 NOT_COUNTED = "; not counted: {why} (ledger line {line}{more})"  # the last record that does not count
 OTHER_MODELS = "models {models}"  # NOT_COUNTED's why for a record on other models than the release's
+# OTHER_MODELS' kin for a record on the tiny models: one of its files is not what the generator writes
+NOT_THE_GENERATORS = "models: {key} {got} is not the generator's {file}"
+NOT_A_GENERATED_FILE = "models: {key} names {file}, no file the tiny models' generator writes"
+NO_MODEL_DIGEST = "models: it names no model's sha256"
 # a FAILED record of this build's binaries under other criteria, newer than any that counts: it stands
 FAILED_ELSEWHERE = "; it FAILED under other settings: {why} (ledger line {line}): a pass under today's criteria after it counts"
 NO_COUNTED_RECORD = "no record {what} for this build: run nox -s gpu_tests{note}"
@@ -89,8 +99,8 @@ def standings(
         reasons: dict[int, str] = {}
         other_models: set[int] = set()  # records of another test than the release's: never held against it
         for r in mine:
-            if flags_of(gate).on_models and not _on_models(r, models, release):
-                reasons[r.line] = OTHER_MODELS.format(models=_models_of(r))
+            if flags_of(gate).on_models and (off := _off_models(r, models, release)) is not None:
+                reasons[r.line] = off
                 other_models.add(r.line)
             elif why_not is not None and (why := why_not(r)) is not None:
                 reasons[r.line] = why
@@ -135,16 +145,72 @@ def _models_of(rec: ledger_mod.Record) -> str:
     return str((rec.data.get("properties") or {}).get("models") or "not named")
 
 
-def _on_models(rec: ledger_mod.Record, models: str, release: EquivalenceConfig | None) -> bool:
-    """Whether ``rec`` ran on the models the release is judged on (and, where pins.yaml gives their sha256, on exactly
-    those files: the equivalence record names both)."""
+def _off_models(rec: ledger_mod.Record, models: str, release: EquivalenceConfig | None) -> str | None:
+    """Why ``rec`` did not run on the models the release is judged on, or None: on other models; on other files than
+    pins.yaml's sha256 name (the equivalence record names both); on the tiny models, a file that is not the
+    generator's (a drafter renamed over before it was hashed)."""
     props = rec.data.get("properties") or {}
     if props.get("models") != models:
-        return False
-    if not flags_of(rec.gate).binds_model_files or release is None or release.model is None or release.drafter is None:
-        return True
+        return OTHER_MODELS.format(models=_models_of(rec))
+    if not flags_of(rec.gate).binds_model_files:
+        return None
+    if models == TINY_MODELS:
+        return model_files_problem(props)
+    if release is None or release.model is None or release.drafter is None:
+        return None
     want = {"model_sha256": release.model.sha256, "drafter_sha256": release.drafter.sha256}
-    return all(props.get(k) == v for k, v in want.items() if v is not None)
+    return None if all(props.get(k) == v for k, v in want.items() if v is not None) else OTHER_MODELS.format(models=_models_of(rec))
+
+
+def model_files_problem(props: Mapping[str, Any]) -> str | None:
+    """Why a record on the tiny models does not name exactly the generator's files, or None: each model digest it
+    gives (``model_sha256``, ``<leg>.drafter_sha256``, ...) beside the file it names (``model``, ``<leg>.drafter``)."""
+    keys = sorted(k for k in props if k in ("model_sha256", "drafter_sha256") or k.endswith((".model_sha256", ".drafter_sha256")))
+    if not keys:
+        return NO_MODEL_DIGEST
+    digests = tiny_digests()
+    for key in keys:
+        name = os.path.basename(str(props.get(key.removesuffix("_sha256")) or ""))
+        if name not in digests:
+            return NOT_A_GENERATED_FILE.format(key=key.removesuffix("_sha256"), file=name or "no file")
+        if props[key] != digests[name]:
+            return NOT_THE_GENERATORS.format(key=key, got=str(props[key])[:12], file=name)
+    return None
+
+
+@functools.cache
+def tiny_digests() -> dict[str, str]:
+    """The sha256 of each tiny model the generator writes, by file name (written once into a private folder: 0.2 s)."""
+    from ci.gates.tiny import models as tiny
+
+    with tempfile.TemporaryDirectory(prefix="onebit-tiny-") as folder:
+        tiny.write_tiny_models(Path(folder))
+        tiny.write_qwen35_models(Path(folder))
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(folder).iterdir()) if p.is_file()}
+
+
+def for_build(book: ledger_mod.Ledger, manifest: Manifest, pins: Pins, required: Sequence[str]) -> tuple[GateStanding, ...]:
+    """The one reading of the ledger for the build of ``manifest``: :func:`standings` with each record held to the
+    binaries and the criteria of today (:func:`ci.release.binding.why_not_counted`), and to the last release for a gate
+    that compares with one. Ship, the self-test (which gates fail the unplanted build) and bisect ask it."""
+    profile, key = manifest.profile, manifest.key
+    now = binding.criteria_now(pins, profile)
+    models = counted_models(pins.equivalence)
+
+    def baseline(gate: str) -> str:
+        """The pin of the release a record of ``gate`` must have compared with: the last one now, or ""."""
+        found = released_record(book, profile, key, gate, models if flags_of(gate).on_models else None)
+        return found[0] if found is not None else ""
+
+    def why_not(record: ledger_mod.Record) -> str | None:
+        return binding.why_not_counted(record, manifest, pins, now) or other_baseline(record, baseline)
+
+    def failed_here(record: ledger_mod.Record) -> bool:
+        """A FAILED record of a gate this checkout has, that judged exactly this build's binaries."""
+        judged = record.data.get("manifest_sha256")
+        return record.verdict == Status.FAILED.value and judged == manifest.digest and registry.by_name(record.gate) is not None
+
+    return standings(book, key, required, release=pins.equivalence, why_not=why_not, failed_here=failed_here)
 
 
 def other_baseline(record: ledger_mod.Record, baseline: Callable[[str], str]) -> str | None:

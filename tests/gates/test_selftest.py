@@ -326,22 +326,24 @@ def test_a_fix_the_checkout_carries_already_is_not_the_next_step(tmp_path: Path,
     assert told == [selftest.FAULT_SAYS.format(fault="snapshot-slot", what=selftest.NOT_JUDGED_NEXT.format(why=fault_set.unjudged(fault, failing), steps=find))]
 
 
-def test_the_unplanted_builds_failing_gates_come_from_its_newest_records(tmp_path: Path) -> None:
+def test_the_unplanted_builds_failing_gates_come_from_its_newest_records(build_project: Project) -> None:
+    """As ship reads them (tests/hostile/test_one_reading.py: a run on models of one's own is no failure of the gate)."""
     from ci.commands.gate_selftest import unplanted_failures
-    from ci.gates.results import GateResult
+    from ci.compile.manifest import Manifest
+    from ci.pin import pins as pins_mod
+    from tests.release.test_ship import GATES, built, record
 
-    book = tmp_path / "build" / "results" / "ledger.jsonl"
-    book.parent.mkdir(parents=True)
-    assert unplanted_failures(book, "k" * 64, tmp_path) == {}  # no ledger yet: nothing known to fail
-    ctx = ledger.BuildContext("k" * 64, "p" * 40, "s" * 64, "cpu", "CPU")
-    other = ledger.BuildContext("o" * 64, "p" * 40, "s" * 64, "cpu", "CPU")
-    ledger.append(book, GateResult("equivalence", Status.PASSED, "p"), ctx)
-    ledger.append(book, GateResult("equivalence", Status.FAILED, "dflash-context"), ctx)  # the newest decides
-    ledger.append(book, GateResult("backend_ops", Status.FAILED, "f"), ctx)
-    ledger.append(book, GateResult("backend_ops", Status.PASSED, "p"), ctx)
-    ledger.append(book, GateResult("archs", Status.ERROR, "e"), other)  # another build's
-    record = gate_selftest.FAILING_RECORD.format(verdict="failed", ledger="build/results/ledger.jsonl", line=2)
-    assert unplanted_failures(book, "k" * 64, tmp_path) == {"equivalence": record}
+    m = built(build_project)
+    book = build_project.root / "build" / "results" / "ledger.jsonl"
+    manifest, pins = Manifest.from_json(m), pins_mod.load(build_project.pins)
+    assert unplanted_failures(book, manifest, pins, build_project.root) == {}  # no ledger yet: nothing known to fail
+    failed = dataclasses.replace(GATES.equivalence, status=Status.FAILED, summary="dflash-context")
+    record(build_project, m, GATES.equivalence, failed, GATES.backend_ops_failed, GATES.backend_ops)  # the newest decides
+    found = ledger.read(book)
+    ledger.append(book, GATES.route, ledger.BuildContext("o" * 64, "p" * 40, "s" * 64, "cpu", "CPU"))  # another build's
+    assert len(found.records) == 4
+    recorded = gate_selftest.FAILING_RECORD.format(verdict="failed", ledger="build/results/ledger.jsonl", line=2)
+    assert unplanted_failures(book, manifest, pins, build_project.root) == {"equivalence": recorded}
 
 
 def test_the_summary_counts_a_fix_the_pin_lacks_apart_from_the_benign_edits(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from ci.errors import ConfigError
 from ci.gates.results import GateResult, Status
 from ci.release import ledger
 from tests.support.messages import pattern
+from tests.support.project import Project
 
 CONTEXT = ledger.BuildContext("k" * 64, "p" * 40, "s" * 64, "cpu", "CPU")
 
@@ -192,12 +193,18 @@ def test_with_a_key_every_record_is_signed_and_checked(tmp_path: Path, monkeypat
         ledger.read(path, b"another key")
 
 
-def test_the_self_test_reads_a_signed_ledger_with_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_self_test_reads_a_signed_ledger_with_the_key(build_project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     """gate_selftest reads the ledger to skip gates the unplanted build fails: on a signed ledger it said the key was
     not set although it was (a hostile pass), so a self-test could never run where the docs say to sign."""
     from ci.commands import gate_selftest
+    from ci.compile.manifest import Manifest
+    from ci.pin import pins as pins_mod
+    from tests.release.test_ship import GATES, built, record
 
-    path = tmp_path / "ledger.jsonl"
+    m = built(build_project)
+    path = build_project.root / "build" / "results" / "ledger.jsonl"
     monkeypatch.setenv("ONEBIT_LEDGER_KEY", "runner secret")
-    ledger.append(path, result("backend_ops", Status.FAILED), CONTEXT)
-    assert list(gate_selftest.unplanted_failures(path, CONTEXT.build_key)) == ["backend_ops"]
+    record(build_project, m, GATES.backend_ops_failed)
+    assert "sig" in ledger.read(path, b"runner secret").records[0].data
+    found = gate_selftest.unplanted_failures(path, Manifest.from_json(m), pins_mod.load(build_project.pins), build_project.root)
+    assert list(found) == ["backend_ops"]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ci.errors import ServerFailed
+from ci.files import sha256_file
 from ci.gates.equivalence import NAME
 from ci.gates.equivalence.judge import (
     Completion,
@@ -47,6 +48,8 @@ SUMMARY = "{status}: {identical}/{prompts} prompts identical over {tokens} token
 SUMMARY_ACCEPTANCE = ", acceptance {accepted}/{drafted} ({percent:.1f}%), {tokens_per_step:.2f} tokens/step"
 SUMMARY_NEVER_DRAFTED = "; the drafter never drafted on {count}"
 SUMMARY_BELOW_FLOORS = "; evidence below the floors on {count} (equivalence.floors)"
+# a model file that is not, after the run, the file hashed before it: what the servers loaded is not what the record names
+MODEL_CHANGED = "the {leg} model {path} changed while the gate ran (sha256 {judged} when planned, {now} after): the record cannot name what the servers ran"
 SUMMARY_RUN_BELOW_FLOOR = "; the run's acceptance below the floor {floor:g}% (equivalence.floors.acceptance)"
 
 
@@ -197,7 +200,33 @@ def run_shared(plans: Sequence[EquivalencePlan], logs: Sequence[Path], factory: 
     except ServerFailed as exc:  # the baseline did not come up: no plan ran
         elapsed = time.monotonic() - t0
         return [gate_result(p, [], exc, (0.0, 0.0), elapsed if k == 0 else 0.0) for k, p in enumerate(plans)]
-    return results
+    now: dict[Path, str] = {}
+    return [models_held(plan, result, now) for plan, result in zip(plans, results, strict=True)]
+
+
+def sha256_now(path: Path) -> str:
+    """The file's sha256 as it is now, read whole (no cache: the stamp a swap keeps is not evidence)."""
+    try:
+        return sha256_file(path)
+    except OSError:
+        return "gone"
+
+
+def models_held(plan: EquivalencePlan, result: GateResult, now: dict[Path, str]) -> GateResult:
+    """``result``, or an ERROR naming each model file that is not, after the run, the file the plan hashed before it
+    (a drafter renamed over while the servers ran); ``now`` keeps each file's digest across the plans of one run."""
+    if plan.identity is None:
+        return result
+    changed = []
+    for leg, path, judged in (("target", plan.baseline.model, plan.identity.model_sha256), ("drafter", plan.drafter_model, plan.identity.drafter_sha256)):
+        if path is None:
+            continue
+        digest = now.setdefault(Path(path), sha256_now(Path(path)))
+        if digest != judged:
+            changed.append(MODEL_CHANGED.format(leg=leg, path=path, judged=judged[:12], now=digest[:12]))
+    if not changed:
+        return result
+    return replace(result, status=Status.ERROR, problems=(*changed, *result.problems), summary=f"ERROR: {changed[0]}")
 
 
 def _judge_all(

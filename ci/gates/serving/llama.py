@@ -26,7 +26,7 @@ from typing import IO, Any
 import psutil
 import requests
 
-from ci import defaults
+from ci import defaults, loaded
 from ci.command import resolve
 from ci.environment import environment
 from ci.errors import ServerFailed, describe_returncode
@@ -184,6 +184,7 @@ class LlamaServer:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: the launcher and llama-server are stopped together
             )
+        loaded.follow(self._proc.pid)  # the libraries its llama-server maps, while a gate watches (ci.loaded)
 
     def wait_healthy(self) -> None:
         """Poll /health until it answers 200; :class:`ServerFailed` with the log's tail if it dies or times out."""
