@@ -81,11 +81,22 @@ def dispatch(name: str) -> Callable[[argparse.Namespace], int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    shown_whatever_the_locale()
     with fresh_imports():  # the judges and the commands are imported from their sources, never the tree's bytecode
         from ci.environment import hide_secrets
 
         hide_secrets()  # the ledger's key in this process's environment: not readable through /proc by the code under test
         return _main(argv)
+
+
+def shown_whatever_the_locale() -> None:
+    """What this process prints goes out whatever the locale's encoding can hold: a character it cannot is written as
+    an escape (``gr\\xf6\\xdfe.patch`` under ``PYTHONIOENCODING=ascii``), never a UnicodeEncodeError mid-command."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):
+                reconfigure(errors="backslashreplace")
 
 
 @contextlib.contextmanager

@@ -49,9 +49,11 @@ def write_atomic(path: Path, data: bytes | str, *, mode: int | None = None) -> N
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None:  # a full disk: the file it was for, named
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         raise
 
 

@@ -55,6 +55,7 @@ NO_MEASURED = 'has no "measured": a recipe without a measurement does not load'
 EMPTY_MEASURED = '"measured" is empty: a recipe without a measurement does not load'
 EMPTY_MATCH_LIST = "is an empty list, which matches nothing; omit the key to match anything"
 ENV_NOT_AN_OBJECT = 'env is {value}, not an object ({{"NAME": "value"}})'
+HAS_NUL = "holds a NUL byte, which no argument or variable of a program can carry"
 NOT_A_VARIABLE_NAME = "{value} is not an environment variable name"
 ENV_REFUSED = "not a variable a recipe may set: recipes set knobs ({prefixes}), never a loader's or a library path"
 ENV_IS_A_FLAG = (
@@ -174,6 +175,8 @@ class _Reader:
     def text(self, value: object, where: str, *, blank_ok: bool = True) -> str:
         if not isinstance(value, str):
             raise self.error(NOT_A_STRING.format(value=_describe(value)), where)
+        if "\0" in value:
+            raise self.error(HAS_NUL, where)
         if not blank_ok and not value.strip():
             raise self.error(IS_EMPTY, where)
         return value
@@ -187,6 +190,8 @@ class _Reader:
                 raise self.error(ENTRY_NOT_A_STRING.format(value=_describe(item)), f"{where}[{i}]")
             if not item:
                 raise self.error("is an empty string", f"{where}[{i}]")
+            if "\0" in item:
+                raise self.error(HAS_NUL, f"{where}[{i}]")
             out.append(item)
         return tuple(out)
 

@@ -14,7 +14,7 @@ CONFIGS = ("base", "draft")
 # prompt and decode in t/s, ttft in seconds (a request of one token), bandwidth as a share of the device's peak
 METRICS = ("prompt", "decode", "tokens_per_step", "acceptance", "ttft", "bandwidth")
 _TERM = r"(?P<m{n}>[a-z_]+)\(\s*(?P<c{n}>[a-z][a-z0-9_]*)\s*(?:,\s*(?P<p{n}>[a-z0-9]+)\s*)?\)"
-CHECK_RE = re.compile(rf"^\s*{_TERM.format(n=1)}\s*(?:/\s*{_TERM.format(n=2)}\s*)?>=\s*(?P<floor>[0-9.]+)\s*$")
+CHECK_RE = re.compile(rf"^\s*{_TERM.format(n=1)}\s*(?:/\s*{_TERM.format(n=2)}\s*)?>=\s*(?P<floor>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*$")
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 BAD_TOLERANCE = "{where}: tolerance {tolerance}: must be a fraction from 0 to 1 (0.1: a 10% drop fails)"

@@ -187,11 +187,12 @@ class Head:
             head = cls(int(data["count"]), str(data["sha256"]), str(data.get("pending", "")), str(data.get("sig", "")))
         except OSError as exc:
             raise ConfigError(f"{hp}: cannot be read as a ledger head: {exc.strerror}") from None
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"{hp}: not a ledger head ({exc}); restore it with the ledger from a backup, or move both away") from None
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:120]
+            raise ConfigError(f"{hp}: not a ledger head ({why}); restore it with the ledger from a backup, or move both away") from None
         if key is None and head.sig:
             raise ConfigError(SIGNED_WITHOUT_KEY.format(where=hp, var=KEY_VAR))
-        if key is not None and not hmac.compare_digest(head.sig, head.signature(key)):
+        if key is not None and not hmac.compare_digest(head.sig.encode("utf-8", "surrogateescape"), head.signature(key).encode()):
             raise ConfigError(HEAD_SIGNATURE_WRONG.format(path=hp, var=KEY_VAR, why=UNSIGNED if not head.sig else FORGED))
         return head
 

@@ -46,7 +46,8 @@ _SAMPLE_MS = re.compile(r"^sample_ms: (\S+) ([0-9.]+)$", re.MULTILINE)
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 NO_LIBRARY = "{folder}: no lib{name}.so: the oracle gate links the build's shared ggml libraries (a build with BUILD_SHARED_LIBS=OFF has none)"
-NO_HEADER = "{folder}: no {name}: the oracle gate compiles its driver against the build's own ggml headers"
+NO_HEADER_NEXT = "; the checkout holds none (emptied?): nox -s patches puts it back at the pin + series, then run the gates again"
+NO_HEADER = "{folder}: no {name}: the oracle gate compiles its driver against the build's own ggml headers" + NO_HEADER_NEXT
 DRIVER_EXITED = "exit {code}: {tail}"
 DRIVER_TIMED_OUT = "no result in {timeout:g} s"
 COMPILE_FAILED = "the oracle driver did not compile against {include}: {tail}"

@@ -30,6 +30,7 @@ SKIPPED = "{count} route test(s) skipped ({first}): the route gate runs every te
 # the launcher or the files that decide its tests changed between the start of the run and its end (and may have been
 # put back before the record): what the tests judged is not what the digests would say, so nothing counts
 CHANGED_WHILE_RUNNING = "the launcher or its route tests changed while the tests ran: run the route gate again on an unchanged checkout"
+JUNIT_UNREADABLE = "pytest's JUnit {junit} cannot be read ({why}): a full disk? the gate ran, but no verdict of its tests can be told"
 NO_PROJECT_CONFIG = "{config}: missing; the route gate runs pytest with the project's own configuration and no other"
 # the one pytest configuration the gate reads (-c): pytest takes the first it finds from tests/serve upwards, so a
 # pytest.ini, tox.ini or setup.cfg added for the gate run with -k, then removed, recorded a pass on fewer tests
@@ -65,9 +66,9 @@ def route_gate(out: Path, source: Path = SOURCE_ROOT) -> GateResult:
         # the one environment every program gets (ci.environment.environment): no PYTEST_* of the caller's, no ledger key
         done = run(argv, cwd=source, env=with_bytecode(environment(given=ENV_SET), bytecode), check=False, what=f"pytest {' '.join(TEST_FOLDERS)}")
     seconds = time.monotonic() - started
-    cases = _junit_cases(junit) if junit.is_file() else []
-    problems = []
-    if not cases:
+    cases, unreadable = read_junit(junit) if junit.is_file() else ([], None)
+    problems = [unreadable] if unreadable else []
+    if not cases and not unreadable:
         problems.append(f"pytest {' '.join(TEST_FOLDERS)} ran no test (exit status {done.returncode}): {done.output.strip().splitlines()[-1:] or ''}")
     failed = [c for c in cases if c.status in (Status.FAILED, Status.ERROR)]
     problems += [f"{c.classname}::{c.name}: {c.message}" for c in failed[:20]]
@@ -83,6 +84,16 @@ def route_gate(out: Path, source: Path = SOURCE_ROOT) -> GateResult:
         status = Status.ERROR
     props = (("launcher_sha256", judged[0]), ("route_tests_sha256", judged[1]))
     return GateResult(GATE, status, summary, tuple(cases), tuple(problems), case_counts(cases), props, seconds=seconds)
+
+
+def read_junit(path: Path) -> tuple[list[CaseResult], str | None]:
+    """The cases of pytest's JUnit file, or none and why it cannot be read (cut short by a full disk, say)."""
+    from xml.etree.ElementTree import ParseError
+
+    try:
+        return _junit_cases(path), None
+    except (ParseError, OSError, ValueError) as exc:
+        return [], JUNIT_UNREADABLE.format(junit=path, why=str(exc)[:120])
 
 
 def _junit_cases(path: Path) -> list[CaseResult]:
