@@ -57,6 +57,7 @@ INCOMPLETE_LAST = (
     "{path}:{line}: the last line is incomplete ({size} bytes, no newline) and the head does not match the records before it; "
     "restore the ledger from a backup or move it away"
 )
+NEWLINE_MISSING = "{file}:{line}: a whole record whose newline is missing (a crash?) is read as a record; the next append writes the newline"
 CUT_SHORT = "{file}:{line}: an append cut short (a full disk or a crash: {size} bytes, no newline) is set aside; the next append removes it"
 HEAD_NOT_MOVED = (
     "{file}:{line}: appended, but the head was not moved to it (a crash between the two); the head announced it, so it counts, "
@@ -121,6 +122,7 @@ class Ledger:
     records: tuple[Record, ...] = field(default=())
     notes: tuple[str, ...] = ()  # what a reader set aside or accepted after a crash, each one line
     size: int = 0  # bytes of complete lines
+    open_end: bool = False  # its last record lacks its newline (a crash took it): the next append writes it first
 
 
 def ledger_path(results_dir: Path) -> Path:
@@ -244,6 +246,15 @@ def _misshapen(data: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _is_record(raw: bytes) -> bool:
+    """Whether ``raw`` parses as a whole record (a line cut short never does: its closing brace is what is cut)."""
+    try:
+        data = parse_json(raw)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and {"gate", "verdict", "prev", "time"} <= data.keys()
+
+
 def inconsistency(verdict: object, counts: Mapping[str, Any]) -> str | None:
     """Why a record's verdict and its own counts disagree, or None: a ``passed`` record with a failed or erring case,
     or fewer passed than the record says were expected (a weakened judge's pass over a failed case)."""
@@ -286,6 +297,10 @@ def read(path: Path, key: bytes | None = None, witness: Path | None = None) -> L
     prev = GENESIS
     lines = complete.splitlines()
     head = Head.read(path, key)
+    whole_tail = bool(tail) and _is_record(tail)  # a whole record whose newline is gone: a record, never a cut line
+    if whole_tail:
+        lines.append(tail)
+        notes.append(NEWLINE_MISSING.format(file=path.name, line=len(lines)))
     for n, raw in enumerate(lines, 1):
         try:
             data = parse_json(raw)
@@ -309,7 +324,7 @@ def read(path: Path, key: bytes | None = None, witness: Path | None = None) -> L
         digest = hashlib.sha256(raw).hexdigest()
         records.append(Record(n, data, digest))
         prev = digest
-    if tail:
+    if tail and not whole_tail:
         at = len(lines) + 1
         if head is None or head.count != len(records) or head.sha256 != prev:
             raise ConfigError(INCOMPLETE_LAST.format(path=path, line=at, size=len(tail)))
@@ -324,7 +339,7 @@ def read(path: Path, key: bytes | None = None, witness: Path | None = None) -> L
         else:
             raise ConfigError(HEAD_MISMATCH.format(path=path))
     witness_mod.check(path, [r.sha256 for r in records], witness)
-    return Ledger(path, tuple(records), tuple(notes), len(complete))
+    return Ledger(path, tuple(records), tuple(notes), len(raw_bytes) if whole_tail else len(complete), whole_tail)
 
 
 def _write_line(path: Path, line: bytes, keep: int) -> None:
@@ -407,7 +422,7 @@ def append(
         said = {"gate": result.gate, "verdict": result.status.value}
         try:
             Head(n - 1, prev, pending=digest).write(path, key)
-            _write_line(path, line + b"\n", ledger.size)
+            _write_line(path, (b"\n" if ledger.open_end else b"") + line + b"\n", ledger.size)
         except _NotTakenBack as exc:
             raise OSError(exc.error.errno, APPEND_NOT_TAKEN_BACK.format(**said, error=_why(exc.error), why=_why(exc.undo)), str(path)) from None
         except OSError as exc:

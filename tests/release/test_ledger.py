@@ -95,7 +95,7 @@ def test_a_removed_record_breaks_the_chain(tmp_path: Path) -> None:
 def test_an_incomplete_last_line_is_not_appended_to(tmp_path: Path) -> None:
     path = tmp_path / "ledger.jsonl"
     ledger.append(path, result(), CONTEXT)
-    path.write_bytes(path.read_bytes().rstrip(b"\n"))
+    path.write_bytes(path.read_bytes()[:-10])  # part of its line gone (a whole record without its newline is one: tests/hostile/test_cut_record.py)
     before = path.read_bytes()
     with pytest.raises(ConfigError, match=re.escape(ledger.INCOMPLETE_LAST.format(path=path, line=1, size=len(before)))):
         ledger.append(path, result(), CONTEXT)
