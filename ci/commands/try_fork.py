@@ -72,7 +72,7 @@ NO_NAMESPACE = (
 )
 NOT_THE_PIN = "{name} is not the pin + the series as this tool left it"
 FIRST_FRESH = "as the first try of this commit was"
-GATED = "try: {label} {sha}: {verdict}; records in {ledger} (build key {key}, never counted by ship)"
+GATED = "try: {label}: {verdict}; records in {ledger} (build key {key}, never counted by ship)"
 VERDICT_PASSED = "every gate passed"
 VERDICT_FAILED = "{failed} of {total} gates did not pass: {gates}"
 POST_FLAGS = "{flags}: with --post only (it sets the status and writes the comment; --dry-run prints them)"
@@ -480,7 +480,7 @@ def main(args: argparse.Namespace) -> int:
     failed = [g for g in outcome.gates if g.verdict != "passed"]
     place = TryPlace(job.root, outcome.tried.sha)
     verdict = VERDICT_FAILED.format(failed=len(failed), total=len(outcome.gates), gates=", ".join(g.gate for g in failed)) if failed else VERDICT_PASSED
-    say(GATED.format(label=outcome.tried.label, sha=outcome.tried.sha[:7], verdict=verdict, ledger=shown(place.ledger, job.root), key=KEY_PREFIX + outcome.build_key[:12]))
+    say(GATED.format(label=outcome.tried.label, verdict=verdict, ledger=shown(place.ledger, job.root), key=KEY_PREFIX + outcome.build_key[:12]))
     if failed or not outcome.gates:
         raise GateFailed(f"try: {verdict}")
     return 0

@@ -142,9 +142,10 @@ def read_ledgers(paths: Sequence[Path], root: Path | None = None, key: bytes | N
     sources = []
     for path in paths:
         book = ledger_mod.read(path, key)
-        found = rows_of(book, shown(path, root) if root is not None else str(path), root)
+        name = shown(path, root) if root is not None else str(path)
+        found = rows_of(book, name, root)
         rows += found
-        sources.append((str(path), len(found), book.notes))
+        sources.append((name, len(found), book.notes))
     return report_of(rows, tuple(sources))
 
 

@@ -55,7 +55,7 @@ def svg(chart: Chart) -> str:
     values = [v for s in chart.series for p in s.points for v in (p.value, p.low, p.high, p.floor) if v is not None]
     low, high = (min(values), max(values)) if values else (0.0, 1.0)
     pad = (high - low) * 0.08 or abs(high) * 0.1 or 1.0
-    ticks = _ticks(low - pad, high + pad)
+    ticks = _ticks(low - pad if low - pad >= 0 or low < 0 else 0.0, high + pad)  # seconds, dB, ratios: no axis below 0
     y0, y1 = ticks[0], ticks[-1]
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     n = max(len(chart.pins), 1)

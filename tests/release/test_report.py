@@ -199,3 +199,12 @@ def test_the_report_opens_in_a_real_browser_every_chart_drawn(ledgers: Ledgers, 
             browser.close()
     assert errors == []
     assert (out / "report.png").stat().st_size > 10_000
+
+
+def test_the_page_names_ledgers_by_their_place_in_the_project_and_no_axis_goes_below_zero(ledgers: Ledgers, tmp_path: Path) -> None:
+    index = report_cmd.session(ledgers.root, [], tmp_path / "site", "t", lambda _: None)
+    text = index.read_text()
+    assert str(ledgers.root) not in text  # a published page names no machine's path
+    assert "build/results/ledger.jsonl: 20 records" in text
+    seconds = (tmp_path / "site" / "seconds-cpu.svg").read_text()
+    assert 'text-anchor="end">-' not in seconds
