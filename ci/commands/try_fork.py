@@ -299,9 +299,8 @@ def gate_commit(job: Job, tried: Tried, place: TryPlace, request: TryRequest, sa
     tjob = tried_job(job, tried.sha, request.url)
     source = Source(job.pins.submodule, job.root / job.pins.submodule, place.gitdir, tried.sha, tjob.pins.fork.url, job.pins.omit, job.series)
     build_plan = tjob.build_plan(BuildRequest(profile=request.profile, jobs=request.jobs))
-    t0 = time.monotonic()
     built = run_build(build_plan, source, job.root, None, say)
-    build_seconds = time.monotonic() - t0
+    build_seconds = built.manifest.seconds  # the compile's, this run's or (up to date) the run's that made it
     build = CurrentBuild(built.manifest, build_plan.build_dir)
     rows = _gates(tjob, build, build_plan, place, request, say)
     listed = counts_at(ForkStore.open(place.gitdir).repo, tried.sha, list(job.pins.expected_cases()))
@@ -462,7 +461,7 @@ def verdict_of(outcome: TryOutcome, request: post.PostRequest) -> post.Verdict:
         sha=outcome.tried.sha, label=outcome.tried.label, profile=outcome.profile, build_key=outcome.build_key,
         gates=tuple(post.GateLine(g.gate, g.verdict, g.seconds, g.summary) for g in outcome.gates),
         build_seconds=outcome.build_seconds, incremental=outcome.incremental,
-        counts=outcome.counts, pr=outcome.tried.pr,
+        counts=outcome.counts, pr=outcome.tried.pr, up_to_date=outcome.up_to_date,
     )  # fmt: skip
 
 

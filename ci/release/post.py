@@ -85,6 +85,7 @@ class Verdict:
     incremental: bool = False
     counts: tuple[tuple[str, int, int | None], ...] = ()  # (op, pins.yaml's, the commit's): shown where they differ
     pr: int | None = None
+    up_to_date: bool = False  # the build was there already: build_seconds are the compile's of an earlier run
 
     @property
     def failed(self) -> tuple[GateLine, ...]:
@@ -101,7 +102,7 @@ class Verdict:
             return "no gate ran"
         n = len(self.gates)
         if not self.failed:
-            text = f"all {n} gates passed"
+            text = f"all {n} gates passed" if n > 1 else f"the one gate run ({self.gates[0].gate}) passed"
         else:
             text = f"{len(self.failed)} of {n} gates did not pass: " + ", ".join(f"{g.gate} {g.verdict}" for g in self.failed)
         return _cut(text, DESCRIPTION_LIMIT)
@@ -172,7 +173,8 @@ def section(verdict: Verdict, request: PostRequest) -> str:
     for g in verdict.gates:
         shown = g.verdict if g.verdict == "passed" else f"**{g.verdict.upper()}**"
         lines.append(f"| {g.gate} | {shown} | {g.seconds:.1f} | {_cut(_row(g.summary), 300)} |")
-    links = [f"build {verdict.build_seconds:.1f} s ({'from the pin’s build' if verdict.incremental else 'fresh'})", f"build key `{verdict.build_key[:12]}`"]
+    how = "up to date, compiled earlier" if verdict.up_to_date else "from the pin's build" if verdict.incremental else "fresh"
+    links = [f"compiled in {verdict.build_seconds:.1f} s ({how})", f"build key `{verdict.build_key[:12]}`"]
     if request.run_url:
         links.append(f"[the run]({request.run_url})")
     if request.report_url:
@@ -195,7 +197,7 @@ def merged(existing: str | None, verdict: Verdict, request: PostRequest) -> str:
     the pull request, whatever the runs and profiles."""
     mine = section(verdict, request)
     if existing is None or MARKER not in existing:
-        body = f"{MARKER}\n### onebit-ci: this pull request's commits, built and gated ([docs/try.md](https://github.com/{request.repo}))\n\n{mine}\n"
+        body = f"{MARKER}\n### onebit-ci: this pull request's commits, built and gated\n\n{mine}\n"
         return _cut(body, COMMENT_LIMIT)
     start, end = SECTION.format(profile=verdict.profile), SECTION_END.format(profile=verdict.profile)
     if start in existing and end in existing[existing.index(start) :]:
