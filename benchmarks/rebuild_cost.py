@@ -65,7 +65,7 @@ def rebuild(plan: BuildPlan, trial: selftest.Trial, checkout: Path, build_dir: P
         sys.exit(f"benchmark: the rebuild in the fault's namespace failed ({done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-2000:]}")
     steps = STEP.findall(done.stdout)
     objects = sorted(what.rsplit("/", 1)[-1] for _, what in steps if what.startswith("Building"))
-    return seconds, int(steps[0][0]) if steps else 0, objects
+    return seconds, int(steps[-1][0]) if steps else 0, objects  # the last total: a run that re-ran CMake restarts its count
 
 
 def planted(project: Path, fault_id: str, plan: BuildPlan, *, reconcile: bool = True) -> tuple[float, int, list[str]]:
