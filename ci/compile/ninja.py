@@ -1,10 +1,10 @@
 """ninja's view of a build directory: what it saw of the checkout, put back before each run; what it would still do
 when the key says up to date; and what ccache did for its compiles.
 
-Every ninja run this tool starts on a build directory goes through :func:`reconciled`: before it, the checkout's
-files whose content is what the directory's last run saw get that run's times back (:mod:`ci.source.view`), and the
-view is written (``.onebit-sources.json`` in the build directory; not part of build.json or the key); after it, the
-view is taken again. A ninja run this tool did not start (by hand, or one cut off) moves ``.ninja_log`` since the
+Before every ninja run this tool starts on a build directory, :func:`reconcile` gives the checkout's files whose
+content is what the directory's last run saw that run's times back (:mod:`ci.source.view`) and writes the view the
+run will see (``.onebit-sources.json`` in the build directory; not part of build.json or the key); :func:`seen` takes
+it again after the run. A ninja run this tool did not start (by hand, or one cut off) moves ``.ninja_log`` since the
 view was written: the view is then not trusted, and ninja decides by the times it finds.
 """
 
@@ -13,14 +13,12 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ci.command import run
-from ci.errors import CommandFailed
 from ci.files import write_atomic
 from ci.source.view import CheckoutView, Restoration, restore, scan, store_of
 from ci.words import count
@@ -158,21 +156,6 @@ def seen(build_dir: Path, workdir: Path) -> None:
     record = SourcesRecord.read(build_dir)
     gitdir = store_of(workdir)
     SourcesRecord.write(build_dir, scan(workdir, record.view if record else None, gitdir=gitdir, skip=_skip(build_dir, workdir)))
-
-
-@contextmanager
-def reconciled(build_dir: Path, workdir: Path, say: Callable[[str], None], shown: Callable[[Path], str]) -> Iterator[Reconciled]:
-    """Around one ninja run: :func:`reconcile` before, :func:`seen` after it finished (a failed compile included); a
-    run cut off leaves the view as it was before, and the log that moved says not to trust it."""
-    done = reconcile(build_dir, workdir)
-    for line in done.lines(shown):
-        say(line)
-    try:
-        yield done
-    except CommandFailed:
-        seen(build_dir, workdir)
-        raise
-    seen(build_dir, workdir)
 
 
 # -- ninja -n: does ninja agree that nothing is to do? ----------------------------------------------------------

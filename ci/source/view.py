@@ -26,7 +26,7 @@ import re
 import stat
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +100,7 @@ class Restoration:
     touched: tuple[str, ...] = ()  # files whose content differs from it with an older time: given the current time
     kept_new: tuple[str, ...] = ()  # content as seen, time left: another build directory saw other content there
     index_put_back: bool = False
-    changed: tuple[str, ...] = field(default=())  # files whose content differs from what the build saw (touched or not)
+    changed: tuple[str, ...] = ()  # files whose content differs from what the build saw (touched or not)
 
 
 def store_of(workdir: Path) -> Path | None:
@@ -277,7 +277,3 @@ def _set_mtime(path: Path, st: os.stat_result, mtime_ns: int) -> bool:
         return False
     return True
 
-
-def with_index(view: CheckoutView, gitdir: Path | None) -> CheckoutView:
-    """``view`` with the store's index as it is now."""
-    return replace(view, index=_index_seen(gitdir))
