@@ -51,7 +51,7 @@ def load(name: str) -> dict[Any, Any]:
 
 
 def test_there_are_the_ci_and_the_weekly_bump_workflows() -> None:
-    assert [p.name for p in WORKFLOWS] == ["bump-pin.yml", "ci.yml"]
+    assert [p.name for p in WORKFLOWS] == ["bump-pin.yml", "ci.yml", "pages.yml", "try.yml"]
 
 
 def test_the_workflows_follow_the_github_workflow_schema() -> None:
@@ -128,11 +128,12 @@ def test_the_gpu_job_builds_gates_and_ships_each_profile_on_its_own_runner() -> 
     # nox in a venv of its own: pip install --user fails on a PEP 668 Python (Debian 12: externally-managed-environment)
     assert "python3 -m venv" in runs[0]
     assert "--user" not in runs[0]
-    assert runs[1:] == ['nox -s build -- --profile "$PROFILE"', 'exec nox -s gpu_tests -- --profile "$PROFILE"', 'exec nox -s ship -- --profile "$PROFILE"']
+    assert runs[1:] == ['nox -s build -- --profile "$PROFILE"', 'exec nox -s gpu_tests -- --profile "$PROFILE"', 'exec nox -s ship -- --profile "$PROFILE"',
+                        "exec nox -s report -- --out build/report"]  # fmt: skip
     # the ledger's key only where records are written and read, never beside the build (the fork's cmake), and the
     # step's shell replaced by nox (exec): a shell holding it in /proc/PID/environ is readable by the code under test
     keyed = {s["name"] for s in gpu["steps"] if "ONEBIT_LEDGER_KEY" in (s.get("env") or {})}
-    assert keyed == {"nox -s gpu_tests", "nox -s ship"}
+    assert keyed == {"nox -s gpu_tests", "nox -s ship", "nox -s report"}  # the report reads the signed ledger
     assert "ONEBIT_LEDGER_KEY" not in (gpu.get("env") or {})
     checkout = gpu["steps"][0]
     assert checkout["with"]["clean"] is False  # the build dir survives: an unchanged build is a no-op
