@@ -196,8 +196,9 @@ def _crash_log(args: argparse.Namespace, argv: Sequence[str] | None) -> str:
             continue
         path = Path(base) / "build" / CRASH_LOG
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("a", encoding="utf-8") as fh:
+            from ci.command import open_log
+
+            with open_log(path, append=True) as fh:  # never through a link planted at its name
                 fh.write(text + "\n")
             return os.path.relpath(path) if not os.path.relpath(path).startswith("..") else str(path)
         except OSError:

@@ -106,11 +106,12 @@ def tree(pid: int) -> list[int]:
     return out
 
 
-def _program(pid: int) -> str:
+def _exe(pid: int) -> str:
+    """The executable ``pid`` runs now, or "" when it is gone (or a kernel thread)."""
     try:
-        return os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+        return os.readlink(f"/proc/{pid}/exe")
     except OSError:
-        return f"process {pid}"
+        return ""
 
 
 @dataclass(frozen=True)
@@ -138,10 +139,11 @@ class Judged:
 
 
 class Watch:
-    """The executable mappings of every program registered while it is active, by process."""
+    """The executable mappings of every program registered while it is active, by process and executable (a process
+    that execs another program, as the launcher does, is two)."""
 
     def __init__(self) -> None:
-        self.seen: dict[int, tuple[str, set[Mapping_]]] = {}
+        self.seen: dict[tuple[int, str], set[Mapping_]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -156,13 +158,12 @@ class Watch:
         while not self._stop.is_set():
             alive = False
             for p in tree(pid):
-                found = mapped(p)
-                if not found:
+                exe, found = _exe(p), mapped(p)
+                if not found or not exe:
                     continue
                 alive = True
                 with self._lock:
-                    _name, files = self.seen.setdefault(p, (_program(p), set()))
-                    files |= found
+                    self.seen.setdefault((p, exe), set()).update(found)
             if not alive and not os.path.exists(f"/proc/{pid}"):
                 return
             if time.monotonic() - started >= FAST_SECONDS:
@@ -173,11 +174,16 @@ class Watch:
         for thread in self._threads:
             thread.join(timeout=5)
 
-    def judge(self, build_dir: Path, libraries: Iterable[Library], folders: Iterable[str] = ()) -> Judged:
-        """Each mapped library of a build library's name must be the build's file (or a copy with its sha256,
-        as ``1bit serve --require-gated`` runs); a mapped file inside the build that no binary loads is named too.
+    def judge(self, build_dir: Path, libraries: Iterable[Library], binaries: Iterable[Library], folders: Iterable[str] = ()) -> Judged:
+        """In each process running a binary of the build (``binaries``, by path or by sha256: a private copy counts),
+        each mapped library of a build library's name must be the build's file (or a copy with its sha256, as
+        ``1bit serve --require-gated`` runs one); a mapped file inside the build that no binary loads is named too.
+        Other programs (a Python launcher, a compiler, a stand-in that execs another llama-server) are not judged.
         ``folders``: where else a build program may load from without note (the system's)."""
         libs = list(libraries)
+        programs = list(binaries)
+        program_paths = {os.path.realpath(b.path) for b in programs}
+        program_shas = {b.sha256 for b in programs}
         by_family: dict[str, list[Library]] = {}
         for lib in libs:
             by_family.setdefault(family(lib.name), []).append(lib)
@@ -187,10 +193,12 @@ class Watch:
         out = Judged()
         hashes: dict[tuple[str, int], str] = {}
         with self._lock:
-            seen = [(pid, name, sorted(files, key=lambda m: m.path)) for pid, (name, files) in sorted(self.seen.items())]
-        for _pid, program, files in seen:
-            if not any(family(m.path) in by_family for m in files):
-                continue  # no library of the build: a Python launcher, git, a compiler
+            seen = [(exe, sorted(files, key=lambda m: m.path)) for (_, exe), files in sorted(self.seen.items())]
+        exe_sha: dict[str, str] = {}
+        for exe, files in seen:
+            if os.path.realpath(exe) not in program_paths and exe_sha.setdefault(exe, _sha256(exe)) not in program_shas:
+                continue  # no binary of the build: a Python launcher, git, a compiler
+            program = os.path.basename(exe)
             for m in files:
                 if ".so" not in os.path.basename(m.path):
                     continue

@@ -5,6 +5,8 @@ record goes to the ledger under the build key, for ship when pins.yaml's release
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -46,7 +48,11 @@ def session(
     results_dir = ledger.default_results_dir(job.root)
     book = ledger.ledger_path(results_dir)
     failing = unplanted_failures(book, m, job.pins, job.root)
-    result, shown = selftest.selftest(build.key, job.source(), job.root, build.build_dir, profile, faults, only, say, jobs, keep, timeout, failing)
+    # what each gate compares with, read here where the key is: a fault's child gets no key, and reads no signed ledger
+    released = {gate: standings.last_record(results_dir, profile, m.key, gate) for gate in registry.runnable()}
+    result, shown = selftest.selftest(
+        build.key, job.source(), job.root, build.build_dir, profile, faults, only, say, jobs, keep, timeout, failing, released
+    )
     line = records.record(
         result, results_dir / m.key[:12], {"build_key": m.key, "profile": m.profile}, ledger_path=book,
         build=binding.context_of(job.pins, m), root=job.root,
@@ -101,6 +107,8 @@ def selftest_fault(args: argparse.Namespace) -> int:
         run(list(plan.build_argv), env=build_environment(plan), log_file=log, what=f"rebuild with {fault.id}")  # as a build's: no key
     rebuild = time.monotonic() - t
     target = under_test(job, build)
+    if selftest.RELEASED_VAR in os.environ:  # the parent's reading of the ledger: this child holds no key
+        target = dataclasses.replace(target, released=selftest.released_from(Path(os.environ[selftest.RELEASED_VAR])))
     for gate in registry.select(fault.gates, job.pins):
         result = watched_run(gate, target, GateOptions(planted=True), trial.out)
         write_json(trial.out / f"{gate.name}.json", result.to_json())

@@ -59,7 +59,8 @@ def watched_run(gate: Gate, target: BuildUnderTest, options: GateOptions, out: P
         result = gate.run(target, options, out)
     build = target.build
     libraries = [loaded.Library(name, build.build_dir / a.path, a.sha256) for name, a in build.manifest.libraries.items()]
-    judged = watch.judge(build.build_dir, libraries, loaded.system_folders())
+    binaries = [loaded.Library(name, build.build_dir / a.path, a.sha256) for name, a in build.manifest.binaries.items()]
+    judged = watch.judge(build.build_dir, libraries, binaries, loaded.system_folders())
     props = [(LOADED_PROPERTY, ",".join(f"{n}={s}" for n, s in sorted(judged.loaded.items())))] if judged.loaded else []
     props += [(ELSEWHERE_PROPERTY, ",".join(judged.elsewhere))] if judged.elsewhere else []
     result = dataclasses.replace(result, properties=(*result.properties, *props))

@@ -94,10 +94,12 @@ def test_the_libraries_a_running_gate_program_maps_are_held_to_the_builds(tmp_pa
     names = sorted(p.name for p in bin_dir.glob("lib*.so.[0-9]") if p.is_symlink())  # the names ld.so looks for
     build = [loaded.Library(n, bin_dir / n, hashlib.sha256((bin_dir / n).read_bytes()).hexdigest()) for n in names]
     base = next(lib for lib in build if lib.name == "libggml-base.so.0")
+    tbo = bin_dir / "test-backend-ops"
+    binaries = [loaded.Library(tbo.name, tbo, hashlib.sha256(tbo.read_bytes()).hexdigest())]
     argv = [str(bin_dir / "test-backend-ops"), "-o", "SUM", "-b", "CPU"]
     with loaded.watching() as watch:
         command.run(argv, quiet=True)
-    judged = watch.judge(bin_dir, build, loaded.system_folders())
+    judged = watch.judge(bin_dir, build, binaries, loaded.system_folders())
     assert judged.problems == []
     assert judged.loaded["libggml-base.so.0"] == base.sha256
 
@@ -107,7 +109,7 @@ def test_the_libraries_a_running_gate_program_maps_are_held_to_the_builds(tmp_pa
     env = {**program_environment.environment(), "LD_LIBRARY_PATH": str(elsewhere)}
     with loaded.watching() as watch:
         assert command.run(argv, env=env, quiet=True).returncode == 0
-    judged = watch.judge(bin_dir, build, loaded.system_folders())
+    judged = watch.judge(bin_dir, build, binaries, loaded.system_folders())
     got = hashlib.sha256((elsewhere / "libggml-base.so.0").read_bytes()).hexdigest()
     want = loaded.OTHER_LIBRARY.format(
         program="test-backend-ops", path=elsewhere / "libggml-base.so.0", name="libggml-base.so.0", want=base.sha256[:12], got=got[:12], hint=loaded.WHERE_FROM

@@ -5,6 +5,7 @@ parsed in :mod:`ci.gates.backend_ops.output`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -85,8 +86,10 @@ def plan(binary: str | os.PathLike[str], device: str, ops: Sequence[str]) -> Bac
 def _execute(step: Step, timeout: float, log_dir: Path) -> tuple[command.Completed, Outcome, Path]:
     log_path = log_dir / step.log_name
     start = time.monotonic()
-    with log_path.open("w", encoding="utf-8") as log_file:
+    with command.open_log(log_path) as log_file:  # never through a link planted at its name
         done = command.run(step.argv, timeout=timeout, check=False, log_file=log_file, what="test-backend-ops")
+    if done.cut:  # memory kept its last lines only: the whole output is in its log
+        done = dataclasses.replace(done, output=_read(log_path, "the log"))
     outcome = Outcome(returncode=done.returncode, timed_out=done.timed_out, timeout=timeout, seconds=time.monotonic() - start)
     return done, outcome, log_path
 

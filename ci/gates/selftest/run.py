@@ -19,11 +19,14 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ci import defaults, places
-from ci.command import resolve, run
+from ci.command import open_log, resolve, run
 from ci.compile.ninja import reconcile
+from ci.environment import NEVER_PASSED, environment
 from ci.errors import ConfigError, ToolchainError
+from ci.files import write_json
 from ci.gates import registry
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
 from ci.gates.selftest import NAME
@@ -32,7 +35,7 @@ from ci.gates.selftest.faults import FAULTS, Fault, KnownGates, faults_sha256, f
 from ci.gates.serving.launcher import process_bytecode, with_bytecode
 from ci.git import Git
 from ci.places import id_problem, relative_problem
-from ci.processes import end_tree
+from ci.processes import end_tree, tree_marked
 from ci.schema import load_json
 from ci.source.sync import Source
 from serve.bounded import CONFIG_LIMIT, is_regular, read_text
@@ -202,6 +205,7 @@ def selftest(
     keep: bool = False,
     timeout: float = defaults.FAULT_TIMEOUT,
     failing: Mapping[str, str] | None = None,
+    released: Released | None = None,
 ) -> tuple[GateResult, str]:
     """Every fault of ``profile`` planted and judged: the gate's result, and the table (fault, gate, expected, got,
     seconds, first problem). Faults are independent builds, so ``jobs`` of them (0: a fault per 4 cores) rebuild and
@@ -250,7 +254,7 @@ def selftest(
     width = jobs or max(1, min(len(trials), (os.cpu_count() or 1) // CORES_PER_FAULT))
     if len(trials) > 1:
         say(f"gate_selftest: {len(trials)} faults, {width} at a time")
-    for trial, code, output, seconds, timed_out in _run_all(project_root, profile, trials, faults_file, width, timeout):
+    for trial, code, output, seconds, timed_out in _run_all(project_root, profile, trials, faults_file, width, timeout, released):
         o = _outcome(trial.fault, trial, code, output, seconds, timeout if timed_out else None)
         outcomes[trial.fault.id] = o
         say(f"gate_selftest: {o.fault.id}: {o.got_text} ({'as expected' if o.ok else 'NOT as expected'}) in {o.seconds:.1f} s (rebuild {o.rebuild:.1f} s)")
@@ -302,8 +306,43 @@ def fix_passed_lines(outcomes: Sequence[Outcome]) -> list[tuple[str, str]]:
 CORES_PER_FAULT = 4  # a fault's rebuild is one to a few units, and its gates want a core or two of their own
 
 
+OWN_PREFIX = "ONEBIT_"  # this tool's own settings, which a fault's ci (this tool again) reads as the parent did
+RELEASED_VAR = "ONEBIT_SELFTEST_RELEASED"  # the file of what a fault's gates compare with, written by the parent
+RELEASED_FILE = "released.json"
+Released = Mapping[str, Any]  # gate -> [the last release's pin, its record of the gate], or None
+
+
+def released_from(path: Path) -> Callable[[str], tuple[str, Mapping[str, Any]] | None]:
+    """In a fault's child: what each gate compares with, as the parent read it from the ledger (:data:`RELEASED_VAR`)."""
+    found = load_json(path)
+
+    def released(gate: str) -> tuple[str, Mapping[str, Any]] | None:
+        entry = found.get(gate) if isinstance(found, dict) else None
+        return (str(entry[0]), dict(entry[1])) if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], dict) else None
+
+    return released
+
+
+def child_environment(trial: Trial, released: Released | None) -> dict[str, str]:
+    """A fault's child's environment: the one every program gets (never the ledger's key or witness: the parent signs),
+    this tool's own settings (``ONEBIT_CMAKE_ARGS`` and the like: the child works out the same build), the release its
+    gates compare with (a file: the child reads no signed ledger), and a fresh bytecode folder, so the fault's ci
+    compiles from source."""
+    given = {k: v for k, v in os.environ.items() if k.startswith(OWN_PREFIX) and k not in NEVER_PASSED}
+    if released is not None:
+        write_json(trial.work / RELEASED_FILE, dict(released))
+        given[RELEASED_VAR] = str(trial.work / RELEASED_FILE)
+    return tree_marked(with_bytecode(environment(given=given), process_bytecode()))
+
+
 def _run_all(
-    project_root: Path, profile: str, trials: Sequence[Trial], faults_file: Path | None, width: int, timeout: float = defaults.FAULT_TIMEOUT
+    project_root: Path,
+    profile: str,
+    trials: Sequence[Trial],
+    faults_file: Path | None,
+    width: int,
+    timeout: float = defaults.FAULT_TIMEOUT,
+    released: Released | None = None,
 ) -> Iterator[tuple[Trial, int, str, float, bool]]:
     """Each trial's namespace run, ``width`` at a time, as each ends: (trial, exit status, output, seconds, whether
     it was ended at ``timeout``). On any exception (Ctrl-C included) every run still going is ended, its whole process
@@ -316,9 +355,9 @@ def _run_all(
                 trial = pending.pop(0)
                 argv = namespace_argv(project_root, profile, trial, faults_file)
                 argv[0] = resolve(argv[0])
-                with (trial.work / "run.log").open("wb") as log:
-                    # a fresh bytecode folder: the fault's ci compiles from source, whoever started this one
-                    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=with_bytecode(os.environ, process_bytecode()))
+                env = child_environment(trial, released)
+                with open_log(trial.work / "run.log", binary=True) as log:
+                    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
                 running[proc] = (trial, time.monotonic())
             late = [proc for proc, (_, t0) in running.items() if proc.poll() is None and time.monotonic() - t0 > timeout]
             for proc in late:

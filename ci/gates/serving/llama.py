@@ -27,7 +27,7 @@ import psutil
 import requests
 
 from ci import defaults, loaded
-from ci.command import resolve
+from ci.command import open_log, resolve
 from ci.environment import environment
 from ci.errors import ServerFailed, describe_returncode
 from ci.gates.serving.launcher import process_bytecode, safe_path, with_bytecode
@@ -167,7 +167,7 @@ class LlamaServer:
         argv = list(self.launch.argv)
         argv[0] = resolve(argv[0])
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 -- closed in stop(), which every path reaches
+        self._log = open_log(self.log_path, binary=True)  # never through a link planted there; closed in stop()
         log.info("$ %s", self.launch.display())
         self._started = time.monotonic()
         # the launcher runs its source, not bytecode left in serve/__pycache__ (launcher_files.process_bytecode), in the
