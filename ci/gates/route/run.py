@@ -3,6 +3,7 @@ gate: the route tests (hadamard_route, recipes_route) and the launcher's other t
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -38,8 +39,14 @@ PROJECT_CONFIG = "pyproject.toml"
 # What decides which route tests run and how, under the checkout: the record is bound to their digest, so a conftest
 # edited (or a root conftest.py added) for the gate run with a hook that drops tests, then put back, no longer ships.
 # tests/conftest.py registers tests/support's fixtures for the whole suite, and the launcher's tests import tests/support.
-TEST_FOLDERS = ("tests/route", "tests/serve")  # what the gate runs
-ROUTE_TESTS = (PROJECT_CONFIG, "conftest.py", "tests/__init__.py", "tests/conftest.py", *TEST_FOLDERS, "tests/support")
+TEST_FOLDERS = ("tests/route", "tests/serve")  # what the gate runs, and must find
+# and the attacks on the launcher alone (tests/hostile/test_route_reach.py holds the list to every test module that
+# imports serve and no ci): with serve.recipes.env_problem returning None the gate had passed, the recipe refusal tests
+# living in tests/hostile. Their slow tests need llama.cpp's binaries, which a machine without a GPU may not have.
+LAUNCHER_ATTACKS = ("tests/hostile/test_recipe_launch_keys.py", "tests/hostile/test_serve_fuzz.py", "tests/hostile/test_serve_gated.py")
+TESTS_RUN = (*TEST_FOLDERS, *LAUNCHER_ATTACKS)
+NOT_SLOW = ("-m", "not slow")
+ROUTE_TESTS = (PROJECT_CONFIG, "conftest.py", "tests/__init__.py", "tests/conftest.py", *TESTS_RUN, "tests/support")
 
 
 def route_tests_sha256(source: Path | None = None) -> str:
@@ -48,6 +55,22 @@ def route_tests_sha256(source: Path | None = None) -> str:
     root = source or SOURCE_ROOT
     paths = (root / name for name in ROUTE_TESTS)
     return files_sha256(root, [f for p in paths for f in (files_under(p) if p.is_dir() else [p] if p.is_file() else [])])
+
+
+def pytest_argv(junit: Path, source: Path = SOURCE_ROOT) -> list[str]:
+    """The gate's pytest, run in ``source``: the launcher's test folders and those of its attacks the checkout has."""
+    tests = [*TEST_FOLDERS, *(t for t in LAUNCHER_ATTACKS if (source / t).is_file())]
+    tier = NOT_SLOW if _declares_slow(source / PROJECT_CONFIG) else ()
+    return [sys.executable, "-c", PYTEST_NOT_FROM_THE_CHECKOUT, *tests, *tier, "-c", PROJECT_CONFIG, "--rootdir", ".", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+
+
+def _declares_slow(config: Path) -> bool:
+    """Whether the project's pytest configuration declares the slow tier (pytest refuses ``-m`` on a marker it does not
+    know, under --strict-markers): a marker line ``"slow: ..."``."""
+    try:
+        return re.search(r"""^\s*["']slow\s*:""", config.read_text(encoding="utf-8"), re.MULTILINE) is not None
+    except (OSError, UnicodeError):
+        return False
 
 
 def route_gate(out: Path, source: Path = SOURCE_ROOT) -> GateResult:
@@ -62,7 +85,7 @@ def route_gate(out: Path, source: Path = SOURCE_ROOT) -> GateResult:
     started = time.monotonic()
     judged = (launcher_sha256(), route_tests_sha256(source))  # what the tests read, as they start
     with own_bytecode() as bytecode:
-        argv = [sys.executable, "-c", PYTEST_NOT_FROM_THE_CHECKOUT, *TEST_FOLDERS, "-c", PROJECT_CONFIG, "--rootdir", ".", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+        argv = pytest_argv(junit, source)
         # the one environment every program gets (ci.environment.environment): no PYTEST_* of the caller's, no ledger key
         done = run(argv, cwd=source, env=with_bytecode(environment(given=ENV_SET), bytecode), check=False, what=f"pytest {' '.join(TEST_FOLDERS)}")
     seconds = time.monotonic() - started
