@@ -107,7 +107,7 @@ def fresh_imports() -> Iterator[None]:
     folders, so that as little as can be is imported before: ci/__init__.py, this module and ci/errors.py, which only
     the fresh PYTHONPYCACHEPREFIX nox's sessions start ``python -m ci`` with protects."""
     before = sys.pycache_prefix
-    folder = tempfile.mkdtemp(prefix="onebit-bytecode-")
+    folder = tempfile.mkdtemp(prefix=f"onebit-bytecode-{os.getpid()}-")  # ci.scratch's name: a later command sweeps it
     sys.pycache_prefix = folder
     try:
         yield
@@ -117,7 +117,7 @@ def fresh_imports() -> Iterator[None]:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    from ci import digests
+    from ci import digests, scratch
     from ci.environment import environment
     from ci.parser import parser
 
@@ -129,6 +129,7 @@ def _main(argv: Sequence[str] | None) -> int:
         # what would run unread by the digests of ci/ and serve/ (bytecode without its source, a link) is refused first
         digests.refuse_strays(digests.package_dir("ci"), digests.package_dir("serve"))
         environment()  # what would load other code into every program (a library path, start-up code) is refused before any starts
+        scratch.sweep()  # the temporary folders of a ci that was killed (SIGKILL runs no clean-up)
         if args.command in RECORDING:  # before any judge is imported (binding.judging_now)
             digests.remember_start(digests.package_dir("ci"))
         handler: Callable[[argparse.Namespace], int] = args.func

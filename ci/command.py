@@ -19,7 +19,6 @@ import shutil
 import signal
 import stat
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -27,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ci import loaded
+from ci import loaded, scratch
 from ci.environment import environment as environment  # a program's unless given one; ci.compile.cmake imports it here
 from ci.environment import hide_secrets
 from ci.errors import CommandFailed, ToolchainError
@@ -114,7 +113,7 @@ class _Started:
         adopt_orphans()
         hide_secrets()
         # a folder of its own unless it needs one: a program run in the caller's loaded the libgcc_s.so.1 planted there
-        self.scratch = tempfile.mkdtemp(prefix="onebit-cwd-") if cwd is None else None
+        self.scratch = scratch.folder("cwd") if cwd is None else None
         source = stdin.open("rb") if stdin is not None else None
         try:
             self.proc = subprocess.Popen(

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ci import digests
+from ci import digests, scratch
 from ci.compile.manifest import MANIFEST, Manifest
 from ci.compile.stage import CurrentBuild
 from ci.errors import GateFailed, Refused
@@ -220,7 +220,7 @@ def ship(pins: Pins, root: Path, result: ShipCheck, results_dir: Path, dist: Pat
         raise refusal(result)
     manifest = release_manifest(pins, root, result, results_dir)
     base = _base_version()
-    with tempfile.TemporaryDirectory(prefix="onebit-ship-") as tmp:  # made 0700: nobody else writes in it
+    with tempfile.TemporaryDirectory(prefix=scratch.prefix("ship")) as tmp:  # made 0700: nobody else writes in it
         stage = Path(tmp)
         launcher = launcher_files.launcher_dir()
         copy = snapshot(launcher, stage / "serve")

@@ -18,6 +18,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from ci import scratch
 from ci.compile.manifest import Manifest
 from ci.gates import registry
 from ci.gates.equivalence.plan import RELEASE_MODELS, TINY_MODELS
@@ -183,7 +184,7 @@ def tiny_digests() -> dict[str, str]:
     """The sha256 of each tiny model the generator writes, by file name (written once into a private folder: 0.2 s)."""
     from ci.gates.tiny import models as tiny
 
-    with tempfile.TemporaryDirectory(prefix="onebit-tiny-") as folder:
+    with tempfile.TemporaryDirectory(prefix=scratch.prefix("tiny")) as folder:
         tiny.write_tiny_models(Path(folder))
         tiny.write_qwen35_models(Path(folder))
         return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(folder).iterdir()) if p.is_file()}

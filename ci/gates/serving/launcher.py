@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from ci import digests
+from ci import digests, scratch
 
 SOURCE_ROOT = Path(__file__).resolve().parents[3]  # the onebit-ci checkout: the launcher and its route tests
 LAUNCHER_SKIPS = ("__pycache__", "*.pyc")  # a copy of a clean tree for a test (shutil.ignore_patterns): no bytecode
@@ -55,7 +55,7 @@ def own_bytecode() -> Iterator[dict[str, str]]:
     checks a .pyc only by its source's mtime and size: a good module's .pyc left in serve/__pycache__ beside a bad
     source of the same size, its mtime put back, was what the tests judged, while the digest and the wheel held the
     source."""
-    with tempfile.TemporaryDirectory(prefix="onebit-bytecode-", ignore_cleanup_errors=True) as folder:
+    with tempfile.TemporaryDirectory(prefix=scratch.prefix("bytecode"), ignore_cleanup_errors=True) as folder:
         yield {BYTECODE_FOLDER: folder}
 
 
@@ -76,7 +76,7 @@ def process_bytecode() -> dict[str, str]:
     equivalence and serve tests on 2 cores: 30.1-36.8 s so, 37.1 s with a folder per server)."""
     with _LAUNCHERS_LOCK:
         if not _LAUNCHERS_BYTECODE:
-            folder = tempfile.mkdtemp(prefix="onebit-bytecode-")
+            folder = scratch.folder("bytecode")
             atexit.register(shutil.rmtree, folder, ignore_errors=True)
             _LAUNCHERS_BYTECODE.append(folder)
         return {BYTECODE_FOLDER: _LAUNCHERS_BYTECODE[0]}
