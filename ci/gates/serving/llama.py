@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -54,6 +55,16 @@ DIED_DURING = "{leg} server died during POST {path}: {code}"
 HTTP_ERROR = "{leg} server: POST {path}: HTTP {status}: {body}"
 BAD_ANSWER = "{leg} server: POST {path}: the answer is {why}: {content!r}"
 NOT_AN_OBJECT = "{leg} server: POST {path}: the answer is not a JSON object"
+HUNG = "{leg} server stopped making progress during POST {path}: {how} for {seconds:g} s (a slow server answers between its steps)"
+NO_SLOTS_ANSWER = "its /slots gave no answer"  # HUNG's how: the main loop took no task
+SLOTS_STILL = "its /slots said the same while it was processing"  # HUNG's how: the loop ran, its work did not advance
+
+# A request outstanding is watched through the server's own /slots, answered by its main loop between two steps of its
+# work: no answer (a loop that never comes back), or the same slots while one is processing, for HUNG_AFTER seconds is
+# a server that stopped. A hung drafter server had cost the self-test 120 s a leg (387 s against 80 s a fault).
+WATCH_EVERY = 1.0  # seconds between two looks
+ANSWER_WITHIN = 5.0  # seconds a look waits for /slots
+HUNG_AFTER = 15.0  # seconds without progress: a GPU step (a 27B prompt batch, a shader built on first use) takes a few
 
 
 @dataclass(frozen=True)
@@ -303,7 +314,7 @@ class LlamaServer:
 
     def post(self, path: str, body: Mapping[str, Any], timeout: float) -> dict[str, Any]:
         try:
-            r = self._http.post(f"{self.url}{path}", json=dict(body), timeout=timeout)
+            r = self._watched(path, body, timeout)
         except requests.Timeout:
             raise ServerFailed(NO_ANSWER.format(leg=self.launch.name, path=path, seconds=timeout), self.log_tail()) from None
         except requests.ConnectionError as exc:
@@ -325,6 +336,41 @@ class LlamaServer:
             raise ServerFailed(NOT_AN_OBJECT.format(leg=self.launch.name, path=path), self.log_tail())
         return answer
 
+    def _watched(self, path: str, body: Mapping[str, Any], timeout: float) -> requests.Response:
+        """POST ``body`` to ``path`` while its progress is watched (:data:`HUNG_AFTER`); the response, or the
+        request's own exception. A server without /slots is waited for until ``timeout``, as before."""
+        done: list[requests.Response | BaseException] = []
+        answered = threading.Event()
+
+        def ask() -> None:
+            try:
+                done.append(self._http.post(f"{self.url}{path}", json=dict(body), timeout=timeout))
+            except BaseException as exc:  # handed to the caller's thread
+                done.append(exc)
+            finally:
+                answered.set()
+
+        threading.Thread(target=ask, daemon=True, name=f"onebit-post-{self.launch.name}").start()
+        watch = requests.Session()
+        try:
+            last, since = None, time.monotonic()
+            while not answered.wait(WATCH_EVERY):
+                state = _slots(watch, self.url)
+                if state == UNSUPPORTED:
+                    answered.wait()
+                    break
+                if state != last or (state is not None and not any(busy for _, busy, _ in state)):
+                    last, since = state, time.monotonic()
+                elif time.monotonic() - since >= HUNG_AFTER and not answered.is_set():
+                    how = NO_SLOTS_ANSWER if state is None else SLOTS_STILL
+                    raise ServerFailed(HUNG.format(leg=self.launch.name, path=path, how=how, seconds=HUNG_AFTER), self.log_tail())
+        finally:
+            watch.close()
+        outcome = done[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
     def _wait_exit(self, seconds: float) -> int | None:
         if self._proc is None:
             return None
@@ -344,6 +390,36 @@ class LlamaServer:
 
 # what the gates and the bench start their servers with; tests pass one that records or breaks the servers
 ServerFactory = Callable[[ServerLaunch, Path, float], LlamaServer]
+
+
+UNSUPPORTED = ()  # what _slots says of a server without the endpoint (a stand-in, or --no-slots)
+SlotsState = tuple[tuple[int, bool, int], ...]
+
+
+def _slots(http: requests.Session, url: str) -> SlotsState | None:
+    """Each slot's id, whether it is processing and the tokens it has decoded, from /slots; None when no answer came in
+    :data:`ANSWER_WITHIN` seconds; :data:`UNSUPPORTED` when the server has no such endpoint."""
+    try:
+        r = http.get(f"{url}/slots", timeout=ANSWER_WITHIN)
+    except requests.RequestException:
+        return None
+    if r.status_code != 200:
+        return UNSUPPORTED
+    try:
+        data = parse_json(r.content)
+    except (ValueError, RecursionError):
+        return UNSUPPORTED
+    if not isinstance(data, list):
+        return UNSUPPORTED
+    state: list[tuple[int, bool, int]] = []
+    for slot in data:
+        if not isinstance(slot, dict):
+            return UNSUPPORTED
+        nxt = slot.get("next_token")
+        nxt = nxt[0] if isinstance(nxt, list) and nxt else nxt
+        decoded = nxt.get("n_decoded", 0) if isinstance(nxt, dict) else 0
+        state.append((int(slot.get("id", len(state))), bool(slot.get("is_processing")), int(decoded) if isinstance(decoded, int) else 0))
+    return tuple(state) or UNSUPPORTED
 
 
 def _exited(pid: int, seconds: float) -> bool:
