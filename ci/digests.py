@@ -2,9 +2,8 @@
 reading it as source (a stray, refused at start). An edge module: the entry point and the stages read it alike.
 
 A digest reads every entry, not following links, except the bytecode Python caches for a source beside it. A stray is
-what an import could load other than the sources and data: a compiled module (``.so``, ``.abi3.so``, imported ahead of
-the ``.py`` beside it), a ``.pth``, bytecode outside ``__pycache__`` (a folder of ``__init__.pyc`` alone shadows the
-module of its name), bytecode whose source is gone, and a link (no digest reads what it points to).
+what an import could load other than sources and data: a compiled module (imported ahead of the ``.py`` beside it), a
+``.pth``, bytecode outside ``__pycache__`` or whose source is gone, and a link.
 """
 
 from __future__ import annotations

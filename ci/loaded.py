@@ -1,11 +1,9 @@
 """The libraries a gate's programs actually loaded, read from each running process (``/proc/PID/maps``), and the
 system's library folders (ld.so's defaults and ``/etc/ld.so.conf``).
 
-While a :func:`watching` block runs, every program the command layer or a llama-server starts is followed: its tree's
-executable mappings are read as it runs (every millisecond at first, so that a program of a few milliseconds is seen
-once its loader is done), and :meth:`Watch.judge` holds each library of a build library's name to the build's
-sha256. A folder on ``LD_LIBRARY_PATH`` with a working ``libggml.so`` had made every gate pass on a build whose own
-library failed.
+While a :func:`watching` block runs, every program the command layer or a llama-server starts is followed (every
+millisecond at first, so a short program is seen once its loader is done), and :meth:`Watch.judge` holds each library
+of a build library's name, in each process running a build binary, to the build's sha256.
 """
 
 from __future__ import annotations
