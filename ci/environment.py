@@ -23,7 +23,7 @@ FLAG_FROM_ENV = "{name} is set: llama-server takes it as a flag that no gate pla
 JUDGES_OWN = "it changes how the gates themselves run and judge (pytest's options, Python's start-up, this tool's own settings)"
 NOT_PASSABLE = "ONEBIT_PASS_ENV names {name}: " + JUDGES_OWN + "; take it out"
 LIBRARY_PATH_OUTSIDE = (
-    "LD_LIBRARY_PATH: the entry '{entry}' is outside the system's library folders ({folders}): a library there loads in "
+    "LD_LIBRARY_PATH: the entry '{entry}' is outside the system's and this Python's library folders ({folders}): a library there loads in "
     "place of the build's in every program a gate starts, and 1bit serve runs without it; unset it, or name only those folders"
 )
 START_UP_CODE = (
@@ -158,7 +158,7 @@ def _refuse_other_code(source: Mapping[str, str]) -> None:
 
     entries = [e for e in source.get("LD_LIBRARY_PATH", "").split(os.pathsep) if e]
     if entries:
-        folders = loaded.system_folders()
+        folders = loaded.library_folders()
         outside = next((e for e in entries if not loaded.inside(e, folders)), None)
         if outside is not None:
             raise Refused(LIBRARY_PATH_OUTSIDE.format(entry=outside, folders=", ".join(folders)))

@@ -12,6 +12,7 @@ import contextlib
 import glob
 import hashlib
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -56,6 +57,15 @@ def system_folders(conf: Path = LD_SO_CONF) -> tuple[str, ...]:
 
     read(str(conf))
     return tuple(dict.fromkeys(os.path.realpath(f) for f in found))
+
+
+def library_folders() -> tuple[str, ...]:
+    """Where a library path may point: the system's folders, and the running Python's own (GitHub's setup-python puts
+    its ``lib`` on LD_LIBRARY_PATH for every later step; what a build program loads is still held to the build)."""
+    import sysconfig
+
+    own = [sysconfig.get_config_var("LIBDIR"), os.path.join(sys.base_prefix, "lib")]
+    return tuple(dict.fromkeys([*system_folders(), *(os.path.realpath(f) for f in own if f)]))
 
 
 def inside(path: str, folders: Iterable[str]) -> bool:

@@ -52,7 +52,7 @@ def test_a_library_path_to_a_working_libggml_is_refused_before_any_gate_runs(
     foreign = working_libggml(tmp_path / "elsewhere")
     monkeypatch.setenv("LD_LIBRARY_PATH", str(foreign.parent))
     r = build_project.ci("gpu-tests", "--profile", "cpu", "--gate", "backend_ops")
-    message = program_environment.LIBRARY_PATH_OUTSIDE.format(entry=foreign.parent, folders=", ".join(loaded.system_folders()))
+    message = program_environment.LIBRARY_PATH_OUTSIDE.format(entry=foreign.parent, folders=", ".join(loaded.library_folders()))
     assert r.err == cli.ERROR.format(message=message) + "\n", r.out + r.err
     assert r.code == Refused.exit_code
     book = ledger.read(build_project.root / "build" / "results" / "ledger.jsonl")
@@ -64,6 +64,15 @@ def test_a_library_path_in_the_systems_folders_is_passed_and_recorded(monkeypatc
     monkeypatch.setenv("LD_LIBRARY_PATH", folder)
     assert program_environment.environment()["LD_LIBRARY_PATH"] == folder
     assert program_environment.recorded_environment()["LD_LIBRARY_PATH"] == folder
+
+
+def test_the_python_s_own_library_folder_is_no_foreign_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GitHub's setup-python exports LD_LIBRARY_PATH=<its Python>/lib for every later step of a job."""
+    import sysconfig
+
+    folder = str(sysconfig.get_config_var("LIBDIR"))
+    monkeypatch.setenv("LD_LIBRARY_PATH", folder)
+    assert program_environment.environment()["LD_LIBRARY_PATH"] == folder
 
 
 def test_the_system_folders_are_ld_sos_and_those_its_configuration_lists(tmp_path: Path) -> None:
