@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -43,7 +44,7 @@ _VERDICT_RE = re.compile(r"^(OK|FAIL)$")
 _CASE_RE = re.compile(r"^(?P<pre>.*?)  (?P<op>[A-Z][A-Z0-9_]*)\((?P<params>.*?)\):(?: (?P<rest>.*))?$")
 _NOT_SUPPORTED_RE = re.compile(r"^not supported \[(?P<reason>[^\]]*)\]$")
 _OTHER_MODES = {"perf": re.compile(r"^\d+ runs - "), "support": re.compile(r"^(?:NOT )?SUPPORTED$")}
-_INSERT_RE = re.compile(r"^INSERT INTO test_backend_ops \((?P<columns>[^)]*)\) VALUES \((?P<values>.*)\);$")
+_INSERT_RE = re.compile(r"^INSERT INTO test_backend_ops \((?P<columns>[^)]*)\) VALUES \('(?P<values>.*)'\);$")
 _CREATE_RE = re.compile(r"^CREATE TABLE IF NOT EXISTS test_backend_ops \($")
 # a named figure that is no finite number, as printf prints one: "ERR = nan", "NMSE = -nan", "CUDA0=inf"
 _NON_FINITE_RE = re.compile(r"\b[A-Za-z_][A-Za-z0-9_.]*\s*=\s*[-+]?(?:nan|inf(?:inity)?)(?![A-Za-z0-9_.])", re.IGNORECASE)
@@ -117,9 +118,6 @@ class DeviceReport:
     @property
     def ran(self) -> bool:
         return not self.skipped
-
-    def cases_of(self, op: str) -> tuple[ConsoleCase, ...]:
-        return tuple(c for c in self.cases if c.op == op)
 
 
 @dataclass(frozen=True)
@@ -376,6 +374,7 @@ class SqlRow:
     supported: bool
     passed: bool
     error_message: str = ""
+    printed: str = ""  # what was printed before the row on its line: a failing case's comparison (``[OP] ERR = ...``)
 
     @property
     def name(self) -> str:
@@ -383,8 +382,8 @@ class SqlRow:
 
     @property
     def non_finite(self) -> str:
-        """A NaN or inf figure in the row's ``error_message`` (``ERR = nan``), or ""."""
-        return non_finite_figure(self.error_message)
+        """A NaN or inf figure in the row's ``error_message`` or printed before it (``ERR = nan``), or ""."""
+        return non_finite_figure(self.error_message) or non_finite_figure(self.printed)
 
 
 @dataclass(frozen=True)
@@ -398,51 +397,100 @@ class SqlReport:
 
 
 _SQL_NEEDED = ("build_commit", "backend_name", "op_name", "op_params", "test_mode", "supported", "passed")
+ROW_START = "INSERT INTO test_backend_ops ("
+_ROW_BYTES = ROW_START.encode()
+# stdio buffers a pipe's or a file's stdout in st_blksize bytes, and the sql printer never flushes: rows leave in blocks
+# (the fork's TOP_K sql run through a pipe: 43 writes of 4096 bytes and one of 1,704), of a multiple of this size
+BLOCK_UNIT = 512
+SPLIT_SPAN = 64  # how many of a backend's lines may stand between the two halves of a row one of them split
+SPLIT_LONGEST = 65536  # bytes of a line a row's first half starts: a row and a backend's line are far shorter
+
+
+def _row(line: str) -> SqlRow | None:
+    """The row on ``line``, after whatever was printed before it; None when there is none that can be read."""
+    start = line.find(ROW_START)
+    m = _INSERT_RE.match(line[start:].strip()) if start >= 0 and line.count(ROW_START) == 1 else None
+    if m is None:
+        return None
+    columns = [c.strip() for c in m.group("columns").split(",")]
+    values = m.group("values").split("', '")
+    if len(values) != len(columns) or any(c not in columns for c in _SQL_NEEDED):
+        return None
+    v = dict(zip(columns, values, strict=True))
+    if v["supported"] not in ("0", "1") or v["passed"] not in ("0", "1"):
+        return None
+    return SqlRow(
+        build_commit=v["build_commit"],
+        backend_name=v["backend_name"],
+        op_name=v["op_name"],
+        op_params=v["op_params"],
+        test_mode=v["test_mode"],
+        supported=v["supported"] == "1",
+        passed=v["passed"] == "1",
+        error_message=v.get("error_message", ""),
+        printed=line[:start].strip(),
+    )
+
+
+def _mend(lines: Sequence[str], i: int, stdout: int) -> tuple[SqlRow, int, int] | None:
+    """The row another writer's line split at line ``i``: (the row, the line its rest is on, its stdout bytes).
+
+    A backend's line written to the pipe while a block of stdout was pending lands where the block ends, inside the
+    row that straddles it: the row is ``lines[i]`` up to a byte where stdout reaches a multiple of BLOCK_UNIT, then the
+    next line that completes it. Joined only where exactly one cut gives a row: else None, reported, never guessed.
+    """
+    raw, first = lines[i].encode("utf-8"), -stdout % BLOCK_UNIT or BLOCK_UNIT
+    if not first <= len(raw) <= SPLIT_LONGEST:
+        return None  # no block ended on this line
+    begins = raw.find(_ROW_BYTES)
+    # the block ended inside the row: after ROW_START, or inside it (then it starts the line)
+    cuts = range(first, len(raw) + 1, BLOCK_UNIT)
+    found: list[tuple[SqlRow, int, int]] = []
+    for cut in (c for c in cuts if (c >= begins + len(_ROW_BYTES) if begins >= 0 else _ROW_BYTES.startswith(raw[:c]))):
+        try:
+            head = raw[:cut].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        for j in range(i + 1, min(i + 1 + SPLIT_SPAN, len(lines))):
+            if lines[j].rstrip().endswith(");") or ROW_START in lines[j]:  # the row's rest, or the next row: no further
+                if (row := _row(head + lines[j])) is not None:
+                    found.append((row, j, cut + len(lines[j].encode("utf-8")) + 1))
+                break
+    return found[0] if len(found) == 1 else None
 
 
 def parse_sql(text: str) -> SqlReport:
-    """Read ``--output sql``: every INSERT row; other lines (a backend's stderr) are ignored.
-
-    Values are single-quoted and not escaped by test-backend-ops, so a row whose value holds ``', '`` cannot be
-    split reliably: it is reported as malformed rather than guessed.
+    """Read ``--output sql``: every INSERT row, after what a failing case's comparison printed on its line, and rejoined
+    where a backend's stderr line split it (:func:`_mend`); other lines (a backend's stderr) are ignored. Values are
+    single-quoted and not escaped by test-backend-ops, so a row whose value holds ``', '`` is reported, not guessed.
     """
     rows: list[SqlRow] = []
     malformed: list[int] = []
     has_header = False
-    for number, raw in enumerate(strip_ansi(text).splitlines(), 1):
-        line = raw.strip()
-        if _CREATE_RE.match(line):
+    lines = strip_ansi(text).split("\n")
+    stdout = 0  # bytes test-backend-ops wrote to stdout before the line at hand: where its blocks end
+    i = 0
+    while i < len(lines):
+        line, number = lines[i], i + 1
+        if not line.startswith("I") and "INSERT" not in line and "CREATE" not in line:
+            i += 1  # a backend's line: no row, nor the start of one
+            continue
+        if _CREATE_RE.match(line.strip()):  # the header, to its ");" and the blank line after it: stdout too
             has_header = True
+            end = next((k for k in range(i, min(i + SPLIT_SPAN, len(lines))) if lines[k].strip() == ");"), i)
+            end += end + 1 < len(lines) and not lines[end + 1]
+            stdout = sum(len(ln.encode("utf-8")) + 1 for ln in lines[i : end + 1])  # a run's stdout starts with it
+            i = end + 1
             continue
-        if not line.startswith("INSERT INTO test_backend_ops"):
-            continue
-        m = _INSERT_RE.match(line)
-        if m is None:
+        row, written = _row(line), len(line.encode("utf-8")) + 1
+        if row is None and line and (mended := _mend(lines, i, stdout)) is not None:
+            row, i, written = mended
+        if row is not None:
+            rows.append(row)
+        elif ROW_START in line:
             malformed.append(number)
-            continue
-        columns = [c.strip() for c in m.group("columns").split(",")]
-        values_text = m.group("values")
-        if not (values_text.startswith("'") and values_text.endswith("'")):
-            malformed.append(number)
-            continue
-        values = values_text[1:-1].split("', '")
-        if len(values) != len(columns) or any(c not in columns for c in _SQL_NEEDED):
-            malformed.append(number)
-            continue
-        v = dict(zip(columns, values, strict=True))
-        if v["supported"] not in ("0", "1") or v["passed"] not in ("0", "1"):
-            malformed.append(number)
-            continue
-        rows.append(
-            SqlRow(
-                build_commit=v["build_commit"],
-                backend_name=v["backend_name"],
-                op_name=v["op_name"],
-                op_params=v["op_params"],
-                test_mode=v["test_mode"],
-                supported=v["supported"] == "1",
-                passed=v["passed"] == "1",
-                error_message=v.get("error_message", ""),
-            )
-        )
+        else:
+            written = 0  # a backend's stderr line
+        stdout += written
+        i += 1
     return SqlReport(rows=tuple(rows), has_header=has_header, malformed=tuple(malformed))
