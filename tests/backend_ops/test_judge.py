@@ -446,8 +446,9 @@ def test_a_missing_log_is_one_line_naming_it(tmp_path: Path) -> None:
 
 
 def test_failing_cases_have_no_sql_row_and_that_is_agreement() -> None:
-    """With a kernel fault the --output sql run prints rows for the passing cases only and exits 1 (measured on the
-    H200); the judge keeps the real problems (the failing cases) and adds no false disagreement."""
+    """With a kernel fault the --output sql run exits 1 (measured on the H200), and only the passing cases' rows start
+    their lines (a failing case's follows its comparison's message: test_top_k reads those); with the failing rows
+    left out, the judge keeps the real problems (the failing cases) and adds no false disagreement."""
     console = parse_console(text("h200-cuda0-fail.console.txt"))
     failing = {c.params for d in console.devices for c in d.cases if c.status is CaseMark.FAIL}
     assert len(failing) == 3
