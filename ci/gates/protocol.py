@@ -79,6 +79,10 @@ class Gate(Protocol):
         """For a gate that ``expects``: read pins.yaml's expect.NAME, raising ConfigError naming the key it dislikes."""
         ...
 
+    def figures(self, metrics: Mapping[str, float], properties: Mapping[str, Any], criteria: Mapping[str, Any]) -> list[str]:
+        """A record's own figures in a few words each (the report's table): what this gate measured and against what."""
+        ...
+
 
 class GateBase:
     """The answers most gates share: required by their :class:`Requirement`, judged against today's criteria, and
@@ -111,3 +115,6 @@ class GateBase:
 
     def check_expect(self, pins: Pins) -> None:
         return None
+
+    def figures(self, metrics: Mapping[str, float], properties: Mapping[str, Any], criteria: Mapping[str, Any]) -> list[str]:
+        return []

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ci.files import shown
+from ci.gates import registry
 from ci.release import ledger as ledger_mod
 
 TRY_DIR = Path("build") / "try"  # where nox -s try keeps each commit's folder (ci.commands.try_fork)
@@ -296,19 +297,7 @@ def figures_of(row: Row) -> str:
     counted = [f"{v} {k}" for k, v in row.counts.items() if v]
     if counted:
         parts.append(", ".join(counted))
-    m = row.metrics
-    if row.gate == "perf":
-        floors = perf_floors(row)
-        for key in sorted(k for k in m if k.endswith(".median")):
-            name = key[: -len(".median")]
-            interval = f" [{m[name + '.low']:.3g}, {m[name + '.high']:.3g}]" if f"{name}.low" in m and f"{name}.high" in m else ""
-            floor = f" (floor {floors[name]:g})" if name in floors else ""
-            parts.append(f"{name} {m[key]:.3g}{interval}{floor}")
-    elif row.gate == "oracle":
-        for key, floor in (("worst_output_db", "floor_output_db"), ("worst_slots_db", "floor_slots_db")):
-            if key in m:
-                parts.append(f"{key.replace('_', ' ')} {m[key]:.1f} (floor {row.properties.get(floor, '?')})")
-    elif row.gate == "equivalence":
-        for key in sorted(k for k in m if LEG_RE.match(k)):
-            parts.append(f"{key} {m[key]:.3g}")
+    gate = registry.by_name(row.gate)
+    if gate is not None:  # what a gate measured is its own to say (ci/gates/<gate>/gate.py figures)
+        parts += gate.figures(row.metrics, row.properties, row.criteria)
     return "; ".join(parts)

@@ -61,6 +61,10 @@ class EquivalenceGate(GateBase):
         )
         return run.run(equivalence_plan, out / "equivalence-logs")
 
+    def figures(self, metrics: Mapping[str, float], properties: Mapping[str, Any], criteria: Mapping[str, Any]) -> list[str]:
+        """Each drafter leg's acceptance and tokens per step."""
+        return [f"{key} {metrics[key]:.3g}" for key in sorted(metrics) if key.rsplit(".", 1)[-1] in ("acceptance", "tokens_per_step")]
+
     def criteria(self, pins: Pins, profile: str) -> dict[str, Any]:
         from ci.gates.serving.launcher import launcher_sha256
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +74,14 @@ class OracleGate(GateBase):
             released=_released_metrics(target.released(NAME)),
             time_tolerance=expectation.time_tolerance,
         )
+
+    def figures(self, metrics: Mapping[str, float], properties: Mapping[str, Any], criteria: Mapping[str, Any]) -> list[str]:
+        """The worst case's SNR of the outputs and of the snapshot slots, against their floors."""
+        return [
+            f"{key.replace('_', ' ')} {metrics[key]:.1f} (floor {properties.get(floor, '?')})"
+            for key, floor in (("worst_output_db", "floor_output_db"), ("worst_slots_db", "floor_slots_db"))
+            if key in metrics
+        ]
 
     def criteria(self, pins: Pins, profile: str) -> dict[str, Any]:
         e = self.expectation(pins, profile)

@@ -3,6 +3,9 @@ llama-server through 1bit serve, required when pins.yaml declares claims; each c
 
 from __future__ import annotations
 
+import contextlib
+import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,9 +46,8 @@ class PerfGate(GateBase):
         return run.run(target, options, out)
 
     def criteria(self, pins: Pins, profile: str) -> dict[str, Any]:
-        from ci.gates.serving.launcher import launcher_sha256
-
         from ci.gates.perf import spec
+        from ci.gates.serving.launcher import launcher_sha256
 
         sets = spec.expectations(pins).sets
         checks = {models: [[c.text, c.floor, c.tolerance] for c in checks] for models, checks in sets if not models.startswith(spec.REAL_SHAPE) or models == spec.real_shape_key(profile)}
@@ -61,6 +63,25 @@ class PerfGate(GateBase):
         rounds = dict(result.properties).get("rounds", "")
         enough = rounds.isdigit() and int(rounds) >= defaults.PERF_ROUNDS
         return {**self.criteria(pins, profile), "rounds": ENOUGH_ROUNDS.format(rounds=defaults.PERF_ROUNDS) if enough else rounds}
+
+
+    def figures(self, metrics: Mapping[str, float], properties: Mapping[str, Any], criteria: Mapping[str, Any]) -> list[str]:
+        """Each check's median, its interval and the floor it was judged against."""
+        floors: dict[str, float] = {}  # each check as written ("NAME >= FLOOR"), by its name
+        checks = criteria.get("checks")
+        for items in checks.values() if isinstance(checks, dict) else []:
+            for item in items if isinstance(items, list) else []:
+                name, sep, floor = str(item[0] if isinstance(item, list) and item else item).rpartition(">=")
+                with contextlib.suppress(ValueError):
+                    floors[name.strip()] = float(floor) if sep else math.nan
+        out = []
+        for key in sorted(k for k in metrics if k.endswith(".median")):
+            name = key[: -len(".median")]
+            low, high = metrics.get(f"{name}.low"), metrics.get(f"{name}.high")
+            interval = f" [{low:.3g}, {high:.3g}]" if low is not None and high is not None else ""
+            floor = next((f" (floor {f:g})" for text, f in floors.items() if name.endswith(text) and math.isfinite(f)), "")
+            out.append(f"{name} {metrics[key]:.3g}{interval}{floor}")
+        return out
 
 
 GATE = PerfGate()

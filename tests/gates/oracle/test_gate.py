@@ -39,7 +39,7 @@ def test_a_misspelt_section_is_refused_naming_the_gate(tmp_path: Path) -> None:
     loaded = with_expect(tmp_path, "  oracle:\n", "  oracel:\n")
     with pytest.raises(ConfigError) as exc:
         registry.check_expect(loaded)
-    assert exc.value.message.startswith('pins.yaml: expect.oracel: unknown key (did you mean "oracle"?); known: archs, backend_ops, perf, oracle')
+    assert exc.value.message.startswith('pins.yaml: expect.oracel: unknown key (did you mean "oracle"?); known: archs, backend_ops, oracle, perf')
 
 
 def test_a_floor_that_is_not_a_number_is_refused_when_the_job_resolves(tmp_path: Path) -> None:
