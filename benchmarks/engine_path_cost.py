@@ -30,6 +30,7 @@ from ci.gates.archs import run as archs  # noqa: E402
 from ci.gates.equivalence import engine_path  # noqa: E402
 from ci.gates.equivalence import plan as eq_plan  # noqa: E402
 from ci.gates.equivalence import run as eq  # noqa: E402
+from ci.gates.serving import model_sets  # noqa: E402
 from ci.gates.tiny import models as tinymodels  # noqa: E402
 from ci.gates.tiny.models import write_tiny_models  # noqa: E402
 
@@ -44,7 +45,7 @@ def main() -> None:
         llama = write_tiny_models(work / "llama")
         qwen = tinymodels.write_qwen35_models(work / "qwen35")
         before_plan = eq_plan.plan(
-            model=llama.target, drafter=llama.near_drafter, llama_server=server, spec_type="draft-simple", device=device, models=eq_plan.TINY_MODELS
+            model=llama.target, drafter=llama.near_drafter, llama_server=server, spec_type="draft-simple", device=device, models=model_sets.TINY_MODELS
         )
         legs = engine_path.plans(qwen, server, device=device, llama=llama)
         before: list[float] = []

@@ -24,7 +24,8 @@ from common import at_least_one, llama_server, non_negative, run_main
 
 from ci.gates.equivalence import plan as eq_plan
 from ci.gates.equivalence import run as equivalence
-from ci.gates.equivalence.judge import Prompt
+from ci.gates.serving import prompts as prompt_set
+from ci.gates.serving.prompts import Prompt
 from ci.gates.tiny.models import NEAR_DRAFTER, PERTURB, TARGET, write_model
 
 
@@ -49,7 +50,7 @@ def main() -> None:
 
 
 def load() -> tuple[Prompt, ...]:
-    return eq_plan.load_prompts()
+    return prompt_set.load_prompts()
 
 
 if __name__ == "__main__":

@@ -19,10 +19,10 @@ from ci.commands import a_folder, absolute, given, job_of, root_or_cwd, say
 from ci.commands.job import current
 from ci.errors import ConfigError, GateFailed, Refused
 from ci.files import kind_of
-from ci.gates.equivalence import plan as eq_plan
 from ci.gates.perf import judge as perf
 from ci.gates.serving import bench
 from ci.gates.serving import bench_plan as plans
+from ci.gates.serving.model_sets import NO_SUCH_MODEL
 from ci.pin.claims import Check, parse_check
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
@@ -71,7 +71,7 @@ def main(args: argparse.Namespace) -> int:
         built = build_llama_server(args, args.profile, "bench")
         llama_server, device, root = built.path, args.device or built.device, built.root
     if not Path(args.model).is_file():
-        raise ConfigError(eq_plan.NO_SUCH_MODEL.format(option="-m", path=args.model))
+        raise ConfigError(NO_SUCH_MODEL.format(option="-m", path=args.model))
     bench_plan = plans.plan(
         model=Path(args.model).resolve(), llama_server=llama_server, configs=configs, device=device,
         rounds=args.rounds, prompt_reps=args.prompt_reps, decode_reps=args.decode_reps, decode_tokens=args.decode_tokens,

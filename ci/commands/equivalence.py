@@ -10,6 +10,7 @@ from ci.commands import a_folder, given, root_or_cwd, say
 from ci.commands.bench import build_llama_server
 from ci.gates.equivalence import plan as eq_plan
 from ci.gates.equivalence import run as equivalence
+from ci.gates.serving.prompts import load_prompts
 from ci.gates.tiny.models import write_qwen35_models, write_tiny_models
 from ci.release import records
 
@@ -28,7 +29,7 @@ def main(args: argparse.Namespace) -> int:
         llama_server, build_key, server_sha256, root = built.path, args.build_key or built.key, built.sha256, built.root
         device = device or built.device
     out = a_folder(given(args.out) or root / "build" / "gates", "--out", "the gate's JSON, JUnit and server logs")
-    prompts = eq_plan.load_prompts(Path(args.prompts)) if args.prompts else None
+    prompts = load_prompts(Path(args.prompts)) if args.prompts else None
     equivalence_plan = eq_plan.plan(
         model=Path(args.model), drafter=Path(args.drafter), llama_server=llama_server, spec_type=args.spec_type,
         prompts=prompts, tokens=args.tokens, near_tie=args.near_tie, device=device, context=args.ctx_size, build_key=build_key,

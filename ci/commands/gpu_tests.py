@@ -45,7 +45,6 @@ def under_test(job: Job, build: CurrentBuild) -> BuildUnderTest:
     results_dir = ledger.default_results_dir(job.root)
     return BuildUnderTest(
         build, job.root, job.pins, profile.serve_device, bool(job.series.patches), job.series.touches("ggml/"),
-        last_release=lambda models: standings.last_release(results_dir, profile.name, build.key, models),
         released=lambda gate: standings.last_record(results_dir, profile.name, build.key, gate),
     )  # fmt: skip
 

@@ -21,11 +21,10 @@ from typing import Any
 from ci import scratch
 from ci.compile.manifest import Manifest
 from ci.gates import registry
-from ci.gates.equivalence.plan import RELEASE_MODELS, TINY_MODELS
-from ci.gates.perf import judge as perf
 from ci.gates.protocol import Flags
 from ci.gates.registry import always
 from ci.gates.results import Status
+from ci.gates.serving.model_sets import RELEASE_MODELS, TINY_MODELS
 from ci.pin.pins import EquivalenceConfig, Pins
 from ci.release import binding
 from ci.release import ledger as ledger_mod
@@ -226,18 +225,6 @@ def other_baseline(record: ledger_mod.Record, baseline: Callable[[str], str]) ->
     if judged == now:
         return None
     return OTHER_BASELINE.format(judged=RELEASE_AT.format(pin=judged[:7]) if judged else NO_RELEASE, now=RELEASE_AT.format(pin=now[:7]) if now else NO_RELEASE)
-
-
-def last_release(results_dir: Path, profile: str, key: str, models: str) -> perf.Released | None:
-    """The perf figures of the last build of ``profile`` on ``models`` that shipped (the ledger's ship record and the
-    perf record of its key), when there is one: what the perf gate compares a new build with."""
-    return release_before(ledger_mod.read(ledger_mod.ledger_path(results_dir), ledger_mod.signing_key()), profile, key, models)
-
-
-def release_before(book: ledger_mod.Ledger, profile: str, key: str, models: str) -> perf.Released | None:
-    """:func:`last_release` in the ledger ``book`` (pure)."""
-    found = released_record(book, profile, key, perf.GATE, models)
-    return perf.Released(found[0], perf.medians(found[1].get("metrics") or {})) if found is not None else None
 
 
 def released_record(book: ledger_mod.Ledger, profile: str, key: str, gate: str, models: str | None = None) -> tuple[str, Mapping[str, Any]] | None:

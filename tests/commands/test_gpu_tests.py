@@ -12,9 +12,9 @@ from junitparser import JUnitXml
 from ci import cli
 from ci.commands import gpu_tests
 from ci.compile import cmake, manifest, stage
-from ci.gates import target
 from ci.gates.backend_ops import judge as backend_ops_judge
 from ci.gates.backend_ops.spec import EXPECTED_IN_PINS
+from ci.gates.serving import model_sets
 from ci.release import ledger, records
 from tests.support.build import BuildFork, add_fixture_patch, build_cpu
 from tests.support.messages import pattern, said
@@ -125,14 +125,14 @@ def test_release_models_are_checked_against_their_sha256_before_anything_runs(ma
     assert build_cpu(project).code == 0
     r = project.ci("gpu-tests", "--profile", "cpu", "--gate", "equivalence")
     assert r.code == 2
-    assert r.err.startswith(cli.ERROR.format(message=target.MODEL_MISSING.format(key="model", path="models/target.gguf")))
+    assert r.err.startswith(cli.ERROR.format(message=model_sets.MODEL_MISSING.format(key="model", path="models/target.gguf")))
     (project.root / "models").mkdir()
     (project.root / "models" / "target.gguf").write_bytes(b"not the release's target")
     (project.root / "models" / "drafter.gguf").write_bytes(b"nor its drafter")
     r = project.ci("gpu-tests", "--profile", "cpu", "--gate", "equivalence")
     assert r.code == 4
     sha256 = hashlib.sha256(b"not the release's target").hexdigest()[:12]
-    assert target.MODEL_OTHER_FILE.format(key="model", path="models/target.gguf", sha256=sha256, pinned="a" * 12) in r.err
+    assert model_sets.MODEL_OTHER_FILE.format(key="model", path="models/target.gguf", sha256=sha256, pinned="a" * 12) in r.err
     assert not (project.root / "build" / "results" / "ledger.jsonl").exists()
 
 

@@ -1,12 +1,15 @@
 """The house's layers, read from the source (every import, function-level and TYPE_CHECKING ones included): no module
 imports a later stage, and no module reaches itself through its imports (issue 21); the entry point imports only edge
-modules, and no module of ci/ is over 500 lines (issue 43: each concern in a room of its own)."""
+modules, and no module of ci/ is over 500 lines (issue 43: each concern in a room of its own); no gate package imports
+another's, directly or through a shared room (issue 42, item 6: the order of the gate list is no hidden input)."""
 
 from __future__ import annotations
 
 import ast
 import shutil
 from pathlib import Path
+
+from ci.gates.registry import names
 
 CI = Path(__file__).resolve().parents[2] / "ci"
 # the pipeline, in order: a module may import its own stage and earlier ones; the edges are ci/*.py
@@ -136,3 +139,49 @@ def test_the_readme_layout_table_lists_every_module() -> None:
         if f"`{path.name}`" not in row:
             missing.append(path.relative_to(CI.parent).as_posix())
     assert missing == []
+
+
+# the packages the registry names; what they share lives in the rooms beside them (ci/gates/serving, tiny, shapes and the
+# top-level ci/gates/*.py), which import no gate package, but the registry each gate's gate.py
+GATE_PACKAGES = frozenset(names())
+REGISTRY = "ci.gates.registry"
+
+
+def gate_of(module: str) -> str | None:
+    """The gate package ``module`` belongs to, or None for a module of no gate (a shared room, another stage)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) >= 3 and parts[:2] == ["ci", "gates"] and parts[2] in GATE_PACKAGES else None
+
+
+def cross_gate_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of a gate package's module by another gate package, or by a shared room of ci/gates/ (through which
+    one gate would reach another): the registry's import of each ``gate.py`` alone is the registry's work."""
+    found = []
+    for m, deps in graph.items():
+        if not m.startswith("ci.gates."):
+            continue
+        own = gate_of(m)
+        for d in deps:
+            other = gate_of(d)
+            if other is None or other == own or (m == REGISTRY and d == f"ci.gates.{other}.gate"):
+                continue
+            found.append(f"{m} ({own or 'shared'}) imports {d} ({other})")
+    return sorted(found)
+
+
+def test_no_gate_package_imports_another() -> None:
+    assert cross_gate_imports(imports()) == []
+
+
+def test_the_check_sees_a_gate_importing_another_directly_and_through_a_shared_room(tmp_path: Path) -> None:
+    """A function-level import of the equivalence gate's plan in the perf gate's run, and of the oracle's judge in the
+    shared bench, planted in a copy of ci/, are each named."""
+    copy = tmp_path / "ci"
+    shutil.copytree(CI, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    for module, planted in (("gates/perf/run.py", "ci.gates.equivalence import plan"), ("gates/serving/bench.py", "ci.gates.oracle import judge")):
+        path = copy / module
+        path.write_text(path.read_text(encoding="utf-8") + f"\n\ndef _late() -> None:\n    from {planted}  # noqa: F401\n")
+    assert cross_gate_imports(imports(copy)) == [
+        "ci.gates.perf.run (perf) imports ci.gates.equivalence.plan (equivalence)",
+        "ci.gates.serving.bench (shared) imports ci.gates.oracle.judge (oracle)",
+    ]

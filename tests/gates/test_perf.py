@@ -115,7 +115,7 @@ def test_pins_yaml_checks_are_parsed_when_the_job_resolves_naming_the_key() -> N
 
 
 def test_tokens_per_step_at_full_acceptance_is_bounded_by_the_draft_length() -> None:
-    """One formula (ci.gates.equivalence.drafting) for the equivalence gate, the perf gate and the bench: at full acceptance the
+    """One formula (ci.gates.serving.drafting) for the equivalence gate, the perf gate and the bench: at full acceptance the
     steps are at least the drafted tokens over the draft length (an earlier formula here gave 256 tokens/step)."""
     from ci.gates.equivalence.judge import Timings
 

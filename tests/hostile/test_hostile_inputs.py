@@ -16,7 +16,7 @@ import pytest
 from ci import cli, schema
 from ci.errors import ServerFailed
 from ci.gates.backend_ops import judge as backend_ops_judge
-from ci.gates.serving import llama
+from ci.gates.serving import llama, model_sets
 from ci.gates.serving.llama import LlamaServer, ServerLaunch
 from ci.pin import project as pin_project
 from ci.release import records
@@ -392,7 +392,6 @@ def test_a_binary_log_from_a_gpu_box_is_judged_and_recorded(project: Project, tm
 @pytest.mark.parametrize("missing", ["--model", "--drafter"])
 def test_equivalence_names_a_missing_model_before_a_missing_llama_server(tmp_path: Path, missing: str) -> None:
     from ci.cli import main
-    from ci.gates.equivalence import plan as eq_plan
 
     models = {"--model": tmp_path / "target.gguf", "--drafter": tmp_path / "drafter.gguf"}
     for option, path in models.items():
@@ -403,7 +402,7 @@ def test_equivalence_names_a_missing_model_before_a_missing_llama_server(tmp_pat
         code = main(["equivalence", "--model", str(models["--model"]), "--drafter", str(models["--drafter"]),
                      "--llama-server", "no-such-llama-server-here", "--out", str(tmp_path / "out")])  # fmt: skip
     line = one_error_line(Outcome(code, out.getvalue(), err.getvalue()), cli.ERROR.format(message=""), str(models[missing]))
-    assert line == cli.ERROR.format(message=eq_plan.NO_SUCH_MODEL.format(option=missing, path=models[missing]))
+    assert line == cli.ERROR.format(message=model_sets.NO_SUCH_MODEL.format(option=missing, path=models[missing]))
     assert not (tmp_path / "out").exists()
 
 

@@ -20,8 +20,8 @@ from ci import cli
 from ci.commands import bisect, gate_selftest
 from ci.compile.manifest import Manifest
 from ci.errors import ConfigError
-from ci.gates.equivalence.plan import GIVEN_MODELS, TINY_MODELS
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
+from ci.gates.serving.model_sets import GIVEN_MODELS, TINY_MODELS
 from ci.pin import pins as pins_mod
 from ci.release import ledger, standings
 from ci.release import ship as release_ship

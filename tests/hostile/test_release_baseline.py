@@ -26,7 +26,7 @@ def test_the_baseline_is_the_record_that_counted_when_the_release_shipped(tmp_pa
     ledger.append(book, shipped, ctx)
     ledger.append(book, perf_record(10.0, Status.FAILED), ctx)  # a later run of the released build, one round
     read = ledger.read(book, None)
-    released = release_standings.release_before(read, "cpu", "n" * 64, "tiny generated models only")
+    released = perf.released_figures(release_standings.released_record(read, "cpu", "n" * 64, "perf"), "tiny generated models only")
     assert released is not None
     assert released.medians == {"decode": 100.0}
     assert perf.Released is type(released)

@@ -15,10 +15,10 @@ from ci.compile import cmake, stage
 from ci.compile.manifest import Manifest
 from ci.gates import registry
 from ci.gates.equivalence.gate import committed_prompts_sha256
-from ci.gates.equivalence.plan import GIVEN_MODELS, RELEASE_MODELS, TINY_MODELS
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
 from ci.gates.selftest import faults as fault_set
 from ci.gates.selftest import run as selftest
+from ci.gates.serving.model_sets import GIVEN_MODELS, RELEASE_MODELS, TINY_MODELS
 from ci.pin import pins as pins_mod
 from ci.release import binding, ledger
 from ci.release import ship as release_ship

@@ -18,13 +18,13 @@ from ci.compile.manifest import DIFFERS, Artifact, Manifest, stat_stamp
 from ci.files import sha256_cached
 from ci.gates.archs import judge as archs_judge
 from ci.gates.archs import run as archs
-from ci.gates.equivalence.plan import TINY_MODELS
 from ci.gates.perf import judge as perf
 from ci.gates.perf.gate import ENOUGH_ROUNDS
 from ci.gates.results import GateResult, Status
 from ci.gates.selftest import faults as fault_set
 from ci.gates.selftest import run as selftest
 from ci.gates.serving import launcher as launcher_files
+from ci.gates.serving.model_sets import TINY_MODELS
 from ci.pin import pins as pins_mod
 from ci.release import binding
 from ci.release import ship as release_ship

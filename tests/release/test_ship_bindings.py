@@ -16,6 +16,7 @@ from ci.gates.equivalence import plan as eq_plan
 from ci.gates.results import GateResult, Status
 from ci.gates.route import run as route
 from ci.gates.serving import launcher as launcher_files
+from ci.gates.serving import prompts as prompt_set
 from ci.release import binding, ledger
 from ci.release import ship as release_ship
 from ci.release import standings as release_standings
@@ -29,7 +30,7 @@ def test_an_equivalence_run_on_other_prompts_than_the_committed_ones_does_not_co
     """The prompts are the gate's criteria as much as its token count: ci/prompts cut to one short prompt for the
     gpu_tests run, then put back, shipped on the record of the easier run."""
     m = built(build_project)
-    committed = eq_plan.load_prompts()
+    committed = prompt_set.load_prompts()
     easier = eq_plan.prompts_sha256(committed[:1])
     ran = dataclasses.replace(GATES.equivalence, properties=(*GATES.equivalence.properties, ("prompts_sha256", easier)))
     record(build_project, m, GATES.route, GATES.backend_ops, ran)

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ci.gates.equivalence.judge import Completion, Prompt, parse_completion
+from ci.gates.equivalence.judge import Completion, parse_completion
+from ci.gates.serving.prompts import Prompt
 
 DATA = Path(__file__).resolve().parents[1] / "gates" / "equivalence" / "data"
 

@@ -19,6 +19,8 @@ from typing import Any
 
 from ci.gates.equivalence import judge as ej
 from ci.gates.equivalence import plan as eq_plan
+from ci.gates.serving import model_sets
+from ci.gates.serving import prompts as prompt_set
 from ci.gates.serving.llama import LlamaServer, ServerLaunch, free_ports
 from ci.gates.tiny.models import NEVER_ACCEPTED_DRAFTER, write_model, write_tiny_models
 
@@ -36,18 +38,18 @@ def _trim(answer: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(llama_server: str) -> None:
-    prompt = next(p for p in eq_plan.load_prompts() if p.name == "short")
+    prompt = next(p for p in prompt_set.load_prompts() if p.name == "short")
     equivalence_plan = eq_plan.EquivalencePlan(baseline=eq_plan.Leg("baseline", Path()), drafter=eq_plan.Leg("drafter", Path()), prompts=(prompt,), llama_server=Path(llama_server))
     with tempfile.TemporaryDirectory() as tmp:
         models = write_tiny_models(Path(tmp))
-        draft = ["-md", str(models.near_drafter), "--spec-type", "draft-simple", *eq_plan.DRAFT_ARGS]
+        draft = ["-md", str(models.near_drafter), "--spec-type", "draft-simple", *model_sets.DRAFT_ARGS]
         never = write_model(Path(tmp) / "never.gguf", NEVER_ACCEPTED_DRAFTER)
         legs = {
             "baseline": [str(models.target)],
             "drafter": [str(models.target), *draft],
             "other_target": [str(models.other_target), *draft],
             "never_drafts": [str(models.target), "-md", str(models.near_drafter), "--spec-type", "none"],
-            "never_accepted": [str(models.target), "-md", str(never), "--spec-type", "draft-simple", *eq_plan.DRAFT_ARGS],
+            "never_accepted": [str(models.target), "-md", str(never), "--spec-type", "draft-simple", *model_sets.DRAFT_ARGS],
         }
         record: dict[str, Any] = {"prompt": prompt.text, "tokens": TOKENS, "answers": {}}
         for name, (model, *extra) in legs.items():

@@ -29,10 +29,9 @@ micro-batch, so the chunked delta-net prefill, its snapshot writes and the layer
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from ci import defaults
 from ci.gates.equivalence import plan as eq_plan
@@ -40,6 +39,7 @@ from ci.gates.equivalence import run as equivalence
 from ci.gates.equivalence.plan import EquivalencePlan
 from ci.gates.equivalence.run import GATE
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
+from ci.gates.serving.model_sets import MTP_SPEC_TYPE, TINY_MODELS
 from ci.gates.tiny import models as tinymodels
 from ci.pin.pins import Floors
 
@@ -77,13 +77,6 @@ DRAFTED_DIFFERENTLY = (
     + OFFSET_SECTION
     + "); "
     + CARRY_OFFSET_FIX
-)
-NO_DRAFTER_LINES = "tokens/step and acceptance per drafter kind: {why}"
-NO_RECORD = "no equivalence record beside this one"
-NOT_NUMBERS = "{kind}: the equivalence record's figures for it are not numbers; not shown"
-DRAFTER_LINE = (
-    "{kind} ({spec}) on the {target} target: {tokens_per_step:.2f} tokens/step, acceptance {accepted}/{drafted} ({percent:.1f}%), "
-    "from the equivalence gate"
 )
 
 
@@ -132,7 +125,7 @@ def plans(
             device=device,
             build_key=build_key,
             llama_server_sha256=llama_server_sha256,
-            models=eq_plan.TINY_MODELS,
+            models=TINY_MODELS,
             floors=leg_floors,
         )
         return replace(p, hang_after=defaults.TINY_HANG_AFTER)  # a drafter server that never answers: 2 minutes, not 10
@@ -143,7 +136,7 @@ def plans(
         EngineLeg(NEAR, with_micro_batch(leg(models.near_drafter, "draft-simple", floors))),
         EngineLeg(DFLASH, with_micro_batch(dflash)),
         EngineLeg(DFLASH_WHOLE, with_micro_batch(dflash, ONE_MICRO_BATCH)),
-        EngineLeg(MTP, with_micro_batch(leg(models.mtp, eq_plan.MTP_SPEC_TYPE, mtp_floors))),
+        EngineLeg(MTP, with_micro_batch(leg(models.mtp, MTP_SPEC_TYPE, mtp_floors))),
     ]
     if llama is not None:  # last: the run's shared identity (model, its sha256) stays the qwen35 target's
         legs.append(EngineLeg(LLAMA, leg(llama.near_drafter, llama_spec_type, floors, target=llama.target)))
@@ -286,39 +279,3 @@ def gate(
     )
     return run(legs, out / "equivalence-logs")
 
-
-def drafter_lines(record: Mapping[str, Any] | None) -> tuple[CaseResult, ...]:
-    """The perf table's line per drafter kind: tokens/step and acceptance on the qwen35 target, as the equivalence gate
-    measured them on the same build (its record, ``equivalence.json`` beside the perf gate's); pure. A kind whose leg
-    did not pass, or a record without the kinds (release models, or no equivalence run), is a skipped line that says so."""
-    metrics = (record or {}).get("metrics") or {}
-    props = (record or {}).get("properties") or {}
-    kinds = [k for k in str(props.get("drafter_kinds", "")).split(",") if k]
-    if not kinds:
-        why = NO_RECORD if record is None else "the equivalence record has no drafter kinds (not the tiny engine-path models)"
-        return (CaseResult("drafters", Status.SKIPPED, NO_DRAFTER_LINES.format(why=why), classname="perf.drafters"),)
-    cases = []
-    cases_of = {c.get("name", ""): c.get("status") for c in (record or {}).get("cases") or []}
-    for kind in kinds:
-        try:
-            drafted, accepted = int(metrics.get(f"{kind}.draft_n", 0)), int(metrics.get(f"{kind}.draft_n_accepted", 0))
-            tps, acc = float(metrics.get(f"{kind}.tokens_per_step", 0.0)), float(metrics.get(f"{kind}.acceptance", 0.0))
-        except (TypeError, ValueError):  # a record edited by hand: its line is not shown, the perf verdict stands
-            cases.append(CaseResult(f"drafter {kind}", Status.SKIPPED, NOT_NUMBERS.format(kind=kind), classname="perf.drafters"))
-            continue
-        spec = props.get(f"{kind}.spec_type", "?")
-        target = "llama" if kind == LLAMA else "qwen35"
-        text = DRAFTER_LINE.format(kind=kind, spec=spec, target=target, tokens_per_step=tps, accepted=accepted, drafted=drafted, percent=100 * acc)
-        passed = any(n.startswith(f"{kind}/") for n in cases_of) and all(
-            s == Status.PASSED.value for n, s in cases_of.items() if n.startswith(f"{kind}/")
-        )
-        status = Status.PASSED if passed else Status.SKIPPED
-        cases.append(
-            CaseResult(
-                f"drafter {kind}",
-                status,
-                text if passed else f"{text}; not shown as held: its equivalence leg did not pass",
-                classname="perf.drafters",
-            )
-        )
-    return tuple(cases)

@@ -27,7 +27,7 @@ class EquivalenceGate(GateBase):
     def run(self, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
         from ci.gates.equivalence import engine_path, run
         from ci.gates.equivalence import plan as eq_plan
-        from ci.gates.target import equivalence_models
+        from ci.gates.serving.model_sets import served_models
 
         manifest = target.build.manifest
         config = target.pins.equivalence
@@ -45,7 +45,7 @@ class EquivalenceGate(GateBase):
                 floors=config.floors,
                 spec_type=config.spec_type,
             )
-        model, drafter, models = equivalence_models(target, options)
+        model, drafter, models = served_models(target, options)
         equivalence_plan = eq_plan.plan(
             model=model,
             drafter=drafter,
@@ -100,7 +100,8 @@ def spec_type_of(pins: Pins) -> str:
 
 def committed_prompts_sha256() -> str:
     """The sha256 of the committed prompts (ci/prompts), the set the equivalence gate runs when given none."""
-    from ci.gates.equivalence.plan import load_prompts, prompts_sha256
+    from ci.gates.equivalence.plan import prompts_sha256
+    from ci.gates.serving.prompts import load_prompts
 
     return prompts_sha256(load_prompts())
 

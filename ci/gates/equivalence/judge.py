@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ci.errors import ServerFailed
-from ci.gates.equivalence import drafting
 from ci.gates.results import Status
+from ci.gates.serving import drafting
+from ci.gates.serving.prompts import Prompt
 from ci.pin.pins import Floors
 
 CONTEXT_CHARS = 60  # text shown either side of a divergence
@@ -65,12 +66,6 @@ RUN_TOO_FEW = (
     INSUFFICIENT + ": the run's acceptance {accepted}/{drafted} ({percent:.1f}%) is below the floor {floor:g}% "
     "(equivalence.floors.acceptance): a drafter that almost never drafts right proves little"
 )
-
-
-@dataclass(frozen=True)
-class Prompt:
-    name: str
-    text: str
 
 
 # -- one /completion answer, parsed -----------------------------------------------------------------------------
@@ -134,7 +129,7 @@ class Timings:
 
     @property
     def steps(self) -> int:
-        """Target steps (:func:`ci.gates.equivalence.drafting.steps`)."""
+        """Target steps (:func:`ci.gates.serving.drafting.steps`)."""
         return drafting.steps(self.predicted_n, self.draft_n, self.draft_n_accepted, self.draft_max)
 
     @property

@@ -7,7 +7,6 @@ import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -15,70 +14,23 @@ from ci import defaults
 from ci.command import resolve
 from ci.errors import ConfigError
 from ci.files import sha256_cached
-from ci.gates.equivalence.judge import (
-    Prompt,
-    Resume,
-)
+from ci.gates.equivalence.judge import Resume
 from ci.gates.serving import devices
 from ci.gates.serving.llama import ServerLaunch, launcher_argv
+from ci.gates.serving.model_sets import DEFAULT_SPEC_TYPE, GIVEN_MODELS, NO_SUCH_MODEL, drafter_launch
+from ci.gates.serving.prompts import Prompt, load_prompts
 from ci.pin.pins import Floors
-from serve.bounded import CONFIG_LIMIT, read_text
 
 DEFAULT_NEAR_TIE = defaults.NEAR_TIE
 DEFAULT_TOKENS = defaults.TOKENS
 DEFAULT_SEED = 42
-DEFAULT_SPEC_TYPE = "draft-simple"
 # a drafter leg's request may take this many times the baseline's for the same request (with hang_after set): a 2-core
 # CI machine at load 6 took over 120 s for a correct one (the slow tier, 2026-12-04), the baseline alike
 HANG_FACTOR = 20.0
-# the facts' probe: 8 drafted tokens a step, no probability cut (the fork's 0.75 default cuts blocks short)
-DRAFT_MAX = 8
-DRAFT_ARGS = ("--spec-draft-n-max", str(DRAFT_MAX), "--spec-draft-p-min", "0")
-MTP_SPEC_TYPE = "draft-mtp"
-# An MTP head drafts from its own last guess, so its acceptance falls with each token further out: 2 a step keeps the
-# tiny head's near 20% (8 a step: 5%, below the floors) and still rolls back up to 2 tokens (docs/equivalence.md)
-MTP_DRAFT_MAX = 2
-RELEASE_MODELS = "release models"
-TINY_MODELS = "tiny generated models only"
-GIVEN_MODELS = "given models"
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
-PROMPT_NOT_UTF8 = "--prompts: {path}: not UTF-8 text (byte 0x{byte:02x}); a prompt is UTF-8 text"
-NO_PROMPTS = "{where}: no *.txt prompt files"
-EMPTY_PROMPT = "{where}/{name}.txt: the prompt is empty"
-NOT_GGUF = "{path}: not a GGUF model file ({problem})"
 TOO_FEW_TOKENS = "--tokens {tokens}: must be at least 1"
 BAD_NEAR_TIE = "--near-tie {near_tie:g}: must be a finite number of nats, 0 or more"
-NO_SUCH_MODEL = "{option} {path}: no such file"
-
-
-# -- prompts ----------------------------------------------------------------------------------------------------
-
-
-
-def load_prompts(directory: Path | None = None) -> tuple[Prompt, ...]:
-    """The ``*.txt`` files of ``directory`` (default: the committed ci/prompts), by name; each one prompt."""
-    if directory is None:
-        files = [(f.name, f.read_text(encoding="utf-8")) for f in resources.files("ci").joinpath("prompts").iterdir() if f.name.endswith(".txt")]
-    else:
-        if not directory.is_dir():
-            raise ConfigError(f"--prompts {directory}: not a directory")
-        files = []
-        for f in sorted(directory.iterdir()):
-            if f.suffix != ".txt":
-                continue
-            try:
-                files.append((f.name, read_text(f, CONFIG_LIMIT)))  # each a regular file of bounded size
-            except UnicodeDecodeError as exc:
-                raise ConfigError(PROMPT_NOT_UTF8.format(path=f, byte=exc.object[exc.start])) from None
-    prompts = tuple(Prompt(name.removesuffix(".txt"), text) for name, text in sorted(files))
-    where = directory or "ci/prompts"
-    if not prompts:
-        raise ConfigError(NO_PROMPTS.format(where=where))
-    for p in prompts:
-        if not p.text.strip():
-            raise ConfigError(EMPTY_PROMPT.format(where=where, name=p.name))
-    return prompts
 
 
 # -- the plan ---------------------------------------------------------------------------------------------------
@@ -189,31 +141,11 @@ class EquivalencePlan:
         }
 
 
-def gguf_architecture(path: Path) -> str:
-    """``general.architecture`` of a GGUF file, read the way the launcher reads it (its header walk: gguf's own
-    reader takes seconds over a large vocabulary); a :class:`ConfigError` naming the file otherwise."""
-    from serve.errors import ServeError
-    from serve.facts import read_facts
-
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such file")
-    try:
-        return read_facts(str(path)).architecture
-    except ServeError as exc:
-        raise ConfigError(NOT_GGUF.format(path=path, problem=exc.problem)) from None
-
-
 def drafter_leg(drafter: Path, spec_type: str | None, model: Path) -> tuple[Leg, str, int]:
-    """The drafter leg: a DFlash drafter through the launcher's ``--dflash`` (its route and recipes), an MTP head
-    (``--spec-type draft-mtp``) through its ``--mtp``; any other drafter, or another ``--spec-type``, as ``-md`` plus
-    the speculative args after ``--``. With the draft length this gate sets (0: the launcher's)."""
-    if spec_type is None and gguf_architecture(drafter) == "dflash":
-        return Leg("drafter", model, serve_options=("--dflash", str(drafter))), "draft-dflash", 0
-    if spec_type == MTP_SPEC_TYPE:
-        options = ("--mtp", str(drafter), "--mtp-max", str(MTP_DRAFT_MAX), "--mtp-p-min", "0")
-        return Leg("drafter", model, serve_options=options), MTP_SPEC_TYPE, MTP_DRAFT_MAX
-    kind = spec_type or DEFAULT_SPEC_TYPE
-    return Leg("drafter", model, extra=("-md", str(drafter), "--spec-type", kind, *DRAFT_ARGS)), kind, DRAFT_MAX
+    """The drafter leg, launched as the gates launch a drafter (:func:`ci.gates.serving.model_sets.drafter_launch`),
+    with its speculative type and the draft length this gate sets (0: the launcher's)."""
+    launch = drafter_launch(drafter, spec_type)
+    return Leg("drafter", model, serve_options=launch.serve_options, extra=launch.extra), launch.spec_type, launch.draft_max
 
 
 def plan(

@@ -23,7 +23,6 @@ from ci.files import sha256_file
 from ci.gates.equivalence import NAME
 from ci.gates.equivalence.judge import (
     Completion,
-    Prompt,
     PromptVerdict,
     Segment,
     Timings,
@@ -35,6 +34,7 @@ from ci.gates.equivalence.judge import (
 from ci.gates.equivalence.plan import EquivalencePlan
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
 from ci.gates.serving.llama import LlamaServer, ServerFactory, default_server, free_ports
+from ci.gates.serving.prompts import Prompt
 
 log = logging.getLogger("onebit-ci")
 

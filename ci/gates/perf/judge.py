@@ -32,11 +32,12 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ci import defaults
-from ci.gates.equivalence import drafting
 from ci.gates.perf import NAME
 from ci.gates.results import CaseResult, GateResult, Status, case_counts
+from ci.gates.serving import drafting
 from ci.gates.serving.bench import Sample, Spread, pyplot, spread
 from ci.pin.claims import Check, Term
 
@@ -359,6 +360,24 @@ def result(
 def medians(metrics: Mapping[str, float]) -> dict[str, float]:
     """Each check's median from a perf record's metrics (what a release keeps for the next bump to compare with)."""
     return {k[: -len(".median")]: float(v) for k, v in metrics.items() if k.endswith(".median")}
+
+
+def released_figures(found: tuple[str, Mapping[str, Any]] | None, models: str, prefix: str = "") -> Released | None:
+    """The figures of ``models`` in ``found`` (the last release's pin and its perf record, as ``released(NAME)`` gives
+    them), the checks named without ``prefix`` (the real-shaped set's, whatever ``models``); None when that release
+    measured none of them (pure)."""
+    if found is None:
+        return None
+    pin, record = found
+    properties = record.get("properties") or {}
+    metrics = medians(record.get("metrics") or {})
+    if prefix:
+        if not properties.get("real_shape"):
+            return None
+        metrics = {k[len(prefix) :]: v for k, v in metrics.items() if k.startswith(prefix)}
+    elif properties.get("models") != models:
+        return None
+    return Released(pin, metrics)
 
 
 def chart(judged: Sequence[Judged], path: Path, title: str) -> Path | None:

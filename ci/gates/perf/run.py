@@ -15,17 +15,15 @@ from pathlib import Path
 from ci import defaults
 from ci.errors import ConfigError
 from ci.files import cache_dir, write_json
-from ci.gates.equivalence import engine_path
-from ci.gates.equivalence import plan as eq_plan
 from ci.gates.perf import NAME, real_shape, spec
 from ci.gates.perf import judge as perf
 from ci.gates.results import GateResult, Status, case_counts
 from ci.gates.serving import bench, devices
 from ci.gates.serving import bench_plan as plans
 from ci.gates.serving.bench import BenchResult, Sample
-from ci.gates.target import BuildUnderTest, GateOptions, equivalence_models
+from ci.gates.serving.model_sets import RELEASE_MODELS, TINY_MODELS, drafter_launch, served_models
+from ci.gates.target import BuildUnderTest, GateOptions
 from ci.pin.claims import Check
-from ci.schema import load_json
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 CHART_TITLE = "perf: {profile}, pin {pin}, {models} ({rounds} rounds)"
@@ -54,28 +52,16 @@ def box_lock_path() -> Path:
 def released_for(target: BuildUnderTest, models: str, prefix: str = "") -> perf.Released | None:
     """The last release's figures of ``models`` (its perf record, through ``released(NAME)`` as the oracle reads its
     own), the checks named without ``prefix``; None when no release measured them."""
-    found = target.released(NAME)
-    if found is None:
-        return None
-    pin, record = found
-    properties = record.get("properties") or {}
-    metrics = perf.medians(record.get("metrics") or {})
-    if prefix:
-        if not properties.get("real_shape"):
-            return None
-        metrics = {k[len(prefix) :]: v for k, v in metrics.items() if k.startswith(prefix)}
-    elif properties.get("models") != models:
-        return None
-    return perf.Released(pin, metrics)
+    return perf.released_figures(target.released(NAME), models, prefix)
 
 
 def run(target: BuildUnderTest, options: GateOptions, out: Path, say: Callable[[str], None] = lambda line: None) -> GateResult:
-    """The checks of the equivalence gate's models (the release's, else the tiny set) and of the real-shaped set, as
-    pins.yaml declares them for this profile; one record of both."""
+    """The checks of the models a run serves (the release's, else the tiny set: :func:`served_models`) and of the
+    real-shaped set, as pins.yaml declares them for this profile; one record of both."""
     expect = spec.expectations(target.pins)
     profile = target.build.manifest.profile
-    model, drafter, models = equivalence_models(target, options)
-    key = profile if models == eq_plan.RELEASE_MODELS else spec.TINY
+    model, drafter, models = served_models(target, options)
+    key = profile if models == RELEASE_MODELS else spec.TINY
     checks, real = expect.checks(key), expect.real_shape(profile)
     if not checks and not real:
         raise ConfigError(NO_CHECKS.format(key=key, models=models, real=spec.real_shape_key(profile).replace("/", ".")))
@@ -94,7 +80,7 @@ def _run_models(target: BuildUnderTest, options: GateOptions, out: Path, served:
     model, drafter, models = served
     server = manifest.binary(target.build.build_dir, "llama-server")
     released = released_for(target, models)
-    tiny = models == eq_plan.TINY_MODELS
+    tiny = models == TINY_MODELS
     batches: list[BenchResult] = []
 
     def measure_rounds(rounds: int) -> list[Sample]:
@@ -109,11 +95,7 @@ def _run_models(target: BuildUnderTest, options: GateOptions, out: Path, served:
     drawn = perf.chart(settled.judged, out / "perf.svg", title)
     result = perf.result(settled.judged, released, manifest.pin_commit, models, time.monotonic() - t0, settled.rounds, settled.stopped)
     chart = str(out / "perf.svg") if drawn else bench.NO_CHART
-    # one line per drafter kind of the engine-path equivalence run on this build (gpu_tests runs it before perf)
-    record = load_json(out / "equivalence.json") if (out / "equivalence.json").is_file() else None
-    cases = (*result.cases, *engine_path.drafter_lines(record))
-    properties = (*result.properties, ("chart", chart), ("protocol", COMPLETION_PROTOCOL))
-    return dataclasses.replace(result, cases=cases, counts=case_counts(cases), properties=properties)
+    return dataclasses.replace(result, properties=(*result.properties, ("chart", chart), ("protocol", COMPLETION_PROTOCOL)))
 
 
 def run_real_shape(target: BuildUnderTest, options: GateOptions, checks: Sequence[Check], out: Path, say: Callable[[str], None]) -> GateResult:
@@ -182,13 +164,12 @@ def joined_results(main: GateResult, real: GateResult) -> GateResult:
 
 
 def configs(drafter: Path, device: str, tiny: bool) -> list[plans.BenchConfig]:
-    """``base`` and ``draft`` (the drafter through ``--dflash`` for a DFlash GGUF, else ``-md``), one thread each for
-    the tiny models on the CPU."""
+    """``base`` and ``draft`` (the drafter launched as every gate launches one: :func:`drafter_launch`, through
+    ``--dflash`` for a DFlash GGUF, else ``-md``), one thread each for the tiny models on the CPU."""
     threads = list(CPU_THREADS) if tiny and device == "cpu" else []
-    if eq_plan.gguf_architecture(drafter) == "dflash":
-        draft = ["--dflash", str(drafter), *(["--", *threads] if threads else [])]
-    else:
-        draft = ["--", "-md", str(drafter), "--spec-type", "draft-simple", *eq_plan.DRAFT_ARGS, *threads]
+    launch = drafter_launch(drafter)
+    after = [*launch.extra, *threads]
+    draft = [*launch.serve_options, *(["--", *after] if after else [])]
     return [plans.parse_config("base=" + shlex.join(["--", *threads] if threads else [])), plans.parse_config("draft=" + shlex.join(draft))]
 
 

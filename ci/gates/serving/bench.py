@@ -28,10 +28,10 @@ from typing import Any, TextIO
 
 from ci.errors import ServerFailed
 from ci.files import write_json
-from ci.gates.equivalence import drafting
-from ci.gates.equivalence.judge import Prompt
+from ci.gates.serving import drafting
 from ci.gates.serving.bench_plan import PROMPT, BenchPlan, Run, check_configs
 from ci.gates.serving.llama import LlamaServer, ServerFactory, default_server, free_ports
+from ci.gates.serving.prompts import Prompt
 from ci.locks import held_lock
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
@@ -200,7 +200,7 @@ class Figure:
     change_pct: float | None  # the median against the baseline's median; None for the baseline itself
     acceptance: float | None = None  # draft_n_accepted / draft_n over the samples, when anything was drafted
     spread: Spread | None = None
-    tokens_per_step: float | None = None  # generated tokens per target step (ci.gates.equivalence.drafting), when anything was drafted  # the interquartile range and a bootstrap 95% interval of the median
+    tokens_per_step: float | None = None  # generated tokens per target step (ci.gates.serving.drafting), when anything was drafted  # the interquartile range and a bootstrap 95% interval of the median
 
     def cell(self) -> str:
         text = CELL.format(best=self.best, median=self.median)

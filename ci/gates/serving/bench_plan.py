@@ -14,9 +14,9 @@ from typing import Any
 
 from ci import defaults
 from ci.errors import ConfigError
-from ci.gates.equivalence.judge import Prompt
-from ci.gates.equivalence.plan import NO_SUCH_MODEL, load_prompts
 from ci.gates.serving.llama import LAUNCHER, ServerLaunch, launcher_argv
+from ci.gates.serving.model_sets import NO_SUCH_MODEL
+from ci.gates.serving.prompts import Prompt, load_prompts
 
 DEFAULT_PROMPT_TOKENS = defaults.BENCH_PROMPT_TOKENS
 DEFAULT_ROUNDS = defaults.BENCH_ROUNDS

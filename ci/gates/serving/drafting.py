@@ -1,5 +1,6 @@
-"""What a drafter leg's timings say, one formula for the equivalence gate, the perf gate and the bench: how many
-drafted tokens the target accepted, and how many tokens each target step yields.
+"""What a drafter leg's timings say, one formula for the equivalence gate, the perf gate and the bench (each reads it
+here, beside the servers they share): how many drafted tokens the target accepted, and how many tokens each target
+step yields.
 
 llama-server reports ``predicted_n``, ``draft_n`` and ``draft_n_accepted`` per request, not its steps. A step
 yields its accepted drafts plus one token of its own, so the steps are ``predicted - accepted``; and a step drafts

@@ -11,11 +11,10 @@ import pytest
 
 from ci import locks
 from ci.errors import ConfigError, ServerFailed
-from ci.gates.equivalence import plan as eq_plan
-from ci.gates.equivalence.judge import Prompt
-from ci.gates.serving import bench
+from ci.gates.serving import bench, model_sets
 from ci.gates.serving import bench_plan as plans
 from ci.gates.serving.llama import LAUNCHER
+from ci.gates.serving.prompts import Prompt
 from ci.gates.tiny.models import TinyModels
 from tests.support.messages import partly, pattern
 
@@ -113,7 +112,7 @@ def test_bad_options_are_refused_before_anything_starts(tmp_path: Path, kw: dict
 
 
 def test_a_missing_model_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=pattern(eq_plan.NO_SUCH_MODEL, option="-m", path=tmp_path / "nope.gguf")):
+    with pytest.raises(ConfigError, match=pattern(model_sets.NO_SUCH_MODEL, option="-m", path=tmp_path / "nope.gguf")):
         _plan(tmp_path / "nope.gguf")
 
 

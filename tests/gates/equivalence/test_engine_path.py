@@ -13,9 +13,9 @@ import pytest
 
 from ci.gates.equivalence import engine_path
 from ci.gates.equivalence import judge as ej
-from ci.gates.equivalence import plan as eq_plan
 from ci.gates.equivalence import run as equivalence
 from ci.gates.results import CaseResult, GateResult, Status, write_json
+from ci.gates.serving import model_sets
 from ci.gates.tiny import models as tinymodels
 from ci.gates.tiny import qwen35 as tiny_qwen35
 from tests.support.binaries import llama_binary
@@ -40,7 +40,7 @@ def test_every_drafter_kind_runs_the_qwen35_target_on_micro_batches(models: tiny
         assert leg.plan.baseline.extra == ("-b", "64", "-ub", "16")
         assert leg.plan.drafter.extra[-4:] == ("-b", "64", "-ub", "16")
         assert leg.plan.identity is not None
-        assert leg.plan.identity.models == eq_plan.TINY_MODELS
+        assert leg.plan.identity.models == model_sets.TINY_MODELS
     assert near.plan.spec_type == "draft-simple"
     assert near.plan.drafter.extra[:4] == ("-md", str(models.near_drafter), "--spec-type", "draft-simple")
     # the DFlash drafter goes through the launcher's --dflash: its route sets the draft length from dflash.block_size
@@ -184,27 +184,6 @@ def test_a_drafter_server_that_fails_is_its_own_legs_error(models: tinymodels.Qw
     ]
     assert verdict.status is Status.ERROR
     assert "no MTP layers" in (tmp_path / "logs" / "mtp" / "drafter.log").read_text()
-
-
-DATA = Path(__file__).parent / "data"
-
-
-def test_the_perf_table_has_a_line_per_drafter_kind() -> None:
-    """From a real engine-path run on the CPU llama-server (data/engine_path_equivalence.json, its figures kept)."""
-    record = json.loads((DATA / "engine_path_equivalence.json").read_text())
-    near, dflash = engine_path.drafter_lines(record)
-    assert near.status is dflash.status is Status.PASSED
-    line = engine_path.DRAFTER_LINE
-    assert near.message == line.format(kind="near", spec="draft-simple", target="qwen35", tokens_per_step=2.62, accepted=475, drafted=1214, percent=39.1)
-    assert dflash.message == line.format(kind="dflash", spec="draft-dflash", target="qwen35", tokens_per_step=1.33, accepted=191, drafted=1141, percent=16.7)
-    record["cases"][-1]["status"] = "failed"
-    assert engine_path.drafter_lines(record)[1].status is Status.SKIPPED
-    (none,) = engine_path.drafter_lines(None)
-    assert none.status is Status.SKIPPED
-    assert none.message == engine_path.NO_DRAFTER_LINES.format(why=engine_path.NO_RECORD)
-    record["metrics"]["near.draft_n"] = "x"  # a record edited by hand: before, int("x")'s traceback after the whole bench
-    edited = engine_path.drafter_lines(record)[0]
-    assert (edited.status, edited.message) == (Status.SKIPPED, engine_path.NOT_NUMBERS.format(kind="near"))
 
 
 @pytest.mark.slow

@@ -23,7 +23,8 @@ from ci.gates.equivalence import judge as ej
 from ci.gates.equivalence import plan as eq_plan
 from ci.gates.equivalence import run as eq
 from ci.gates.results import Status
-from ci.gates.serving import llama
+from ci.gates.serving import llama, model_sets
+from ci.gates.serving import prompts as prompt_set
 from ci.gates.serving.llama import LlamaServer, ServerLaunch, free_ports, group_members
 from ci.gates.tiny import models as tinymodels
 from ci.gates.tiny.models import TinyModels
@@ -103,8 +104,8 @@ def test_gate_passes_with_a_drafter_that_drafts(tiny_models: TinyModels, llama_s
     assert props["model_sha256"] == sha256_file(tiny_models.target)
     assert props["drafter_sha256"] == sha256_file(tiny_models.near_drafter)
     assert props["llama_server_sha256"] == sha256_file(llama_server)
-    assert props["prompts_sha256"] == eq_plan.prompts_sha256(eq_plan.load_prompts())
-    assert props["models"] == eq_plan.GIVEN_MODELS
+    assert props["prompts_sha256"] == eq_plan.prompts_sha256(prompt_set.load_prompts())
+    assert props["models"] == model_sets.GIVEN_MODELS
     assert m["baseline_decode_tps"] > 0
     assert m["drafter_decode_tps"] > 0
     assert result["properties"]["spec_type"] == "draft-simple"
@@ -202,7 +203,7 @@ def test_near_ties_resume_from_the_baseline_token_on_the_real_server(tiny_models
     # With another target in the drafter leg and a huge threshold, every difference is a "near-tie": both legs
     # resume again and again from the prompt plus the baseline's tokens. The tokens so judged must be exactly
     # the baseline's uninterrupted greedy run, which proves that the resume request continues it.
-    short = next(p for p in eq_plan.load_prompts() if p.name == "short")
+    short = next(p for p in prompt_set.load_prompts() if p.name == "short")
     plan = replace(equivalence_plan(tiny_models, llama_server, tokens=24, near_tie=1e9), prompts=(short,))
     plan = replace(plan, drafter=replace(plan.drafter, model=tiny_models.other_target))
     with eq.servers(plan, tmp_path) as (baseline, drafter):

@@ -15,7 +15,10 @@ from ci.gates.equivalence import judge as ej
 from ci.gates.equivalence import plan as eq_plan
 from ci.gates.equivalence import run as eq
 from ci.gates.results import Status, write_json, write_junit
+from ci.gates.serving import model_sets
+from ci.gates.serving import prompts as prompt_set
 from ci.gates.serving.llama import LAUNCHER
+from ci.gates.serving.prompts import Prompt
 from ci.gates.tiny.models import TinyModels
 from tests.support.equivalence import Recorded
 from tests.support.messages import pattern
@@ -57,7 +60,7 @@ def test_off_the_cpu_both_servers_start_at_once(tiny_models: TinyModels) -> None
 
 def test_a_dflash_drafter_uses_serves_dflash_route(tiny_models: TinyModels, tmp_path: Path) -> None:
     d = dflash_drafter(tmp_path / "d.gguf")
-    assert eq_plan.gguf_architecture(d) == "dflash"
+    assert model_sets.gguf_architecture(d) == "dflash"
     plan = eq_plan.plan(model=tiny_models.target, drafter=d, llama_server=Path("llama-server"), device="rocm")
     argv = plan.launch(plan.drafter, 9)
     assert argv.argv[-2:] == ("--dflash", str(d))
@@ -70,7 +73,7 @@ def test_a_dflash_drafter_uses_serves_dflash_route(tiny_models: TinyModels, tmp_
 
 def test_request_body_is_greedy_and_resumes_with_token_ids() -> None:
     plan = eq_plan.EquivalencePlan(eq_plan.Leg("baseline", Path("m")), eq_plan.Leg("drafter", Path("m")), (), Path("s"), seed=7)
-    p = ej.Prompt("short", "Q: A?\nA:")
+    p = Prompt("short", "Q: A?\nA:")
     assert plan.body(p, ej.Resume((), 256)) == {
         "prompt": "Q: A?\nA:", "n_predict": 256, "ignore_eos": True, "temperature": 0, "top_k": 1, "seed": 7, "cache_prompt": False, "n_probs": 2,
         "return_tokens": True,
@@ -81,24 +84,24 @@ def test_request_body_is_greedy_and_resumes_with_token_ids() -> None:
 
 
 def test_committed_prompts_and_a_replacement_directory(tmp_path: Path) -> None:
-    assert [p.name for p in eq_plan.load_prompts()] == ["code", "prose", "short"]
+    assert [p.name for p in prompt_set.load_prompts()] == ["code", "prose", "short"]
     (tmp_path / "one.txt").write_text("Once")
     (tmp_path / "notes.md").write_text("not a prompt")
-    assert eq_plan.load_prompts(tmp_path) == (ej.Prompt("one", "Once"),)
+    assert prompt_set.load_prompts(tmp_path) == (Prompt("one", "Once"),)
     (tmp_path / "two.txt").write_text("  \n")
-    with pytest.raises(ConfigError, match=re.escape(eq_plan.EMPTY_PROMPT.format(where=tmp_path, name="two"))):
-        eq_plan.load_prompts(tmp_path)
+    with pytest.raises(ConfigError, match=re.escape(prompt_set.EMPTY_PROMPT.format(where=tmp_path, name="two"))):
+        prompt_set.load_prompts(tmp_path)
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(ConfigError, match=re.escape(eq_plan.NO_PROMPTS.format(where=empty))):
-        eq_plan.load_prompts(empty)
+    with pytest.raises(ConfigError, match=re.escape(prompt_set.NO_PROMPTS.format(where=empty))):
+        prompt_set.load_prompts(empty)
     (empty / "bytes.txt").write_bytes(b"\xb7 not text")  # before: "internal error: UnicodeDecodeError" (a hostile pass)
-    with pytest.raises(ConfigError, match=re.escape(eq_plan.PROMPT_NOT_UTF8.format(path=empty / "bytes.txt", byte=0xB7))):
-        eq_plan.load_prompts(empty)
+    with pytest.raises(ConfigError, match=re.escape(prompt_set.PROMPT_NOT_UTF8.format(path=empty / "bytes.txt", byte=0xB7))):
+        prompt_set.load_prompts(empty)
 
 
 def test_plan_refuses_bad_options(tiny_models: TinyModels, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=re.escape(eq_plan.NO_SUCH_MODEL.format(option="--drafter", path=tmp_path / "missing.gguf"))):
+    with pytest.raises(ConfigError, match=re.escape(model_sets.NO_SUCH_MODEL.format(option="--drafter", path=tmp_path / "missing.gguf"))):
         eq_plan.plan(model=tiny_models.target, drafter=tmp_path / "missing.gguf", llama_server=Path("s"))
     with pytest.raises(ConfigError, match=re.escape(eq_plan.TOO_FEW_TOKENS.format(tokens=0))):
         eq_plan.plan(model=tiny_models.target, drafter=tiny_models.drafter, llama_server=Path("s"), tokens=0)
@@ -107,12 +110,12 @@ def test_plan_refuses_bad_options(tiny_models: TinyModels, tmp_path: Path) -> No
             eq_plan.plan(model=tiny_models.target, drafter=tiny_models.drafter, llama_server=Path("s"), near_tie=near_tie)
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a gguf file at all")
-    with pytest.raises(ConfigError, match=pattern(eq_plan.NOT_GGUF, path=junk)):
-        eq_plan.gguf_architecture(junk)
+    with pytest.raises(ConfigError, match=pattern(model_sets.NOT_GGUF, path=junk)):
+        model_sets.gguf_architecture(junk)
 
 
 def _plan(recorded: Recorded) -> eq_plan.EquivalencePlan:
-    return eq_plan.EquivalencePlan(eq_plan.Leg("baseline", Path("t.gguf")), eq_plan.Leg("drafter", Path("t.gguf")), (recorded.prompt, ej.Prompt("later", "x")), Path("llama-server"), tokens=64)
+    return eq_plan.EquivalencePlan(eq_plan.Leg("baseline", Path("t.gguf")), eq_plan.Leg("drafter", Path("t.gguf")), (recorded.prompt, Prompt("later", "x")), Path("llama-server"), tokens=64)
 
 
 def test_gate_result_records_the_verdicts_and_serialises(recorded: Recorded, tmp_path: Path) -> None:
@@ -120,7 +123,7 @@ def test_gate_result_records_the_verdicts_and_serialises(recorded: Recorded, tmp
     seg = ej.Segment(0, recorded.answer("baseline@0"), recorded.answer("drafter@0"))
     v = ej.judge(recorded.prompt, [seg], 64, plan.near_tie)
     assert isinstance(v, ej.PromptVerdict)
-    other = ej.judge(ej.Prompt("later", "x"), [ej.Segment(0, recorded.answer("baseline@0"), recorded.answer("other_target@0"))], 64, plan.near_tie)
+    other = ej.judge(Prompt("later", "x"), [ej.Segment(0, recorded.answer("baseline@0"), recorded.answer("other_target@0"))], 64, plan.near_tie)
     assert isinstance(other, ej.PromptVerdict)
     result = eq.gate_result(plan, [v, other])
     assert result.status is Status.FAILED
@@ -147,7 +150,7 @@ def test_the_summary_says_what_held_before_what_fell_short(recorded: Recorded, t
 
     plan = _plan(recorded)
     far = [
-        verdict_of(ej.judge(ej.Prompt(name, recorded.prompt.text), [ej.Segment(0, recorded.answer("baseline@0"), recorded.answer("never_accepted@0"))], 64, plan.near_tie))
+        verdict_of(ej.judge(Prompt(name, recorded.prompt.text), [ej.Segment(0, recorded.answer("baseline@0"), recorded.answer("never_accepted@0"))], 64, plan.near_tie))
         for name in ("short", "later")
     ]
     result = eq.gate_result(plan, far)
@@ -162,7 +165,7 @@ def test_the_summary_says_what_held_before_what_fell_short(recorded: Recorded, t
     assert eq.SUMMARY_BELOW_FLOORS.format(count=2) in summary_markdown([result], "t")
 
     never = [
-        verdict_of(ej.judge(ej.Prompt(name, recorded.prompt.text), [ej.Segment(0, recorded.answer("baseline@0"), recorded.answer("never_drafts@0"))], 64, plan.near_tie))
+        verdict_of(ej.judge(Prompt(name, recorded.prompt.text), [ej.Segment(0, recorded.answer("baseline@0"), recorded.answer("never_drafts@0"))], 64, plan.near_tie))
         for name in ("short", "later")
     ]
     result = eq.gate_result(plan, never)
@@ -172,7 +175,7 @@ def test_the_summary_says_what_held_before_what_fell_short(recorded: Recorded, t
     # one prompt diverged far from a near-tie, the other held: 1/2 identical, and the diverged one is not counted
     seg = ej.Segment(0, recorded.answer("baseline@0"), recorded.answer("drafter@0"))
     held = verdict_of(ej.judge(recorded.prompt, [seg], 64, plan.near_tie))
-    diverged = verdict_of(ej.judge(ej.Prompt("later", "x"), [ej.Segment(0, recorded.answer("baseline@0"), recorded.answer("other_target@0"))], 64, plan.near_tie))
+    diverged = verdict_of(ej.judge(Prompt("later", "x"), [ej.Segment(0, recorded.answer("baseline@0"), recorded.answer("other_target@0"))], 64, plan.near_tie))
     result = eq.gate_result(plan, [held, diverged])
     assert pattern(eq.SUMMARY, status="FAILED", identical=1, prompts=2).match(result.summary)
 

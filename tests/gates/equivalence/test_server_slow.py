@@ -13,6 +13,7 @@ from ci.gates.equivalence import judge as ej
 from ci.gates.equivalence import plan as eq_plan
 from ci.gates.serving import llama
 from ci.gates.serving.llama import LlamaServer, ServerLaunch, free_ports
+from ci.gates.serving.prompts import Prompt
 from ci.gates.tiny.models import TinyModels
 from tests.support.binaries import llama_binary
 from tests.support.messages import pattern
@@ -29,7 +30,7 @@ def direct(models: TinyModels) -> ServerLaunch:
 
 def test_an_http_error_is_reported_with_its_body(tiny_models: TinyModels, tmp_path: Path) -> None:
     plan = eq_plan.EquivalencePlan(eq_plan.Leg("baseline", tiny_models.target), eq_plan.Leg("drafter", tiny_models.target), (), Path())
-    body = plan.body(ej.Prompt("short", "Q:"), ej.Resume((99_999,), 4))  # a resume with an id past the vocab
+    body = plan.body(Prompt("short", "Q:"), ej.Resume((99_999,), 4))  # a resume with an id past the vocab
     with LlamaServer(direct(tiny_models), tmp_path / "s.log") as server, pytest.raises(ServerFailed) as failed:
         server.completion(body)
     assert pattern(llama.HTTP_ERROR, leg="baseline", path="/completion", status=400).match(failed.value.message)
@@ -42,7 +43,7 @@ def test_a_request_timeout_is_reported_and_the_server_reaped(tiny_models: TinyMo
     plan = eq_plan.EquivalencePlan(eq_plan.Leg("baseline", tiny_models.target), eq_plan.Leg("drafter", tiny_models.target), (), Path())
     no_answer = llama.NO_ANSWER.format(leg="baseline", path="/completion", seconds=0.001)
     with LlamaServer(direct(tiny_models), tmp_path / "s.log") as server, pytest.raises(ServerFailed, match=re.escape(no_answer)):
-        server.completion(plan.body(ej.Prompt("short", "Q:"), ej.Resume((), 400)), timeout=0.001)
+        server.completion(plan.body(Prompt("short", "Q:"), ej.Resume((), 400)), timeout=0.001)
     assert server.leftovers() == ()
     assert live_processes_naming(str(tiny_models.target)) == []
 
