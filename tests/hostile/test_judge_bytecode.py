@@ -116,7 +116,9 @@ def test_nox_starts_ci_with_a_fresh_bytecode_folder(tmp_path: Path) -> None:
         calls[-1][1]["result"] = done
 
     session = SimpleNamespace(venv_backend="none", posargs=list(MATRIX[1:]), run=run)
-    load_noxfile()._ci(session, MATRIX[0])
+    noxfile = load_noxfile()
+    noxfile.NO_VENV = True  # nox --no-venv: the running Python, as the GPU box runs it (the one environment otherwise)
+    noxfile._ci(session, MATRIX[0])
     (args, kwargs), = calls
     assert args[1:4] == ("-m", "ci", "matrix")
     assert folders == [True]
