@@ -44,7 +44,7 @@ NINJA_LOG = ".ninja_log"
 LOG = "build.log"
 BUILD_TYPES = ("Release", "RelWithDebInfo", "Debug", "MinSizeRel")
 # passed to the build besides: where ccache keeps its cache and how big it may grow, and its own switch to compile without it
-BUILD_VARIABLES = ("CCACHE_DIR", "CCACHE_DISABLE", "CCACHE_MAXSIZE")
+BUILD_VARIABLES = ("CCACHE_DIR", "CCACHE_DISABLE", "CCACHE_MAXSIZE", "CCACHE_BASEDIR")
 # the languages whose compiles go through the launcher (CMAKE_<LANG>_COMPILER_LAUNCHER), by backend
 LAUNCHED = {"hip": ("C", "CXX", "HIP"), "cuda": ("C", "CXX", "CUDA")}
 # what says a build directory's compiles go through ccache: the launcher this tool gives, or the fork's own
@@ -285,7 +285,11 @@ def build_environment(plan: BuildPlan, source: Mapping[str, str] | None = None) 
     (:func:`ci.command.environment`: an allow-list, never the ledger's key), the profile's variables and ccache's
     folder among it, the toolchain's own (ROCM_PATH, HIP_PATH, ...) over it. CFLAGS, CXXFLAGS and the like are not
     passed: the build key does not hold them (a flag goes through ONEBIT_CMAKE_ARGS or --define, docs/build.md)."""
-    return environment(source, declared=(*plan.profile.variables, *BUILD_VARIABLES), given=plan.env)
+    # ccache's base_dir, where nothing else set it: the sources and the build as paths relative to the folder holding
+    # both, so a clone at another place (a runner's new workspace) is the same compile (a real fork's clone hit 1 of 277)
+    base = {"CCACHE_BASEDIR": os.path.commonpath([plan.source, plan.build_dir])}
+    env = environment(source, declared=(*plan.profile.variables, *BUILD_VARIABLES), given=plan.env)
+    return {**base, **env}
 
 
 def execute(plan: BuildPlan, decision: Decision, say: Callable[[str], None], shown: Callable[[Path], str] = str) -> Manifest:

@@ -189,3 +189,20 @@ def test_ccaches_hit_rate_is_said_and_lands_in_build_json(build_project: Project
     again = manifest(build_project)["ccache_stats"]
     assert (again["hits"], again["misses"], again["hit_rate"]) == (3, 0, 1.0), again
     assert said(ninja.CCACHE_LINE, r.out, hits=3, cacheable=3, rate="100.0%")
+
+
+@pytest.mark.skipif(shutil.which("ccache") is None, reason="no ccache here: apt-get install ccache (.ci/run does)")
+def test_ccache_hits_a_build_of_the_same_sources_in_a_clone_at_another_path(build_fork: BuildFork, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A checkout at another place (a scratch clone, a runner's new workspace) compiles the same sources with other
+    absolute paths; ccache's base_dir, the project's root, makes them the same compile (a real fork's clone hit 1 of 277)."""
+    from tests.support.project import make_project
+
+    monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "ccache"))
+    first = make_project(tmp_path / "one" / "project", build_fork.as_fork(), build_fork.f0)
+    r = build_cpu(first)
+    assert r.code == 0, r.err
+    other = make_project(tmp_path / "elsewhere" / "project", build_fork.as_fork(), build_fork.f0)
+    r = build_cpu(other)
+    assert r.code == 0, r.err
+    stats = manifest(other)["ccache_stats"]
+    assert (stats["hits"], stats["misses"]) == (3, 0), stats
