@@ -38,11 +38,15 @@ EXTENSION_MODULE = "a compiled module, which Python imports as {module} before a
 PATH_FILE = "a .pth file, whose lines a Python may run or put on sys.path at start-up"
 
 
-def package_dir(name: str) -> Path:
-    """The folder of the package ``name`` as this Python imports it (this checkout's ci and serve, in nox's sessions)."""
-    import importlib
+PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout (or the install) whose ci/ this is
+PROJECT_PACKAGES = ("ci", "serve", "tests")  # its top-level packages (tests in a checkout only)
 
-    return Path(str(importlib.import_module(name).__file__)).resolve().parent
+
+def package_dir(name: str) -> Path:
+    """The folder of the project's package ``name``: the one beside this ci/, whatever sys.path would import under
+    that name (a PYTHONPATH entry holding a serve/ was the launcher digested and shipped, while the route tests
+    judged the checkout's: hostile pass 5)."""
+    return PROJECT_ROOT / name
 
 
 def tree_sha256(root: Path) -> str:

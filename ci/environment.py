@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib.machinery
 import os
 import re
 import sys
@@ -29,6 +30,15 @@ LIBRARY_PATH_OUTSIDE = (
 START_UP_CODE = (
     "PYTHONPATH: the entry '{entry}' holds {name}, which every Python a gate starts runs before anything of its own "
     "(the route gate's pytest, the launcher); take it out of PYTHONPATH"
+)
+REPLACES_MODULE = (
+    "PYTHONPATH: the entry '{entry}' holds a module {module} ({held}), which every Python a gate starts would import in "
+    "place of {theirs}; take it out of PYTHONPATH: it may add modules, never replace one"
+)
+STANDARD_LIBRARY = "the standard library's {module}"  # REPLACES_MODULE's theirs; else the path of the one replaced
+NOT_A_FOLDER = (
+    "PYTHONPATH: the entry '{entry}' is a file (an archive Python imports modules from), whose modules are not looked "
+    "into; name folders only"
 )
 NOT_ABSOLUTE = (
     "{name}: the entry '{entry}' is not an absolute path: an empty or relative entry is searched from the working "
@@ -74,6 +84,11 @@ FLAGS_FROM_ENV = re.compile(r"LLAMA_ARG_\w*")
 PATH_LISTS = ("LD_LIBRARY_PATH", "VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES", "PYTHONPATH")
 # What a Python runs at start-up from the first folder of sys.path holding it (site's hooks)
 START_UP_MODULES = ("sitecustomize.py", "sitecustomize", "usercustomize.py", "usercustomize")
+# Every Python a gate starts searches PYTHONPATH before its standard library and installed packages: a module there
+# named like one of those, or like the project's own packages, runs in its place. A pytest.py there was the route
+# gate's pytest and wrote a passing JUnit; a serve/ there was the launcher ci digested and shipped while the route
+# tests judged the checkout's (hostile pass 5, tests/hostile/test_pass5_*.py). So an entry may add modules, never
+# replace one.
 
 
 @dataclass(frozen=True)
@@ -153,7 +168,8 @@ def environment(
 def _refuse_other_code(source: Mapping[str, str]) -> None:
     """Refuse what this process's environment would make a gate's programs load in place of the build's or the
     project's code: a library folder outside the system's (``1bit serve`` runs llama-server without one), a Python
-    path entry holding start-up code. What the orchestration itself sets (``given``) is not the user's to refuse."""
+    path entry holding start-up code or a module that replaces one (:func:`replaced_module`). What the orchestration
+    itself sets (``given``) is not the user's to refuse."""
     from ci import loaded
 
     entries = [e for e in source.get("LD_LIBRARY_PATH", "").split(os.pathsep) if e]
@@ -162,10 +178,75 @@ def _refuse_other_code(source: Mapping[str, str]) -> None:
         outside = next((e for e in entries if not loaded.inside(e, folders)), None)
         if outside is not None:
             raise Refused(LIBRARY_PATH_OUTSIDE.format(entry=outside, folders=", ".join(folders)))
-    for entry in (e for e in source.get("PYTHONPATH", "").split(os.pathsep) if e):
+    python_path = [e for e in source.get("PYTHONPATH", "").split(os.pathsep) if e]
+    for entry in python_path:
         found = next((n for n in START_UP_MODULES if os.path.lexists(os.path.join(entry, n))), None)
         if found is not None:
             raise Refused(START_UP_CODE.format(entry=entry, name=found))
+    problem = replaced_module(python_path, [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e])
+    if problem is not None:
+        raise Refused(problem)
+
+
+def replaced_module(python_path: Iterable[str], also_not: Iterable[str] = ()) -> str | None:
+    """Why a Python given ``python_path`` as its PYTHONPATH would import a module of an entry in place of its own
+    (REPLACES_MODULE), or None. Its own: for the project's packages (ci, serve, tests) the project's folders; for any
+    other, the one this Python finds outside those entries (and ``also_not``'s, this process's own PYTHONPATH) and the
+    working directory, and for a standard-library name any. An entry that is a file is refused (NOT_A_FOLDER)."""
+    from ci.digests import PROJECT_PACKAGES, PROJECT_ROOT
+
+    entries = list(python_path)
+    left_out = {os.path.realpath(e) for e in (*entries, *also_not, os.curdir)}
+    rest = [p for p in sys.path if p and os.path.realpath(p) not in left_out]
+    for entry in entries:
+        if os.path.exists(entry) and not os.path.isdir(entry):
+            return NOT_A_FOLDER.format(entry=entry)
+        for module, held in modules_in(entry).items():
+            places = [str(PROJECT_ROOT / module)] if module in PROJECT_PACKAGES else _places_of(module, rest)
+            if _same_place(held, places) or (not places and module not in sys.stdlib_module_names):
+                continue
+            theirs = STANDARD_LIBRARY.format(module=module) if module in sys.stdlib_module_names else places[0]
+            return REPLACES_MODULE.format(entry=entry, module=module, held=held, theirs=theirs)
+    return None
+
+
+def modules_in(folder: str) -> dict[str, str]:
+    """The top-level modules an import finds in ``folder``, by name, and where: a package (a folder holding an
+    ``__init__`` of any suffix Python imports) or a module (a source, bytecode, a compiled module). A folder without
+    ``__init__`` is a namespace portion, which a regular module of the same name found later wins over."""
+    suffixes = importlib.machinery.all_suffixes()  # the compiled modules' long suffixes before the plain .so
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:  # not there (yet): nothing to import from it now
+        return {}
+    found: dict[str, str] = {}
+    for name in names:
+        path = os.path.join(folder, name)
+        if os.path.isdir(path):
+            if name.isidentifier() and any(os.path.isfile(os.path.join(path, "__init__" + s)) for s in suffixes):
+                found.setdefault(name, path)
+            continue
+        module = next((name[: -len(s)] for s in suffixes if name.endswith(s)), "")
+        if module.isidentifier():
+            found.setdefault(module, path)
+    return found
+
+
+def _places_of(module: str, path: list[str]) -> list[str]:
+    """Where this Python finds the top-level ``module`` on ``path``: a module's file, a package's folder or folders."""
+    try:
+        spec = importlib.machinery.PathFinder.find_spec(module, path)
+    except (ImportError, OSError, ValueError):
+        return []
+    if spec is None:
+        return []
+    if spec.submodule_search_locations is not None:
+        return list(spec.submodule_search_locations)
+    return [spec.origin] if spec.origin else []
+
+
+def _same_place(held: str, places: list[str]) -> bool:
+    return os.path.realpath(held) in {os.path.realpath(p) for p in places}
 
 
 def recorded_environment(source: Mapping[str, str] | None = None, declared: Iterable[str] = ()) -> dict[str, str]:

@@ -1,13 +1,15 @@
-"""Hostile pass 5: the launcher the route gate's tests judge is not the one ship puts in the wheel.
+"""Hostile pass 5: the launcher the route gate's tests judged was not the one ship put in the wheel.
 
 ``PYTHONPATH`` is passed to every program and recorded (docs/release.md: "the launcher's Python path"); only an entry
-holding ``sitecustomize``/``usercustomize`` is refused. An entry holding a package ``serve`` makes ci's own process
+holding ``sitecustomize``/``usercustomize`` was refused. An entry holding a package ``serve`` made ci's own process
 take it for the launcher (``launcher_dir()``: the ``serve`` this Python imports), so ``launcher_sha256`` and ship's
 copy read that folder. The route gate's pytest runs in the checkout, where pytest puts the checkout first on
 ``sys.path`` (``tests`` is a package): its tests import the checkout's ``serve/``. Set for both gpu_tests and ship,
 as the foreign library of pass 4 was, the route record passes on the checkout's launcher and is bound to the other's
 digest; ship copies the other into the wheel. The route suite run on the launcher so shipped fails 18 of its 242
-tests (the recipe refusal tests of tests/hostile/test_recipe_launch_keys.py), 2026-12-06.
+tests (the recipe refusal tests of tests/hostile/test_recipe_launch_keys.py), 2026-12-06. Now the launcher is the
+serve/ beside ci/ whatever sys.path says (ci.digests.package_dir), and an entry that would replace one of the project's
+packages is refused (ci.environment.REPLACES_MODULE), so nothing starts.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from pathlib import Path
 
 import pytest
 
+from ci import environment as program_environment
 from ci.gates.serving import launcher as launcher_files
 from ci.release import ledger
 from ci.release import witness as witness_mod
 from tests.release.test_ship import GATES, built, record
+from tests.support.messages import said
 from tests.support.project import Project
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,11 +60,6 @@ def python_ci(project: Project, *args: str, env: dict[str, str]) -> subprocess.C
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hostile pass 5: OPEN - a PYTHONPATH entry holding a package serve is the launcher ci digests and ship copies into the "
-    "wheel, while the route gate's tests import the checkout's serve/: the route record passes on one launcher, the wheel holds another",
-)
 def test_a_python_path_launcher_is_not_shipped_on_route_tests_that_judged_the_checkouts(
     build_project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -81,8 +80,10 @@ def test_a_python_path_launcher_is_not_shipped_on_route_tests_that_judged_the_ch
     seen = subprocess.run([sys.executable, "-P", "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
     assert seen == f"{evil / 'recipes.py'} None\n"  # what ci imports as the launcher accepts LD_PRELOAD in a recipe
 
-    # open now: the route gate passes (its tests import the checkout's serve/), its record bound to the other's digest
-    python_ci(build_project, "gpu-tests", "--profile", "cpu", "--gate", "route", env=env)
+    # the route gate had passed (its tests import the checkout's serve/), its record bound to the other's digest
+    gated = python_ci(build_project, "gpu-tests", "--profile", "cpu", "--gate", "route", env=env)
+    assert gated.returncode == 4, gated.stdout[-2000:] + gated.stderr[-2000:]
+    assert said(program_environment.REPLACES_MODULE, gated.stderr, entry=elsewhere, module="serve", held=evil, theirs=ROOT / "serve")
 
     monkeypatch.setattr(launcher_files, "launcher_dir", lambda: evil)
     record(build_project, m, GATES.backend_ops, GATES.equivalence)
@@ -91,3 +92,13 @@ def test_a_python_path_launcher_is_not_shipped_on_route_tests_that_judged_the_ch
     held = [zipfile.ZipFile(w).read("serve/recipes.py").decode() for w in wheels]
     assert not any("hostile pass 5" in text for text in held), shipped.stdout[-2000:]  # the launcher whose tests never ran
     assert shipped.returncode != 0, shipped.stdout[-2000:] + shipped.stderr[-2000:]
+
+
+def test_the_launcher_is_the_checkouts_whatever_the_python_path_says(tmp_path: Path) -> None:
+    """What ci digests and ship copies is the serve/ beside its ci/, even where this Python imports another serve."""
+    elsewhere = tmp_path / "elsewhere"
+    weakened_launcher(elsewhere)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(elsewhere), str(ROOT))), "PYTHONPYCACHEPREFIX": str(tmp_path / "bytecode")}
+    probe = "import serve; from ci.gates.serving import launcher; print(serve.__file__); print(launcher.launcher_dir())"
+    seen = subprocess.run([sys.executable, "-P", "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout
+    assert seen.splitlines() == [str(elsewhere / "serve" / "__init__.py"), str(ROOT / "serve")]

@@ -1,10 +1,11 @@
-"""Hostile pass 5: a ``pytest`` module on PYTHONPATH is the route gate's pytest.
+"""Hostile pass 5: a ``pytest`` module on PYTHONPATH was the route gate's pytest.
 
 The gate imports pytest with the checkout taken off the front of sys.path (a ``pytest.py`` in the checkout once ran
-in its place), but PYTHONPATH comes before the standard library and site-packages in every Python, and it is passed
-to the gate's programs and recorded (only an entry holding ``sitecustomize``/``usercustomize`` is refused). Set for
-both gpu_tests and ship, a folder holding a ``pytest.py`` that writes a JUnit of one passing case makes the route
-record "1/1 route tests passed" on a launcher that fails 18 of its tests, and ship writes the wheel.
+in its place), but PYTHONPATH comes before the standard library and site-packages in every Python, and it was passed
+to the gate's programs and recorded (only an entry holding ``sitecustomize``/``usercustomize`` was refused). Set for
+both gpu_tests and ship, a folder holding a ``pytest.py`` that writes a JUnit of one passing case made the route
+record "1/1 route tests passed" on a launcher that fails 18 of its tests, and ship wrote the wheel. An entry that
+would replace a module is refused now (ci.environment.REPLACES_MODULE), and nothing starts.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from ci import environment as program_environment
 from ci.gates.serving import launcher as launcher_files
 from tests.hostile.test_pass5_route_conftest import MARK, checkout_copy, python_ci, secrets
 from tests.release.test_ship import GATES, built, record
+from tests.support.messages import said
 from tests.support.project import Project
 
 FAKE_PYTEST = """\
@@ -28,11 +31,6 @@ def main(args):
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hostile pass 5: OPEN - PYTHONPATH (passed and recorded) may hold a pytest module, which the route gate imports "
-    "as its pytest: a fake that writes a passing JUnit makes the route record pass on a launcher that fails its tests",
-)
 def test_a_pytest_on_the_python_path_is_not_the_route_gates_pytest(
     build_project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -40,10 +38,12 @@ def test_a_pytest_on_the_python_path_is_not_the_route_gates_pytest(
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "pytest.py").write_text(FAKE_PYTEST)
-    monkeypatch.setenv("PYTHONPATH", str(elsewhere))
-    env = secrets(tmp_path, monkeypatch)
     m = built(build_project)
-    python_ci(work, build_project, "gpu-tests", "--profile", "cpu", "--gate", "route", env=env)
+    monkeypatch.setenv("PYTHONPATH", str(elsewhere))  # for gpu_tests and ship
+    env = secrets(tmp_path, monkeypatch)
+    gated = python_ci(work, build_project, "gpu-tests", "--profile", "cpu", "--gate", "route", env=env)
+    assert gated.returncode == 4, gated.stdout[-2000:] + gated.stderr[-2000:]
+    assert said(program_environment.REPLACES_MODULE, gated.stderr, entry=elsewhere, module="pytest", held=elsewhere / "pytest.py")
 
     monkeypatch.setattr(launcher_files, "launcher_dir", lambda: work / "serve")  # as the copy's gates digest it
     record(build_project, m, GATES.backend_ops, GATES.equivalence)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ci import digests, scratch
 
-SOURCE_ROOT = Path(__file__).resolve().parents[3]  # the onebit-ci checkout: the launcher and its route tests
+SOURCE_ROOT = digests.PROJECT_ROOT  # the onebit-ci checkout: the launcher and its route tests
 LAUNCHER_SKIPS = ("__pycache__", "*.pyc")  # a copy of a clean tree for a test (shutil.ignore_patterns): no bytecode
 BYTECODE_FOLDER = "PYTHONPYCACHEPREFIX"
 
@@ -38,7 +38,8 @@ def safe_path() -> tuple[str, ...]:
 
 
 def launcher_dir() -> Path:
-    """The serve package ship puts in the wheel: the one this Python imports (this checkout's, in nox's sessions)."""
+    """The serve package ship puts in the wheel and the gates run: the checkout's serve/, whatever sys.path says
+    (ci.environment refuses a PYTHONPATH entry that would put another in its place)."""
     return digests.package_dir("serve")
 
 
