@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ci.errors import ConfigError
+from ci import environment as program_environment
+from ci.errors import ConfigError, Refused
 from ci.gates.results import Status
 from ci.gates.route import run as route
 from tests.support.messages import said
@@ -150,3 +151,46 @@ def test_a_module_in_the_checkout_does_not_shadow_pytest(tmp_path: Path) -> None
     (source / "pytest.py").write_text(SHADOW)
     result = route.route_gate(tmp_path / "out", source)
     assert (result.status, result.summary) == (Status.PASSED, "2/2 route tests passed")
+
+
+@pytest.mark.parametrize(
+    "planted",
+    ["tests/hostile/conftest.py", "tests/hostile/__init__.py", "conftest.py", "__init__.py", "tests/hostile/conftest.cpython-311-x86_64-linux-gnu.so"],
+)
+def test_what_pytest_imports_on_the_way_to_a_file_the_gate_runs_is_in_the_route_digest(tmp_path: Path, planted: str) -> None:
+    """pytest imports the conftest.py of every folder from the root down to a file it runs, and the __init__.py of each
+    package on the way: a tests/hostile/conftest.py added for the gate run dropped the failing recipe tests, and the
+    digest read only the three files of tests/hostile (hostile pass 5). A compiled conftest is imported ahead of the
+    .py beside it. Another test module of the folder, which the gate does not run, is not in it."""
+    source = source_with(tmp_path, TWO)
+    (source / "tests" / "hostile").mkdir()
+    (source / route.LAUNCHER_ATTACKS[0]).write_text(TWO)
+    before = route.route_tests_sha256(source)
+    (source / "tests" / "hostile" / "test_not_run_by_the_gate.py").write_text(TWO)
+    assert route.route_tests_sha256(source) == before
+    (source / planted).write_text("def pytest_collection_modifyitems(config, items):\n    items[:] = []\n")
+    assert route.route_tests_sha256(source) != before
+    assert source / planted in route.route_test_files(source)
+
+
+def test_a_conftest_beside_the_launcher_attacks_written_during_the_run_is_an_error(tmp_path: Path) -> None:
+    """The digest the gate compares as its tests end reads tests/hostile's conftest too."""
+    source = source_with(tmp_path, "from pathlib import Path\n\n\ndef test_it() -> None:\n    (Path.cwd() / 'tests' / 'hostile' / 'conftest.py').write_text('# planted\\n')\n")
+    (source / "tests" / "hostile").mkdir()
+    result = route.route_gate(tmp_path / "out", source)
+    assert result.status is Status.ERROR
+    assert route.CHANGED_WHILE_RUNNING in result.problems
+
+
+def test_a_pytest_on_the_python_path_is_refused_before_the_gate_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PYTHONPATH comes before site-packages in the gate's Python: a pytest.py there wrote a passing JUnit of its own
+    (hostile pass 5). Nothing starts: no JUnit is written."""
+    source = source_with(tmp_path, TWO)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "pytest.py").write_text("def main(args):\n    return 0\n")
+    monkeypatch.setenv("PYTHONPATH", str(elsewhere))
+    with pytest.raises(Refused) as refused:
+        route.route_gate(tmp_path / "out", source)
+    assert said(program_environment.REPLACES_MODULE, refused.value.message, entry=elsewhere, module="pytest", held=elsewhere / "pytest.py")
+    assert list((tmp_path / "out").iterdir()) == []

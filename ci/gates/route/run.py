@@ -3,10 +3,11 @@ gate: the route tests (hadamard_route, recipes_route) and the launcher's other t
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ci.command import environment, run
 from ci.digests import files_sha256, files_under
@@ -46,15 +47,34 @@ TEST_FOLDERS = ("tests/route", "tests/serve")  # what the gate runs, and must fi
 LAUNCHER_ATTACKS = ("tests/hostile/test_recipe_launch_keys.py", "tests/hostile/test_serve_fuzz.py", "tests/hostile/test_serve_gated.py")
 TESTS_RUN = (*TEST_FOLDERS, *LAUNCHER_ATTACKS)
 NOT_SLOW = ("-m", "not slow")
-ROUTE_TESTS = (PROJECT_CONFIG, "conftest.py", "tests/__init__.py", "tests/conftest.py", *TESTS_RUN, "tests/support")
+ROUTE_TESTS = (PROJECT_CONFIG, *TESTS_RUN, "tests/support")
+# and what pytest imports for each path it runs besides the path: the conftest.py of every folder from the root down to
+# it, and the __init__.py of each package on the way. A tests/hostile/conftest.py added for the gate run, dropping the
+# failing recipe tests, then removed, had left a route record that counted (hostile pass 5). Any suffix: a compiled
+# conftest or __init__ is imported ahead of the .py beside it.
+ON_THE_WAY = ("conftest", "__init__")
+
+
+def route_test_files(source: Path | None = None) -> list[Path]:
+    """The files that decide what the route gate runs and how: :data:`ROUTE_TESTS` of the checkout (each that exists,
+    a folder's every file) and every file named :data:`ON_THE_WAY` in a folder from the root to each of
+    :data:`TESTS_RUN`."""
+    root = source or SOURCE_ROOT
+    named = [root / name for name in ROUTE_TESTS]
+    files = {f for p in named for f in (files_under(p) if p.is_dir() else [p] if p.is_file() else [])}
+    for name in TESTS_RUN:
+        parts = PurePosixPath(name).parts
+        for folder in (root.joinpath(*parts[:depth]) for depth in range(len(parts))):
+            with contextlib.suppress(OSError):
+                files |= {p for p in folder.iterdir() if p.name.split(".", 1)[0] in ON_THE_WAY and p.is_file()}
+    return sorted(files)
 
 
 def route_tests_sha256(source: Path | None = None) -> str:
-    """One digest of the files that decide what the route gate runs (:data:`ROUTE_TESTS` of the checkout, each that
-    exists), as the launcher's digest reads files: the route record is bound to it."""
+    """One digest of :func:`route_test_files`, as the launcher's digest reads files: the route record is bound to it,
+    and a gate run during which it changed counts for nothing."""
     root = source or SOURCE_ROOT
-    paths = (root / name for name in ROUTE_TESTS)
-    return files_sha256(root, [f for p in paths for f in (files_under(p) if p.is_dir() else [p] if p.is_file() else [])])
+    return files_sha256(root, route_test_files(root))
 
 
 def pytest_argv(junit: Path, source: Path = SOURCE_ROOT) -> list[str]:
