@@ -74,7 +74,7 @@ def test_a_servers_log_is_never_written_through_a_link(tmp_path: Path) -> None:
 
 def test_a_log_that_is_a_folder_is_one_line_naming_it(tmp_path: Path) -> None:
     (tmp_path / "x.log").mkdir()
-    with pytest.raises(OSError) as refused:
+    with pytest.raises(IsADirectoryError) as refused:
         command.open_log(tmp_path / "x.log")
     assert refused.value.filename == str(tmp_path / "x.log")
     assert os.path.isdir(tmp_path / "x.log")
