@@ -64,6 +64,7 @@ SLOTS_STILL = "its /slots said the same while it was processing"  # HUNG's how: 
 # a server that stopped. A hung drafter server had cost the self-test 120 s a leg (387 s against 80 s a fault).
 WATCH_EVERY = 1.0  # seconds between two looks
 ANSWER_WITHIN = 5.0  # seconds a look waits for /slots
+BUSY_CPU = 0.5  # CPU seconds spent since the last look that make an unanswered look a step of work, not a hang
 HUNG_AFTER = 15.0  # seconds without progress: a GPU step (a 27B prompt batch, a shader built on first use) takes a few
 
 
@@ -353,13 +354,18 @@ class LlamaServer:
         threading.Thread(target=ask, daemon=True, name=f"onebit-post-{self.launch.name}").start()
         watch = requests.Session()
         try:
-            last, since = None, time.monotonic()
+            last, since, spent = None, time.monotonic(), self._cpu_seconds()
             while not answered.wait(WATCH_EVERY):
                 state = _slots(watch, self.url)
                 if state == UNSUPPORTED:
                     answered.wait()
                     break
-                if state != last or (state is not None and not any(busy for _, busy, _ in state)):
+                # no answer while its processes spend CPU time: one long step of work (a 27B-wide micro-batch on two
+                # CPU cores outlasts HUNG_AFTER), not a loop that never comes back
+                working = state is None and (now := self._cpu_seconds()) - spent >= BUSY_CPU
+                if working:
+                    spent = now
+                if working or state != last or (state is not None and not any(busy for _, busy, _ in state)):
                     last, since = state, time.monotonic()
                 elif time.monotonic() - since >= HUNG_AFTER and not answered.is_set():
                     how = NO_SLOTS_ANSWER if state is None else SLOTS_STILL
@@ -370,6 +376,17 @@ class LlamaServer:
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
+
+    def _cpu_seconds(self) -> float:
+        """The CPU time its processes (the launcher and llama-server) have spent so far."""
+        total = 0.0
+        if self._proc is None:
+            return total
+        for pid in (self._proc.pid, *(p.pid for p in self.processes())):
+            with contextlib.suppress(psutil.Error):
+                times = psutil.Process(pid).cpu_times()
+                total += times.user + times.system
+        return total
 
     def _wait_exit(self, seconds: float) -> int | None:
         if self._proc is None:
