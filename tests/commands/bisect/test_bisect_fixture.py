@@ -139,7 +139,7 @@ def test_a_signal_mid_step_leaves_the_checkout_at_pin_and_series(
     bisect_project: Project, bisect_fork: BisectFork, sig: signal.Signals, tmp_path: Path
 ) -> None:
     """The first step's build sleeps 60 s (the fixture's FIXTURE_SLOW); the signal lands while it runs."""
-    env = {**os.environ, "ONEBIT_CMAKE_ARGS": f"{replay_flags()} -DFIXTURE_SLOW=ON", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {**os.environ, "ONEBIT_CMAKE_ARGS": f"{replay_flags()} -DFIXTURE_SLOW=ON", "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     argv = [sys.executable, "-m", "ci", "--root", str(bisect_project.root), "bisect", "--profile", "cpu", "--gate", "backend_ops",
             "--remote", str(bisect_fork.path), "--bad", bisect_fork.c(32)]  # fmt: skip
     log = tmp_path / "bisect.log"
