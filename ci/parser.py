@@ -14,6 +14,7 @@ from ci.schema import did_you_mean
 
 PROFILES = "gfx1151 (default), gfx1100, gfx1201, cuda, vulkan, cpu"
 DEVICES = ["auto", "rocm", "vulkan", "cuda", "cpu"]
+BENCH_PROTOCOLS = ("seeds", "completion")  # ci.gates.serving.protocol.PROTOCOLS' names (a test holds them equal)
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 UNKNOWN_ARGUMENT = "unrecognized argument {argument}{suggestion}"
@@ -242,14 +243,18 @@ def parser(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpa
     p.add_argument("--llama-server", help="this llama-server (default: the current build of --profile)")
     _profile(p, "whose build's llama-server runs when --llama-server is not given")
     p.add_argument("--device", choices=DEVICES, help="serve's --device (default: the profile's; auto with --llama-server)")
+    p.add_argument("--protocol", choices=BENCH_PROTOCOLS, default=BENCH_PROTOCOLS[0],
+                   help="how each request asks: seeds (default: the engine's tools/bench.py, chat completions with thinking off) or completion (/completion of token ids, ignore_eos: models without a chat template)")  # fmt: skip
     p.add_argument("--rounds", type=int, default=d.BENCH_ROUNDS, help=f"rounds, each running every config once (default {d.BENCH_ROUNDS})")
     p.add_argument("--prompt-reps", type=int, default=d.BENCH_PROMPT_REPS, help=f"long-prompt requests per run (default {d.BENCH_PROMPT_REPS})")
     p.add_argument("--decode-reps", type=int, default=d.BENCH_DECODE_REPS, help=f"requests per decode prompt per run (default {d.BENCH_DECODE_REPS})")
     p.add_argument("--decode-tokens", type=int, default=d.BENCH_DECODE_TOKENS, help=f"tokens generated per decode request (default {d.BENCH_DECODE_TOKENS})")
-    p.add_argument("--prompt-tokens", type=int, default=d.BENCH_PROMPT_TOKENS, help=f"tokens of the long prompt (default {d.BENCH_PROMPT_TOKENS})")
+    p.add_argument("--prompt-tokens", type=int, help=f"tokens of the long prompt (default: 1838 with its chat template on seeds, {d.BENCH_PROMPT_TOKENS} on completion)")
     p.add_argument("--warmup-tokens", type=int, default=d.BENCH_WARMUP_TOKENS, help=f"an unmeasured decode of this many tokens on each fresh server first (default {d.BENCH_WARMUP_TOKENS}; 0: none)")
     p.add_argument("-c", "--ctx-size", type=int, default=d.BENCH_CONTEXT, help=f"every server's context (default {d.BENCH_CONTEXT})")
-    p.add_argument("--lock", metavar="PATH", help="hold an exclusive lock on PATH for the whole run (a shared box); a second bench waits")
+    lock = p.add_mutually_exclusive_group()
+    lock.add_argument("--lock", metavar="PATH", help="hold this lock file for the whole run instead of the box lock: $ONEBIT_BOX_LOCK, else onebit-ci's cache folder's box.lock, the perf gate's")
+    lock.add_argument("--no-lock", action="store_true", help="hold no lock: measure while the perf gate or another bench may be measuring")
     p.add_argument("--json", metavar="OUT", help="write the record (configs, every sample, the figures) here")
     p.add_argument("--logs", metavar="DIR", help="the servers' logs (default: build/bench/logs)")
     p.add_argument("--recipe", metavar="ID", help="re-measure a recipe: its launch with and without it, interleaved; prints a measured: line")

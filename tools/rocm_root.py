@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 ERROR = "rocm_root: error: {message}"
-LACKS = "this Python lacks {module}: run it with one that has the project's dependencies (e.g. .nox/tests/bin/python)"
+LACKS = "this Python lacks {module}: run it with one that has the project's dependencies (e.g. .nox/onebit/bin/python)"
 NOT_A_FORK_CLONE = "--fork-git {path}: not a git repository; name a clone of the fork (a bare mirror or a checkout)"
 CHANGED_BOTH_WAYS = (
     "{copy}: changed inside the root and by the new HEAD: {files}; keep the change with git -C {copy} stash, "

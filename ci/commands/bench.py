@@ -38,7 +38,7 @@ NO_CHECK = 'recipe "{recipe}" has no "check" to re-judge; add one (docs/recipes.
 MEASURED = 'measured: "{parts}, {rounds} ({command}, {date}, {host})"'
 METRIC_CHANGE = "{metric} {before:.1f} -> {after:.1f} t/s ({change:+.1f}%)"
 METRIC_NO_CHANGE = "{metric} {before:.1f} -> {after:.1f} t/s (no change)"  # the two 95% intervals of the median overlap
-ROUNDS = "median of {rounds} interleaved rounds"
+ROUNDS = "median of {rounds} interleaved rounds, the {protocol} protocol"
 # every metric's intervals overlap: no measured line (a paste-ready "+0.4%" had claimed a change nothing showed)
 NO_CHANGE = (
     "bench: recipe {recipe}: no change: with and without it the 95% intervals of the median overlap on every metric "
@@ -75,15 +75,23 @@ def main(args: argparse.Namespace) -> int:
     bench_plan = plans.plan(
         model=Path(args.model).resolve(), llama_server=llama_server, configs=configs, device=device,
         rounds=args.rounds, prompt_reps=args.prompt_reps, decode_reps=args.decode_reps, decode_tokens=args.decode_tokens,
-        prompt_tokens=args.prompt_tokens, context=args.ctx_size, warmup_tokens=args.warmup_tokens,
+        prompt_tokens=args.prompt_tokens, context=args.ctx_size, warmup_tokens=args.warmup_tokens, protocol=args.protocol,
     )  # fmt: skip
     logs = given(args.logs) or root / "build" / "bench" / "logs"
     check_outputs(logs, given(args.json))
     if target is not None:
         shown = SHOWN_COMMAND.format(args=shlex.join(sys.argv[sys.argv.index("bench") + 1 :] if "bench" in sys.argv else ["--recipe", args.recipe]))
-        return recipe_session(bench_plan, target, logs, given(args.lock), given(args.json), shown)
-    bench.measure(bench_plan, logs, given(args.lock), given(args.json), say)
+        return recipe_session(bench_plan, target, logs, lock_of(args), given(args.json), shown)
+    bench.measure(bench_plan, logs, lock_of(args), given(args.json), say)
     return 0
+
+
+def lock_of(args: argparse.Namespace) -> Path | None:
+    """The lock the whole run holds: ``--lock PATH``, none with ``--no-lock``, else the box lock the perf gate holds
+    (:func:`~ci.gates.serving.bench.box_lock_path`), so a bench and a gate never measure one box at once."""
+    if args.no_lock:
+        return None
+    return given(args.lock) or bench.box_lock_path()
 
 
 @dataclass(frozen=True)
@@ -158,7 +166,9 @@ def overlaps(a: bench.Figure, b: bench.Figure) -> bool:
     return a.spread.low <= b.spread.high and b.spread.low <= a.spread.high
 
 
-def measured_line(recipe: str, metrics: Sequence[str], figures: Sequence[bench.Figure], rounds: int, command: str, date: str, host: str) -> str:
+def measured_line(
+    recipe: str, metrics: Sequence[str], figures: Sequence[bench.Figure], rounds: int, command: str, date: str, host: str, protocol: str
+) -> str:
     """The ``measured:`` line to paste into the recipe, each metric's change, or "no change" where the intervals
     overlap; when they overlap on every metric, the line that says so in its place (pure)."""
     by = {(f.config, f.metric): f for f in figures}
@@ -172,7 +182,7 @@ def measured_line(recipe: str, metrics: Sequence[str], figures: Sequence[bench.F
             continue
         changed = True
         parts.append(METRIC_CHANGE.format(metric=metric, before=a.median, after=b.median, change=100 * (b.median / a.median - 1)) if a.median else metric)
-    shown = ROUNDS.format(rounds=rounds)
+    shown = ROUNDS.format(rounds=rounds, protocol=protocol)
     if not changed:
         return NO_CHANGE.format(recipe=recipe, parts="; ".join(parts), rounds=shown)
     return MEASURED.format(parts="; ".join(parts), rounds=shown, command=command, date=date, host=host)
@@ -188,7 +198,7 @@ def recipe_session(
     if target.id not in applied.get("with", ()):  # the two configs would be one: a measured line of noise
         raise ConfigError(DOES_NOT_APPLY.format(recipe=target.id, applied=", ".join(applied.get("with", ())) or APPLIES_NONE))
     result, figures = bench.measure(bench_plan, logs, lock, json_out, say)
-    say(measured_line(target.id, bench_plan.metrics, figures, bench_plan.rounds, command, datetime.date.today().isoformat(), platform.node()))
+    say(measured_line(target.id, bench_plan.metrics, figures, bench_plan.rounds, command, datetime.date.today().isoformat(), platform.node(), bench_plan.protocol))
     if target.claim is None:
         return 0
     judged = perf.judge_check(target.claim, perf.per_round(target.claim, result.samples), None, "")

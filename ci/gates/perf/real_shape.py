@@ -31,21 +31,24 @@ from ci.errors import ConfigError, ServerFailed
 from ci.gates.serving.bench import Sample, sample_from
 from ci.gates.serving.bench_plan import BenchConfig, Run
 from ci.gates.serving.llama import LlamaServer, ServerLaunch, free_ports, launcher_argv
+from ci.gates.serving.protocol import DECODE_PROMPTS as DECODE_PROMPTS  # ci/gates/perf/run.py reads them here
+from ci.gates.serving.protocol import (
+    DECODE_TOKENS,
+    PATHS,
+    PROMPT_MAX_TOKENS,
+    PROTOCOLS,
+    SEED_PROMPT_TOKENS,
+    SEEDS,
+    chat_body,
+    warmups,
+)
 from ci.pin.claims import Check, Term
 
-# the seeds' protocol (engine tools/bench.py, docs/bench.md there): what each request asks
-PROTOCOL = "seeds' chat protocol: /v1/chat/completions, thinking off, prompt cache off, temperature 0"
-SEED_PROMPT_TOKENS = 1838  # "the 1,838-token prompt" of engine #194 and #229
+# the seeds' protocol, the bench's too (ci.gates.serving.protocol): what each request asks
+PROTOCOL = PROTOCOLS[SEEDS]
+CHAT = PATHS[SEEDS]
 LONG_PROMPT = "long"  # the prompt a PROMPT argument names: prompt(fa_off, long), ttft(long, long)
 LONG_PROMPT_TOKENS = 16384  # "pp16384", "the 16K first token" of engine #205
-DECODE_TOKENS = 256
-PROMPT_MAX_TOKENS = 8  # the seeds' prompt request generates a few tokens; its prompt timing is what counts
-WARMUP_MAX_TOKENS = 4
-DECODE_PROMPTS = {  # the seeds' decode prompts, by their names there
-    "code": "Write a Python function that parses an ISO-8601 timestamp without using datetime, with tests.",
-    "prose": "Explain how a B-tree insert works, step by step.",
-    "short": "Translate to French: The quick brown fox jumps over the lazy dog, and then it goes home to sleep.",
-}
 GROUP_SIZE = 3  # servers up at once: three 15.5 GB targets (or two 19 GB MoE files and a spare) in 80 GB
 SECONDS = 150.0  # each group's budget for the sequential test: the set's checks stay under minutes on a GPU box
 
@@ -188,17 +191,6 @@ def groups(checks: Sequence[Check], size: int = GROUP_SIZE) -> tuple[Group, ...]
     return tuple(out)
 
 
-def chat_body(content: str, max_tokens: int) -> dict[str, Any]:
-    """One request of the seeds' protocol."""
-    return {
-        "messages": [{"role": "user", "content": content}],
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "cache_prompt": False,
-        "chat_template_kwargs": {"enable_thinking": False},
-    }
-
-
 # -- the run -----------------------------------------------------------------------------------------------------------
 
 
@@ -241,7 +233,7 @@ class LiveGroup:
             for leg_name, server in self.servers.items():
                 server.wait_healthy()
                 for content, tokens in self._warmups(leg_name):
-                    server.post("/v1/chat/completions", chat_body(content, tokens), self.protocol.request_timeout)
+                    server.post(CHAT, chat_body(content, tokens), self.protocol.request_timeout)
         except BaseException:
             self._stack.close()
             raise
@@ -251,13 +243,9 @@ class LiveGroup:
         self._stack.close()
 
     def _warmups(self, leg_name: str) -> list[tuple[str, int]]:
-        """Each server's unmeasured first requests: a short decode, and the seeds' prompt where the leg is asked it.
-        On an H100 the first 1,838-token prompt of the dflash and MoE legs came 20% and 21% under the later ones
-        (a fresh server's first micro-batches of that size), with the short decode alone as a warm-up."""
-        out = [(DECODE_PROMPTS["short"], WARMUP_MAX_TOKENS)]
-        if "prompt" in self.group.asks[leg_name]:
-            out.append((self.models.prompts["prompt"], 1))
-        return out
+        """Each server's unmeasured first requests (:func:`~ci.gates.serving.protocol.warmups`): the seeds' prompt
+        among them where the leg is asked it."""
+        return warmups(self.models.prompts["prompt"] if "prompt" in self.group.asks[leg_name] else None)
 
     def rounds(self, n: int) -> list[Sample]:
         """``n`` more rounds: each leg, in the group's order, asked each of its requests once."""
@@ -277,7 +265,7 @@ class LiveGroup:
         tokens = self.protocol.decode_tokens if decode else 1 if metric == prompt_metric(LONG_PROMPT) else self.protocol.prompt_max_tokens
         body = chat_body(self.models.prompts[metric], tokens)
         t0 = time.monotonic()
-        answer = server.post("/v1/chat/completions", body, self.protocol.request_timeout)
+        answer = server.post(CHAT, body, self.protocol.request_timeout)
         seconds = time.monotonic() - t0
         run = Run(round_, BenchConfig(leg.name))
         sample = sample_from(answer, run, "prompt" if not decode else metric, 1, seconds, server.launch.name)

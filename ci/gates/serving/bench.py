@@ -3,9 +3,10 @@
 The engine's tools/bench.py, done here. Each config is a set of ``1bit serve`` arguments; the first is the
 baseline. Rounds interleave the configs (A B A B), each run on a fresh server started through the launcher and
 stopped and reaped afterwards, so a drifting box (heat, another job) spreads over every config alike. A run
-measures prompt t/s over one long prompt of an exact token count and decode t/s on the committed code, prose
-and short prompts (greedy, ``ignore_eos``, so every sample decodes the same number of tokens); the server's own
-``timings`` give the rates. ``--lock PATH`` holds an exclusive flock for the whole run (a shared GPU box).
+measures prompt t/s over one long prompt of an exact token count and decode t/s on three prompts, in the plan's
+protocol (:mod:`ci.gates.serving.protocol`): the seeds' chat completions, thinking off, or ``/completion`` on token
+ids with ``ignore_eos``; the server's own ``timings`` give the rates, and every figure names its protocol. The
+whole run holds the box lock, the perf gate's (:func:`box_lock_path`), so the two never measure at once.
 
 Plan apart from run: :func:`parse_config` and :func:`plan` are pure; :func:`run` starts the servers;
 :func:`summarise` and :func:`table` turn the samples into the figures.
@@ -17,6 +18,7 @@ import contextlib
 import dataclasses
 import datetime
 import io
+import os
 import platform
 import random
 import statistics
@@ -27,17 +29,24 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ci.errors import ServerFailed
-from ci.files import write_json
+from ci.files import cache_dir, write_json
 from ci.gates.serving import drafting
 from ci.gates.serving.bench_plan import PROMPT, BenchPlan, Run, check_configs
 from ci.gates.serving.llama import LlamaServer, ServerFactory, default_server, free_ports
-from ci.gates.serving.prompts import Prompt
+from ci.gates.serving.prompts import Prompt, load_prompts
+from ci.gates.serving.protocol import SEEDS, chat_prompt
 from ci.locks import held_lock
 
+BOX_LOCK_VAR = "ONEBIT_BOX_LOCK"  # the shared box's lock file (default: onebit-ci's cache folder's box.lock)
+
 # Messages, shared with the tests that match on them (tests/support/messages.py)
-NO_TIMINGS = "{server} server: the /completion answer has no timings"
-TIMINGS_LACK = "{server} server: the /completion answer's timings lack {phase}_n/_ms: {timings}"
+NO_TIMINGS = "{server} server: the answer has no timings"
+TIMINGS_LACK = "{server} server: the answer's timings lack {phase}_n/_ms: {timings}"
 WROTE = "bench: wrote {path}"
+PROTOCOL_LINE = "{requests} (--protocol {protocol})"  # the table's first line: which protocol made its figures
+PROMPT_MADE = "bench: prompt: {tokens} tokens by the model's own tokenizer{counted}"
+PROMPT_NEAREST = "{made}, the nearest to the {asked} asked"  # made: PROMPT_MADE's
+WITH_TEMPLATE = ", its chat template counted in"  # PROMPT_MADE's counted on the seeds' protocol
 # the table: a CONFIG_COLUMN, then per metric a CELL, its CELL_INTERVAL, and CELL_CHANGE against the baseline
 CONFIG_COLUMN = "config"
 CELL = "{best:.1f} / {median:.1f}"
@@ -46,6 +55,12 @@ CELL_CHANGE = " ({change:+.1f}%)"
 
 
 # -- the lock ---------------------------------------------------------------------------------------------------
+
+
+def box_lock_path() -> Path:
+    """The box's lock, the bench's and the perf gate's alike: ``$ONEBIT_BOX_LOCK``, else the cache folder's box.lock."""
+    given = os.environ.get(BOX_LOCK_VAR)
+    return Path(given) if given else cache_dir() / "box.lock"
 
 
 @contextlib.contextmanager
@@ -97,7 +112,8 @@ class Sample:
 
 
 def sample_from(answer: Mapping[str, Any], run: Run, metric: str, rep: int, seconds: float, server: str) -> Sample:
-    """One sample from a ``/completion`` answer's ``timings``; a :class:`ServerFailed` when they are missing."""
+    """One sample from an answer's ``timings`` (``/completion`` and chat completions alike); a :class:`ServerFailed`
+    when they are missing."""
     t = answer.get("timings")
     if not isinstance(t, Mapping):
         raise ServerFailed(NO_TIMINGS.format(server=server))
@@ -114,7 +130,7 @@ class ServerRun:
     config: str
     start_seconds: float
     log: str
-    warmup_seconds: float = 0.0  # the unmeasured warm-up request (0: none)
+    warmup_seconds: float = 0.0  # the unmeasured warm-up requests (0: none)
 
 
 @dataclass(frozen=True)
@@ -125,6 +141,34 @@ class BenchResult:
     started: str
     finished: str
     seconds: float
+    prompt_tokens: int = 0  # the long prompt's tokens by the model's own tokenizer (seeds: its chat template's too)
+
+
+@dataclass(frozen=True)
+class LongPrompt:
+    """What the prompt samples send, made once on the first server: token ids (completion) or a user message
+    (seeds), and its tokens by the model's tokenizer, as each prompt sample's ``prompt_n`` repeats them."""
+
+    content: tuple[int, ...] | str
+    tokens: int
+    asked: int
+
+
+def long_prompt(server: LlamaServer, bench_plan: BenchPlan) -> LongPrompt:
+    """The plan's long prompt for this server's model: exactly ``prompt_tokens`` token ids, or a user message whose
+    chat prompt is that long (:func:`~ci.gates.serving.protocol.chat_prompt`: exact unless the tokenizer moves
+    every cut; then the nearest, and it says so)."""
+    if bench_plan.protocol == SEEDS:
+        filler = "\n\n".join(p.text for p in load_prompts())
+        made = chat_prompt(lambda path, body: server.post(path, body, 60.0), bench_plan.prompt_tokens, filler, server.launch.name)
+        return LongPrompt(made.content, made.tokens, made.asked)
+    ids = prompt_ids(server, bench_plan.prompts, bench_plan.prompt_tokens)
+    return LongPrompt(ids, len(ids), bench_plan.prompt_tokens)
+
+
+def made_line(prompt: LongPrompt, protocol: str) -> str:
+    made = PROMPT_MADE.format(tokens=prompt.tokens, counted=WITH_TEMPLATE if protocol == SEEDS else "")
+    return made if prompt.tokens == prompt.asked else PROMPT_NEAREST.format(made=made, asked=prompt.asked)
 
 
 def prompt_ids(server: LlamaServer, prompts: Sequence[Prompt], count: int) -> tuple[int, ...]:
@@ -149,7 +193,7 @@ def run(
     started = _now()
     samples: list[Sample] = []
     servers: list[ServerRun] = []
-    ids: tuple[int, ...] = ()
+    prompt: LongPrompt | None = None
     schedule = bench_plan.schedule()
     lines = launch_lines if launch_lines is not None else {c.name: c.extra for c in bench_plan.configs}
     draft_max = {name: drafting.draft_max_of(argv) for name, argv in lines.items()}
@@ -158,32 +202,33 @@ def run(
         launch = bench_plan.launch(r, free_ports(1)[0])
         say(f"bench: [{k}/{len(schedule)}] round {r.round}, {r.config.name}: {r.config.show()}")
         with factory(launch, log_path, bench_plan.health_timeout) as server:
-            if not ids:
-                ids = prompt_ids(server, bench_plan.prompts, bench_plan.prompt_tokens)
-            warmup = 0.0
-            if bench_plan.warmup_tokens:
-                w0 = time.monotonic()
-                server.completion(bench_plan.warmup_body(), timeout=bench_plan.request_timeout)
-                warmup = time.monotonic() - w0
+            if prompt is None:
+                prompt = long_prompt(server, bench_plan)
+                say(made_line(prompt, bench_plan.protocol))
+            w0 = time.monotonic()
+            for body in bench_plan.warmup_bodies(prompt.content):
+                server.post(bench_plan.path, body, bench_plan.request_timeout)
+            warmup = time.monotonic() - w0 if bench_plan.warmup_tokens else 0.0
             servers.append(ServerRun(r.round, r.config.name, server.seconds_to_healthy, str(log_path), warmup))
             for rep in range(1, bench_plan.prompt_reps + 1):
-                samples.append(_ask(server, bench_plan.prompt_body(ids), r, PROMPT, rep, bench_plan.request_timeout, draft_max.get(r.config.name, 0)))
-            for prompt in bench_plan.prompts:
+                body = bench_plan.prompt_body(prompt.content)
+                samples.append(_ask(server, bench_plan.path, body, r, PROMPT, rep, bench_plan.request_timeout, draft_max.get(r.config.name, 0)))
+            for decode in bench_plan.prompts:
                 for rep in range(1, bench_plan.decode_reps + 1):
-                    body = bench_plan.decode_body(prompt)
-                    samples.append(_ask(server, body, r, f"decode {prompt.name}", rep, bench_plan.request_timeout, draft_max.get(r.config.name, 0)))
+                    body = bench_plan.decode_body(decode)
+                    samples.append(_ask(server, bench_plan.path, body, r, f"decode {decode.name}", rep, bench_plan.request_timeout, draft_max.get(r.config.name, 0)))
         mine = [s for s in samples if s.round == r.round and s.config == r.config.name]
         say("bench:   " + ", ".join(f"{m} {max(s.tps for s in mine if s.metric == m):.1f} t/s" for m in bench_plan.metrics))
-    return BenchResult(bench_plan, tuple(samples), tuple(servers), started, _now(), time.monotonic() - t0)
+    return BenchResult(bench_plan, tuple(samples), tuple(servers), started, _now(), time.monotonic() - t0, prompt.tokens if prompt else 0)
 
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def _ask(server: LlamaServer, body: Mapping[str, Any], r: Run, metric: str, rep: int, timeout: float, draft_max: int) -> Sample:
+def _ask(server: LlamaServer, path: str, body: Mapping[str, Any], r: Run, metric: str, rep: int, timeout: float, draft_max: int) -> Sample:
     t0 = time.monotonic()
-    answer = server.completion(body, timeout=timeout)
+    answer = server.post(path, body, timeout)
     return dataclasses.replace(sample_from(answer, r, metric, rep, time.monotonic() - t0, server.launch.name), draft_max=draft_max)
 
 
@@ -246,13 +291,15 @@ def summarise(bench_plan: BenchPlan, samples: Sequence[Sample]) -> tuple[Figure,
 
 
 def table(bench_plan: BenchPlan, figures: Sequence[Figure]) -> str:
-    """The engine's table: a row per config, ``best / median [95% interval of the median]`` t/s per metric, the change against the baseline."""
+    """The engine's table under the protocol that made it: a row per config, ``best / median [95% interval of the
+    median]`` t/s per metric, the change against the baseline."""
     rows = [[CONFIG_COLUMN, *bench_plan.metrics]]
     by = {(f.config, f.metric): f for f in figures}
     for config in bench_plan.configs:
         rows.append([config.name, *(by[(config.name, m)].cell() if (config.name, m) in by else "-" for m in bench_plan.metrics)])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+    caption = PROTOCOL_LINE.format(protocol=bench_plan.protocol, requests=bench_plan.described)
+    return "\n".join([caption, *("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)])
 
 
 def to_json(result: BenchResult, figures: Sequence[Figure]) -> dict[str, Any]:
@@ -261,6 +308,8 @@ def to_json(result: BenchResult, figures: Sequence[Figure]) -> dict[str, Any]:
         "model": str(p.model),
         "llama_server": str(p.llama_server),
         "device": p.device,
+        "protocol": p.protocol,
+        "protocol_requests": p.described,
         "configs": [{"name": c.name, "args": list(c.args)} for c in p.configs],
         "baseline": p.baseline.name,
         "rounds": p.rounds,
@@ -268,6 +317,7 @@ def to_json(result: BenchResult, figures: Sequence[Figure]) -> dict[str, Any]:
         "decode_reps": p.decode_reps,
         "decode_tokens": p.decode_tokens,
         "prompt_tokens": p.prompt_tokens,
+        "prompt_tokens_made": result.prompt_tokens,
         "warmup_tokens": p.warmup_tokens,
         "context": p.context,
         "prompts": [pr.name for pr in p.prompts],
@@ -285,8 +335,8 @@ def print_report(result: BenchResult, out: TextIO) -> tuple[Figure, ...]:
     figures = summarise(result.plan, result.samples)
     p = result.plan
     print(
-        f"bench: {p.model.name}, {p.rounds} round(s) x {len(p.configs)} config(s); t/s best / median [95% interval of the median]; prompt {p.prompt_tokens} tokens "
-        f"x {p.prompt_reps}, decode {p.decode_tokens} tokens x {p.decode_reps}; change: median against {p.baseline.name}'s",
+        f"bench: {p.model.name}, {p.rounds} round(s) x {len(p.configs)} config(s), the {p.protocol} protocol; t/s best / median [95% interval of the median]; "
+        f"prompt {p.prompt_tokens} tokens x {p.prompt_reps}, decode {p.decode_tokens} tokens x {p.decode_reps}; change: median against {p.baseline.name}'s",
         file=out,
     )
     print(table(p, figures), file=out)
@@ -342,7 +392,7 @@ def chart(result: BenchResult, path: Path) -> Path | None:
         ax.set_ylim(bottom=0)  # a rate's axis from 0: a 2% change looks like one
         ax.set_title(metric, fontsize=8)
         ax.set_ylabel("t/s", fontsize=7)
-    fig.suptitle(f"bench: {p.model.name}, {p.rounds} interleaved round(s), baseline {p.baseline.name}", fontsize=9)
+    fig.suptitle(f"bench: {p.model.name}, {p.rounds} interleaved round(s), baseline {p.baseline.name}, the {p.protocol} protocol", fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="svg")

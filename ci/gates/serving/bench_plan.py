@@ -1,6 +1,7 @@
 """The bench's plan, pure: its configs (each a set of ``1bit serve`` arguments, the first the baseline), the rounds
-that interleave them, each run's launch line and request bodies (:func:`plan`), and every config checked through
-``1bit serve --dry-run`` before any server starts (:func:`check_configs`)."""
+that interleave them, each run's launch line and request bodies in its protocol (:func:`plan`; the seeds' chat
+protocol or ``/completion``: :mod:`ci.gates.serving.protocol`), and every config checked through ``1bit serve
+--dry-run`` before any server starts (:func:`check_configs`)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,20 @@ from ci.errors import ConfigError
 from ci.gates.serving.llama import LAUNCHER, ServerLaunch, launcher_argv
 from ci.gates.serving.model_sets import NO_SUCH_MODEL
 from ci.gates.serving.prompts import Prompt, load_prompts
+from ci.gates.serving.protocol import (
+    COMPLETION,
+    DECODE_PROMPTS,
+    PATHS,
+    PROMPT_MAX_TOKENS,
+    PROTOCOLS,
+    SEED_PROMPT_TOKENS,
+    SEEDS,
+    chat_body,
+    warmups,
+)
 
-DEFAULT_PROMPT_TOKENS = defaults.BENCH_PROMPT_TOKENS
+DEFAULT_PROMPT_TOKENS = defaults.BENCH_PROMPT_TOKENS  # the /completion protocol's; the seeds' is theirs, 1,838
+PROMPT_TOKENS = {SEEDS: SEED_PROMPT_TOKENS, COMPLETION: DEFAULT_PROMPT_TOKENS}
 DEFAULT_ROUNDS = defaults.BENCH_ROUNDS
 DEFAULT_PROMPT_REPS = defaults.BENCH_PROMPT_REPS
 DEFAULT_DECODE_REPS = defaults.BENCH_DECODE_REPS
@@ -43,6 +56,7 @@ CONFIG_TWICE = "--config {name}: given twice"
 AT_LEAST_ONE = "{flag} {value}: must be at least 1"
 BAD_WARMUP = "--warmup-tokens {value}: must be 0 (no warm-up) or more"
 PROMPT_TOO_LONG = "--prompt-tokens {tokens}: does not fit the context -c {context}; raise -c or lower --prompt-tokens"
+NO_SUCH_PROTOCOL = "--protocol {protocol}: the protocols are {known}"
 SERVE_REFUSED = "--config {name}: 1bit serve: {line}"
 SERVER_NAME = "{config} (round {round})"  # a server's name in its messages
 
@@ -109,12 +123,23 @@ class BenchPlan:
     context: int = DEFAULT_CONTEXT
     prompts: tuple[Prompt, ...] = ()
     warmup_tokens: int = DEFAULT_WARMUP_TOKENS
+    protocol: str = COMPLETION  # how every request asks (ci.gates.serving.protocol.PROTOCOLS)
     health_timeout: float = 300.0  # a 27B model loads in tens of seconds
     request_timeout: float = defaults.REQUEST_TIMEOUT
 
     @property
     def baseline(self) -> BenchConfig:
         return self.configs[0]
+
+    @property
+    def path(self) -> str:
+        """Where every measured request goes."""
+        return PATHS[self.protocol]
+
+    @property
+    def described(self) -> str:
+        """The protocol in the words every figure it made carries."""
+        return PROTOCOLS[self.protocol]
 
     @property
     def metrics(self) -> tuple[str, ...]:
@@ -136,18 +161,32 @@ class BenchPlan:
         )
         return ServerLaunch(SERVER_NAME.format(config=run.config.name, round=run.round), argv, "127.0.0.1", port)
 
-    def prompt_body(self, ids: Sequence[int]) -> dict[str, Any]:
-        """Prompt speed: the whole prompt each time (``cache_prompt`` false), one token generated."""
-        return {"prompt": list(ids), "n_predict": 1, "temperature": 0, "top_k": 1, "seed": SEED, "cache_prompt": False}
+    def prompt_body(self, prompt: Sequence[int] | str) -> dict[str, Any]:
+        """Prompt speed: the whole prompt each time (``cache_prompt`` false). Seeds: the user message of a chat prompt
+        of ``prompt_tokens`` tokens, :data:`PROMPT_MAX_TOKENS` generated; completion: the token ids, one generated."""
+        if self.protocol == SEEDS:
+            assert isinstance(prompt, str)
+            return chat_body(prompt, PROMPT_MAX_TOKENS)
+        assert not isinstance(prompt, str)
+        return {"prompt": list(prompt), "n_predict": 1, "temperature": 0, "top_k": 1, "seed": SEED, "cache_prompt": False}
 
-    def warmup_body(self) -> dict[str, Any]:
-        """The first request of every server, not measured: a short decode that drafts when the config drafts, so
+    def warmup_bodies(self, prompt: Sequence[int] | str) -> list[dict[str, Any]]:
+        """The first requests of every server, not measured: a short decode that drafts when the config drafts, so
         one-time costs (Vulkan pipelines compiled for the verify batch, CUDA graphs) land before the samples.
-        Measured on the H200's Vulkan build without it: round 1's decode ratio 0.045 against 0.36-0.46 after."""
-        return {**self.decode_body(self.prompts[0]), "n_predict": self.warmup_tokens}
+        Measured on the H200's Vulkan build without it: round 1's decode ratio 0.045 against 0.36-0.46 after. Seeds:
+        the real-shaped set's warm-ups (:func:`~ci.gates.serving.protocol.warmups`), the long prompt once too."""
+        if not self.warmup_tokens:
+            return []
+        if self.protocol == SEEDS:
+            assert isinstance(prompt, str)
+            return [chat_body(content, tokens) for content, tokens in warmups(prompt, self.warmup_tokens)]
+        return [{**self.decode_body(self.prompts[0]), "n_predict": self.warmup_tokens}]
 
     def decode_body(self, prompt: Prompt) -> dict[str, Any]:
-        """Decode speed: greedy, exactly ``decode_tokens`` generated (``ignore_eos``)."""
+        """Decode speed, greedy. Seeds: ``decode_tokens`` at most, as the engine asked (a trained model may end its
+        answer sooner; each sample keeps its count); completion: exactly ``decode_tokens`` (``ignore_eos``)."""
+        if self.protocol == SEEDS:
+            return chat_body(prompt.text, self.decode_tokens)
         return {
             "prompt": prompt.text,
             "n_predict": self.decode_tokens,
@@ -169,11 +208,17 @@ def plan(
     prompt_reps: int = DEFAULT_PROMPT_REPS,
     decode_reps: int = DEFAULT_DECODE_REPS,
     decode_tokens: int = DEFAULT_DECODE_TOKENS,
-    prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
+    prompt_tokens: int | None = None,
     context: int = DEFAULT_CONTEXT,
     prompts: Sequence[Prompt] | None = None,
     warmup_tokens: int = DEFAULT_WARMUP_TOKENS,
+    protocol: str = COMPLETION,
 ) -> BenchPlan:
+    """The bench to run; ``prompt_tokens`` None is the protocol's (:data:`PROMPT_TOKENS`), ``prompts`` None its decode
+    prompts (the seeds' code, prose and short; ci/prompts for completion)."""
+    if protocol not in PROTOCOLS:
+        raise ConfigError(NO_SUCH_PROTOCOL.format(protocol=protocol, known=", ".join(PROTOCOLS)))
+    prompt_tokens = PROMPT_TOKENS[protocol] if prompt_tokens is None else prompt_tokens
     if not configs:
         raise ConfigError(NO_CONFIG)
     names = [c.name for c in configs]
@@ -186,7 +231,7 @@ def plan(
             raise ConfigError(AT_LEAST_ONE.format(flag=flag, value=value))
     if warmup_tokens < 0:
         raise ConfigError(BAD_WARMUP.format(value=warmup_tokens))
-    if prompt_tokens + 1 > context:
+    if prompt_tokens + (PROMPT_MAX_TOKENS if protocol == SEEDS else 1) > context:
         raise ConfigError(PROMPT_TOO_LONG.format(tokens=prompt_tokens, context=context))
     if not model.is_file():
         raise ConfigError(NO_SUCH_MODEL.format(option="-m", path=model))
@@ -205,9 +250,15 @@ def plan(
         decode_tokens=decode_tokens,
         prompt_tokens=prompt_tokens,
         context=context,
-        prompts=tuple(prompts) if prompts is not None else load_prompts(),
+        prompts=tuple(prompts) if prompts is not None else seed_prompts() if protocol == SEEDS else load_prompts(),
         warmup_tokens=warmup_tokens,
+        protocol=protocol,
     )
+
+
+def seed_prompts() -> tuple[Prompt, ...]:
+    """The seeds' decode prompts, by their names there."""
+    return tuple(Prompt(name, text) for name, text in DECODE_PROMPTS.items())
 
 
 def check_configs(bench_plan: BenchPlan, applied: dict[str, tuple[str, ...]] | None = None) -> dict[str, tuple[str, ...]]:

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import io
 import os
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ci import locks
 from ci.errors import ConfigError, ServerFailed
-from ci.gates.serving import bench, model_sets
+from ci.gates.serving import bench, model_sets, protocol
 from ci.gates.serving import bench_plan as plans
 from ci.gates.serving.llama import LAUNCHER
-from ci.gates.serving.prompts import Prompt
+from ci.gates.serving.prompts import Prompt, load_prompts
 from ci.gates.tiny.models import TinyModels
 from tests.support.messages import partly, pattern
 
@@ -80,16 +83,46 @@ def test_each_run_is_the_launcher_with_the_configs_arguments(tmp_path: Path) -> 
     assert launch.url == "http://127.0.0.1:41234"
 
 
-def test_the_request_bodies_measure_the_whole_prompt_and_exactly_n_decode_tokens(tmp_path: Path) -> None:
+def test_the_completion_protocols_bodies_measure_the_whole_prompt_and_exactly_n_decode_tokens(tmp_path: Path) -> None:
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
-    p = _plan(model, decode_tokens=64)
+    p = _plan(model, decode_tokens=64, protocol=protocol.COMPLETION)
+    assert (p.path, p.described) == ("/completion", protocol.PROTOCOLS[protocol.COMPLETION])
     assert p.prompt_body([5, 6, 7]) == {"prompt": [5, 6, 7], "n_predict": 1, "temperature": 0, "top_k": 1, "seed": 42, "cache_prompt": False}
     assert p.decode_body(PROMPTS[0]) == {
         "prompt": "def f():", "n_predict": 64, "temperature": 0, "top_k": 1, "seed": 42, "cache_prompt": False, "ignore_eos": True,
     }  # fmt: skip
     # the unmeasured warm-up: the first decode prompt, greedy like the samples, shorter
-    assert p.warmup_body() == {**p.decode_body(PROMPTS[0]), "n_predict": 32}
+    assert p.warmup_bodies([5, 6, 7]) == [{**p.decode_body(PROMPTS[0]), "n_predict": 32}]
+    assert _plan(model, warmup_tokens=0).warmup_bodies([5]) == []
+
+
+def test_the_seeds_protocols_bodies_are_the_engines_chat_completions_with_thinking_off(tmp_path: Path) -> None:
+    """The engine's tools/bench.py: a non-streamed chat completion, greedy, the prompt cache off, thinking off; the
+    prompt's speed from a request of 8 tokens, decode from 256 at most."""
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    p = plans.plan(model=model, llama_server=Path("/opt/llama/llama-server"), configs=[plans.BenchConfig("base")], protocol=protocol.SEEDS)
+    chat = {"temperature": 0, "cache_prompt": False, "chat_template_kwargs": {"enable_thinking": False}}
+    assert (p.path, p.described) == ("/v1/chat/completions", protocol.PROTOCOLS[protocol.SEEDS])
+    assert p.prompt_body("a long text") == {"messages": [{"role": "user", "content": "a long text"}], "max_tokens": 8, **chat}
+    # its decode prompts and prompt length are the seeds' own
+    assert p.prompt_tokens == 1838
+    assert [(d.name, d.text) for d in p.prompts] == list(protocol.DECODE_PROMPTS.items())
+    code = protocol.DECODE_PROMPTS["code"]
+    assert p.decode_body(p.prompts[0]) == {"messages": [{"role": "user", "content": code}], "max_tokens": 256, **chat}
+    # the warm-ups are the real-shaped set's: a short decode, then the long prompt once
+    short = protocol.DECODE_PROMPTS["short"]
+    assert p.warmup_bodies("a long text") == [
+        {"messages": [{"role": "user", "content": short}], "max_tokens": 32, **chat},
+        {"messages": [{"role": "user", "content": "a long text"}], "max_tokens": 1, **chat},
+    ]
+    # the real-shaped set's requests are these very bodies
+    assert protocol.chat_body(short, protocol.WARMUP_MAX_TOKENS) == {"messages": [{"role": "user", "content": short}], "max_tokens": 4, **chat}
+    assert protocol.warmups(None) == [(short, protocol.WARMUP_MAX_TOKENS)]
+    # the completion protocol keeps its own defaults: the committed prompts, 1,800 tokens
+    kept = _plan(model, prompts=None, protocol=protocol.COMPLETION)
+    assert (kept.prompt_tokens, kept.prompts) == (plans.DEFAULT_PROMPT_TOKENS, load_prompts())
 
 
 @pytest.mark.parametrize(
@@ -101,6 +134,9 @@ def test_the_request_bodies_measure_the_whole_prompt_and_exactly_n_decode_tokens
         ({"decode_tokens": 0}, plans.AT_LEAST_ONE.format(flag="--decode-tokens", value=0)),
         ({"warmup_tokens": -1}, plans.BAD_WARMUP.format(value=-1)),
         ({"prompt_tokens": 4096, "context": 4096}, plans.PROMPT_TOO_LONG.format(tokens=4096, context=4096)),
+        # the seeds' prompt request generates 8 tokens after the prompt
+        ({"prompt_tokens": 4090, "context": 4096, "protocol": protocol.SEEDS}, plans.PROMPT_TOO_LONG.format(tokens=4090, context=4096)),
+        ({"protocol": "chat"}, plans.NO_SUCH_PROTOCOL.format(protocol="chat", known="seeds, completion")),
     ],
 )
 def test_bad_options_are_refused_before_anything_starts(tmp_path: Path, kw: dict[str, object], message: str) -> None:
@@ -169,6 +205,7 @@ def test_figures_are_best_and_median_over_every_sample_and_the_change_is_against
     fast_prompt = bench.CELL.format(best=110, median=99) + bench.CELL_INTERVAL.format(low=80, high=110) + bench.CELL_CHANGE.format(change=-1.0)
     fast_decode = bench.CELL.format(best=32, median=31) + bench.CELL_INTERVAL.format(low=30, high=32) + bench.CELL_CHANGE.format(change=210.0)
     assert bench.table(p, list(figures.values())) == (  # each column as wide as its widest cell, two spaces apart
+        bench.PROTOCOL_LINE.format(protocol="completion", requests=protocol.PROTOCOLS["completion"]) + "\n"
         f"{bench.CONFIG_COLUMN:8}{'prompt':35}decode code\n"
         f"{'base':8}{base_prompt:35}{base_decode}\n"
         f"{'fast':8}{fast_prompt:35}{fast_decode}"
@@ -219,3 +256,77 @@ def test_no_lock_path_holds_nothing(tmp_path: Path) -> None:
     with bench.box_lock(None, said.append), bench.box_lock(None, said.append):
         pass
     assert said == []
+
+
+@pytest.mark.parametrize("name", [protocol.SEEDS, protocol.COMPLETION])
+def test_the_record_and_the_report_name_the_protocol_that_made_every_figure(tmp_path: Path, name: str) -> None:
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    p = _plan(model, prompts=PROMPTS[:1], protocol=name)
+    samples = (_sample("base", "prompt", 100), _sample("fast", "prompt", 90), _sample("base", "decode code", 10), _sample("fast", "decode code", 9))
+    result = bench.BenchResult(p, samples, (), "2026-12-06T00:00:00.000+00:00", "2026-12-06T00:00:01.000+00:00", 1.0, prompt_tokens=p.prompt_tokens)
+    out = io.StringIO()
+    figures = bench.print_report(result, out)
+    record = bench.to_json(result, figures)
+    assert (record["protocol"], record["protocol_requests"]) == (name, protocol.PROTOCOLS[name])
+    assert record["prompt_tokens"] == record["prompt_tokens_made"] == (1838 if name == protocol.SEEDS else 1800)
+    caption = bench.PROTOCOL_LINE.format(protocol=name, requests=protocol.PROTOCOLS[name])
+    printed = out.getvalue().splitlines()
+    assert printed[1] == caption  # the table's own first line, above its header
+    assert printed[2].split()[0] == bench.CONFIG_COLUMN
+    assert f"the {name} protocol" in printed[0]
+
+
+def test_the_prompt_made_says_its_count_and_whether_it_is_the_nearest() -> None:
+    exact = bench.LongPrompt("text", 1838, 1838)
+    assert bench.made_line(exact, protocol.SEEDS) == bench.PROMPT_MADE.format(tokens=1838, counted=bench.WITH_TEMPLATE)
+    assert bench.made_line(bench.LongPrompt((1, 2), 2, 2), protocol.COMPLETION) == bench.PROMPT_MADE.format(tokens=2, counted="")
+    near = bench.made_line(bench.LongPrompt("text", 1839, 1838), protocol.SEEDS)
+    assert near == bench.PROMPT_NEAREST.format(made=bench.PROMPT_MADE.format(tokens=1839, counted=bench.WITH_TEMPLATE), asked=1838)
+
+
+class StandInTokenizer:
+    """A stand-in for a llama-server's /apply-template, /tokenize and /detokenize, where a trained tokenizer's merges
+    would be (the real server holds chat_prompt in the slow tier, on a vocabulary where every count is met at once):
+    "[" and "]" wrap the message, a token each, and each "x" is one. ``merge``: "x]" is one token, as a BPE merge
+    across the cut; ``odd``: a run of an odd count of x's costs one token more, so no odd total can be made."""
+
+    X, EXTRA = 7, 8
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.rendered = 0
+
+    def __call__(self, path: str, body: Mapping[str, Any]) -> dict[str, object]:
+        if path == "/apply-template":
+            messages = body["messages"]
+            assert isinstance(messages, list)
+            assert body["chat_template_kwargs"] == {"enable_thinking": False}
+            self.rendered += 1
+            return {"prompt": "[" + messages[0]["content"] + "]"}
+        if path == "/tokenize":
+            text = str(body["content"])
+            ids = [1 if c == "[" else 2 if c == "]" else self.X for c in text.replace("x]", "]" if self.mode == "merge" else "x]")]
+            if self.mode == "odd" and text.count("x") % 2:
+                ids.append(self.EXTRA)
+            return {"tokens": ids}
+        tokens = body["tokens"]
+        assert isinstance(tokens, list)
+        return {"content": "x" * tokens.count(self.X)}
+
+
+def test_a_chat_prompt_of_n_tokens_moves_its_cut_until_the_whole_templated_prompt_counts_n_stand_in_tokenizer() -> None:
+    plain = protocol.chat_prompt(StandInTokenizer("plain"), 12, "xx", "base")
+    assert (plain.content, plain.tokens, plain.exact) == ("x" * 10, 12, True)
+    # the last x merges with the template's "]": 10 x's make 11, so the cut moves by one and 11 x's make 12
+    merging = StandInTokenizer("merge")
+    made = protocol.chat_prompt(merging, 12, "xx", "base")
+    assert (made.content, made.tokens, made.exact) == ("x" * 11, 12, True)
+    assert merging.rendered == 3  # the empty message, then two tries
+    # 11 cannot be made (9 x's are 12 tokens, 8 are 10): the nearest after TRIES tries, and it says its own count
+    odd = StandInTokenizer("odd")
+    made = protocol.chat_prompt(odd, 11, "xx", "base")
+    assert (made.tokens, made.asked, made.exact) == (12, 11, False)
+    assert odd.rendered == 1 + protocol.TRIES
+    with pytest.raises(ConfigError, match=pattern(protocol.TOO_SHORT, tokens=2, overhead=2)):
+        protocol.chat_prompt(StandInTokenizer("plain"), 2, "xx", "base")

@@ -13,7 +13,7 @@ from ci.errors import ConfigError
 from ci.gates.perf import judge as perf
 from ci.gates.perf import real_shape, spec
 from ci.gates.results import Status
-from ci.gates.serving import devices
+from ci.gates.serving import devices, protocol
 from ci.gates.serving.bench import Sample
 from ci.pin.claims import Check, parse_check
 from ci.schema import Section, parse_yaml
@@ -132,7 +132,7 @@ def test_the_peak_bandwidth_of_the_devices_the_project_runs_on(listing: str, pea
 
 
 def test_a_request_of_the_seeds_protocol() -> None:
-    body = real_shape.chat_body("hello", 8)
+    body = protocol.chat_body("hello", 8)
     assert body == {
         "messages": [{"role": "user", "content": "hello"}],
         "max_tokens": 8,
