@@ -2,10 +2,8 @@
 f16 scale is set so that the block's weights have a chosen standard deviation. Quantizing 27e9 float weights in numpy
 takes hours; filling their blocks takes seconds, and a prompt costs the same whatever the weights hold.
 
-Layouts (ggml-common.h): Q4_0 is ``{f16 d; u8 qs[16]}`` for 32 weights ``d * (nibble - 8)``; Q8_0 ``{f16 d; i8
-qs[32]}`` for 32 weights ``d * q``; Q6_K ``{u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}`` for 256 weights ``d *
-scales[j] * (q - 32)``. Uniform random quants average -0.5 (not 0): each block's scale gets a random sign, so the
-offset averages out across a row instead of adding up through the layers.
+Uniform random quants average -0.5, not 0: each block's scale gets a random sign, so the offset averages out across a
+row instead of adding up through the layers.
 """
 
 from __future__ import annotations
@@ -30,6 +28,8 @@ class BlockType:
     sub_scale: int = 1  # Q6_K: the int8 sub-block scales, all of this magnitude
 
 
+# ggml-common.h: Q4_0 {f16 d; u8 qs[16]}, 32 weights d * (nibble - 8); Q8_0 {f16 d; i8 qs[32]}, 32 weights d * q;
+# Q6_K {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}, 256 weights d * scales[j] * (q - 32)
 Q4_0 = BlockType("Q4_0", 32, 18, 0, sum(v * v for v in range(-8, 8)) / 16)  # 21.5
 Q8_0 = BlockType("Q8_0", 32, 34, 0, sum(v * v for v in range(-128, 128)) / 256)  # 5461.5
 Q6_K = BlockType("Q6_K", 256, 210, 208, sum(v * v for v in range(-32, 32)) / 64, sub_scale=4)  # 341.5

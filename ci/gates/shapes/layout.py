@@ -1,13 +1,10 @@
 """Each model's tensor table, pure: names and shapes as the fork's loaders create them (``src/models/qwen35.cpp``,
-``qwen35moe.cpp``, ``dflash.cpp`` at ciru-ai/ROCmFPX c14872f, the same names as :mod:`ci.gates.tiny.qwen35`), the ggml
-type llama-quantize gives each, and what fills it.
+``qwen35moe.cpp``, ``dflash.cpp`` at ciru-ai/ROCmFPX c14872f), the type llama-quantize gives each
+(``src/llama-quant.cpp``: 2-D weights the file's, Q4_0's output.weight Q6_K; 1-D tensors, norms, ``ssm_conv1d`` and
+the MoE router f32), and what fills it.
 
-Types follow llama-quantize (``src/llama-quant.cpp``, ``tensor_allows_quantization``): 2-D weights are quantized
-(the file's type; Q4_0's output.weight in Q6_K), while 1-D tensors, ``*_norm.weight``, ``ssm_conv1d`` and the MoE
-router ``ffn_gate_inp`` stay f32. Scales keep activations finite through every layer: each matrix's weights have
-standard deviation ``1 / sqrt(fan_in)`` (a branch's output about the size of its input), token embeddings 1, the
-output head ``LOGIT_STD / sqrt(dim)`` (logits of std ~3), and the rows of tokens that must never be sampled (controls,
-bytes) are zero there.
+Scales keep activations finite through every layer: a matrix's weights have std ``1 / sqrt(fan_in)``, token
+embeddings 1, the output head ``LOGIT_STD / sqrt(dim)``; the rows of tokens never to be sampled are zero there.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
-"""A model set's files, written where the gate runs and kept in a cache by each model's spec hash: the first call
-writes them (minutes for the real set: see :func:`write_set`), a later one finds them by name and re-checks nothing
-but that they are there. Never committed; the cache folder is ``$ONEBIT_SHAPES_CACHE``, else the user's cache
-(``~/.cache/onebit-ci/shapes``).
+"""A model set's files, written where the gate runs and cached by each model's spec hash: the first call writes them
+(minutes for the real set), a later one finds them by name. Never committed; the cache folder is
+``$ONEBIT_SHAPES_CACHE``, else the user's cache (``~/.cache/onebit-ci/shapes``).
 
 A file's name holds its model's hash (the set's seed, the vocabulary, the model's shape and type, the writer's
 version), and a file is only ever renamed into place whole, so a file of that name is that model. Writing a set
-removes the files of the set's earlier specs from its folder (a stale 15 GB target would fill a 64 GB disk).
+removes its earlier specs' files (a stale 15 GB target would fill a 64 GB disk).
 """
 
 from __future__ import annotations

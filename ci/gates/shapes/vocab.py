@@ -1,16 +1,9 @@
 """The real-shaped models' vocabulary: the tiny models' one (:mod:`ci.gates.tiny.writer`) grown to the real size, a
 chat template, and a tokenizer that counts as llama.cpp does, so a prompt of exactly N tokens can be written.
 
-The vocabulary: the tiny models' tokens first (so the project's prompts tokenize alike in both), the chat's control
-tokens, a byte token for every byte (llama.cpp's SPM tokenizer falls back to them for any character it lacks), then
-fillers up to :data:`ci.gates.shapes.spec.VOCAB_SIZE`: CJK characters and pairs of them, valid UTF-8 each, that no
-ASCII text can reach. Every multi-character token but the fillers starts with "▁" and has no other, so the
-tokenizer's merges never cross a space: each space-separated word is tokenized on its own (:func:`prompt_text` builds
-on that, and checks the whole text anyway). ``tokenizer.ggml.add_space_prefix`` is off and no BOS is added (as
-Qwen's tokenizer: no dummy space, no BOS), so counts add up across the chat template's pieces.
-
-The output head's rows of the tokens listed by :meth:`RealVocab.silent` are zero, so a greedy run never picks a
-control token or a lone byte (a byte of 0x80 or above is invalid UTF-8 alone; the fork answers 500 for such output).
+No space prefix and no BOS (as Qwen's tokenizer), so counts add up across the chat template's pieces; every
+multi-character token but the fillers starts with "▁" and has no other, so merges never cross a space and each word
+is tokenized on its own (:func:`prompt_text` builds on that, and checks the whole text anyway).
 """
 
 from __future__ import annotations
@@ -65,7 +58,8 @@ class RealVocab:
         return self.vocab.tokens.index(token)
 
     def silent(self) -> tuple[int, ...]:
-        """Token ids the output head never favours: every token that is not a normal one."""
+        """Token ids the output head never favours: every token that is not a normal one (alone, a byte of 0x80 or above
+        is invalid UTF-8, and the fork answers 500 for such output)."""
         return tuple(i for i, t in enumerate(self.vocab.types) if t != NORMAL)
 
 
@@ -81,7 +75,9 @@ def _fillers(count: int) -> list[str]:
 
 @functools.cache
 def real_vocab(size: int) -> RealVocab:
-    """The vocabulary of ``size`` tokens (see the module's docstring)."""
+    """The vocabulary of ``size`` tokens: the tiny models' first (so the project's prompts tokenize alike in both), the
+    chat's control tokens, a byte token for every byte (the SPM tokenizer's fallback for a character it lacks), then
+    fillers up to ``size``: CJK characters and pairs of them, valid UTF-8 each, that no ASCII text can reach."""
     base = vocab()
     tokens, types, scores = list(base.tokens), list(base.types), list(base.scores)
     for t in CHAT_CONTROLS:
