@@ -1,10 +1,9 @@
 """File locks (fcntl) that say who holds them: one build at a time per profile build directory, one sync at a time
-per checkout, one bench at a time per ``--lock FILE``.
+per checkout, one bench at a time per ``--lock FILE``, so that a build.json describes the binaries beside it.
 
-Two builds at once on one checkout once left a build.json whose flags did not describe its binaries. The lock file
-holds one line, ``pid N on HOST since TIME: WHAT``, written once the lock is taken; a second comer reads it and waits
-(``wait=True``) or refuses in one line naming the holder. The kernel drops a flock with its process, so a lock
-left by a killed run holds nothing. A path that exists and is not a lock file is refused, never truncated.
+The lock file holds one line, ``pid N on HOST since TIME: WHAT``; a second comer reads it and waits (``wait=True``)
+or refuses in one line naming the holder. The kernel drops a flock with its process, so a killed run's lock holds
+nothing. A path that exists and is not a lock file is refused, never truncated.
 """
 
 from __future__ import annotations

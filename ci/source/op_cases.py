@@ -1,13 +1,9 @@
 """How many cases the fork's own test program lists for an op, read from the fork store without a checkout.
 
-test-backend-ops runs the cases ``make_test_cases_eval()`` (``tests/test-backend-ops.cpp``) pushes, and ``-o OP``
-keeps those of the op. pins.yaml's ``expect.backend_ops`` holds a count per op; a count carried from another pin
-shows up later as a backend_ops FAILED that looks like a kernel failure (a bump to ciru-ai c14872f carried 54 to a
-program listing 36). So the count is read here from the program itself: the op's test struct (the one under the
-``// GGML_OP_<OP>`` comment, else ``test_<op>``), and each ``new <struct>(`` inside the function, times the loops
-around it. Loops over a brace list or an integer range, and ifs whose conditions use only those loop variables and
-literals, are followed by running them; anything else around a case (a loop bound the reader cannot evaluate, a
-``while``, a lambda, ``#ifdef``, the struct built in another function) makes the count **unknown**, with why: never a
+pins.yaml's ``expect.backend_ops`` holds a count per op; one carried from another pin would fail later as if a kernel
+had. So the count is read from ``tests/test-backend-ops.cpp`` itself: each ``new <struct>(`` of the op's test struct
+in ``make_test_cases_eval()``, times the loops around it (run, when over a brace list or an integer range). Anything
+else around a case (an unevaluable bound, a ``while``, ``#ifdef``) makes the count **unknown**, with why: never a
 guess.
 """
 

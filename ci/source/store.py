@@ -1,12 +1,10 @@
 """The fork's commits as this machine knows them: a store fetched from the pinned URL or a local mirror.
 
-The store is the submodule's own git directory (``.git/modules/<path>``), so a bump and a later checkout share
-one set of objects. A local path given as the remote has its object files taken in (hard links where the file
-system allows, else copies: packs are immutable), so a mirror that lacks some large blobs (the search tool's
-snapshots) still serves every commit and tree, and nothing depends on the mirror staying where it was. The store
-keeps no ``objects/info/alternates`` to a user's path: an older store's are taken in, or dropped when their mirror
-is gone, on the next sync, and until then a missing one is named in one line. A URL (``https://``, ``file://``) is
-fetched with libgit2.
+The store is the submodule's own git directory (``.git/modules/<path>``), so a bump and a later checkout share its
+objects. A local path given as the remote has its object files taken in (hard links where the file system allows,
+else copies: packs are immutable), so a mirror that lacks some large blobs still serves every commit and tree, and
+nothing depends on the mirror staying where it was: the store keeps no ``objects/info/alternates`` to a user's path.
+A URL is fetched with libgit2.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """The one way the submodule's checkout comes to pin + series: fetch first, then decide, then move, all or nothing.
 
 :func:`sync` is the only code that writes the checkout; build, patches, bump and export call it.
-
-1. **Fetch.** The store (the submodule's git dir) must hold the commit: it is fetched from ``--remote`` (always,
-   when given) or the pinned URL (when the commit is missing) before anything else.
-2. **Decide** (:func:`prepare`, nothing written). The series is classified at the commit on a scratch index; it
-   must apply whole. The checkout is then one of: absent (check it out), already exactly the target, *ours*
-   (clean at its HEAD, or exactly the pin + series this tool applied there earlier, as its record says), or
-   holding changes this tool did not make, which are refused with the files named and never reset, unless
-   ``reset`` asks to discard them.
-3. **Move** (:func:`execute`). ``git read-tree --reset -u`` to the tree of pin + series, HEAD detached at the
-   pin, the record written. The index holds pin + series, so ``git diff`` in the checkout shows only work made
-   on top of it. On any failure (Ctrl-C included) the work tree, index and HEAD are put back as they were.
-
-The record (``onebit-sync.json`` in the store) names the commit, the series digest and the tree this tool
-made, so a checkout at pin + an older series moves to the new one without complaint.
+:func:`ensure_commit` fetches the pin into the store. :func:`prepare` decides, writing nothing: the series must apply
+whole, and changes this tool did not make are refused unless ``reset`` discards them. :func:`execute` moves
+(``git read-tree --reset -u``, HEAD detached at the pin, the record written) and, on any failure, puts the checkout
+back as it was. The steps: docs/patches.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """The checkout as a build saw it, and its modification times put back when its content is the same.
 
-ninja judges a file by its modification time, never its content. A checkout written again with the same content (a
-fresh clone of the submodule, ``patches --reset``, a CI job that restores ``build/`` and checks the fork out anew)
-has every file newer than the objects, and the next ninja run rebuilt all 295 steps of the cpu build for a one-line
-change (735 s, issue 45). A :class:`CheckoutView` records, for every file of the checkout, its stat data and sha256
-as a build saw them; :func:`restore` gives each file whose content is still that its recorded time back, so ninja
-sees what changed in content and nothing else.
-
-The fork store's ``index`` is one more file that matters: the fork's ``common/CMakeLists.txt`` makes it a configure
-dependency (for build-info.cpp: ``git rev-parse --short HEAD``, ``rev-list --count``), so a sync that rewrote it
-had ninja re-run CMake. What CMake reads through it is HEAD and, for ggml's ``-dirty``, the tree checked out; the
-index's time is put back when both are as the build saw them.
-
-Safe as ninja is: a file whose content differs from what the build saw, with a time no later than the view was
-taken, is given the current time instead, so ninja rebuilds from it (a copy that kept old times, a ``touch -d``).
-Another build directory's view (``others``) that saw other content in a file keeps it from being given a time older
-than that view: that directory's own objects would then look newer than the file.
+ninja judges a file by its time, not its content, so a checkout written again with the same content (a fresh clone,
+``patches --reset``) would rebuild everything. A :class:`CheckoutView` holds each file's stat data and sha256 as a
+build saw them, and the store's ``index`` by HEAD and tree; :func:`restore` gives each file still of that content its
+time back, a changed file older than the view the current time. The rules: docs/build.md.
 """
 
 from __future__ import annotations
