@@ -1,12 +1,9 @@
 """A build's CMake flags and where each comes from: the profile, the pin (pins.yaml), the machine, this build.
 
-Flags that belong to a machine (a GPU arch, a toolchain path) are the machine's *local flags*: the variable
-``ONEBIT_CMAKE_ARGS`` and the git-ignored file ``cmake-args.local`` at the project's root (one or more flags a
-line, ``#`` comments). Every command that computes a build key reads them (build, gpu_tests, ship, the main job),
-so a build that needed one is gated and shipped like any other. A ``-D`` given to ``nox -s build`` alone is a
-one-off: it is in that build's key and manifest, and a later gpu_tests names it when it refuses the build.
-
-Every flag is checked before anything is touched.
+A machine's *local flags* (a GPU arch, a toolchain path) come from ``ONEBIT_CMAKE_ARGS`` and the git-ignored
+``cmake-args.local``; every command that computes a build key reads them, so a build that needed one is gated and
+shipped like any other. A ``-D`` given to ``nox -s build`` alone is a one-off: it is in that build's key and manifest,
+and a later gpu_tests names it when it refuses the build. Every flag is checked before anything is touched.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """A build's identity and its record: the build key, and ``build.json`` with every binary's sha256.
 
-The key covers what decides the binaries: the pinned commit, the patch series, the profile's flags (the
-machine's local flags and a one-off ``-D`` included), the toolchain (compiler paths and versions) and the build
-type, plus the targets. The configure part of the key (everything but the series and targets, and whether the
-series changes ``ggml/``) says whether CMake must run again.
-
-Each artifact keeps its (size, mtime_ns, inode, ctime_ns) beside its sha256, as git's index does: a later check
-re-hashes only a file whose stat data changed, so a no-op build reads no binary. The ctime is in it because size,
-mtime and inode can all be put back after an edit in place (``touch -d``, the same inode); the ctime cannot, short of
-setting the clock. ``nox -s ship`` hashes every artifact again whatever its stat data says (:meth:`Manifest.reprove`).
-
-Binaries and their libraries are one unit (:func:`link_closure`): the libraries are exactly those the binaries load
-from the build, found by reading each ELF file's DT_NEEDED and search path as ld.so does (serve.elf; not ``ldd``,
-which runs the loader and answers with the caller's LD_LIBRARY_PATH and current directory), keyed by the name ld.so
-looks for (``libllama.so.0``), with ``loads`` saying which binary loads which. A binary whose search path reaches the
-current directory or outside the build is refused, named, and so is a ``libggml-*.so`` beside the binaries that none
-of them loads: ggml opens every one it finds there.
+The key covers what decides the binaries: the pin, the patch series, the profile's flags (local and one-off ones
+included), the toolchain, build type and targets; its configure part says whether CMake must run again. Each
+artifact keeps its stat data beside its sha256, as git's index does, so a no-op build reads no binary; ship hashes
+every one again. Binaries and the libraries they load from the build are one unit (:func:`link_closure`, read by
+serve.elf from the ELF files as ld.so would).
 """
 
 from __future__ import annotations

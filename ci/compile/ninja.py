@@ -1,11 +1,10 @@
 """ninja's view of a build directory: what it saw of the checkout, put back before each run; what it would still do
 when the key says up to date; and what ccache did for its compiles.
 
-Before every ninja run this tool starts on a build directory, :func:`reconcile` gives the checkout's files whose
-content is what the directory's last run saw that run's times back (:mod:`ci.source.view`) and writes the view the
-run will see (``.onebit-sources.json`` in the build directory; not part of build.json or the key); :func:`seen` takes
-it again after the run. A ninja run this tool did not start (by hand, or one cut off) moves ``.ninja_log`` since the
-view was written: the view is then not trusted, and ninja decides by the times it finds.
+Before each ninja run this tool starts, :func:`reconcile` puts back the time the directory's last run saw on each
+file whose content is unchanged (:mod:`ci.source.view`) and writes the view the run will see
+(``.onebit-sources.json``, not in the key); :func:`seen` takes it again after. A ninja run this tool did not start
+moves ``.ninja_log``: the view is then not trusted, and ninja decides by the times it finds.
 """
 
 from __future__ import annotations

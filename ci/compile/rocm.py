@@ -1,16 +1,10 @@
 """ROCm wherever people have it: the layout, the HIP compiler, the device libraries, the HIP runtime, hipBLAS and
 rocBLAS, each missing piece named with how to get it (Debian's package, TheRock).
 
-The layouts, told apart by what lies under the root, not by its name:
-
-- ``rocm``: AMD's packages, ``/opt/rocm`` (``llvm/bin/clang++``, ``amdgcn/bitcode``);
-- ``therock``: TheRock's tarball, ``/opt/rocm-therock`` or anywhere (``lib/llvm/bin/clang++``,
-  ``lib/llvm/amdgcn/bitcode``), and its Python packages, whose root is ``rocm-sdk path --root``
-  (``.../site-packages/_rocm_sdk_core``);
-- ``distribution``: Debian, Ubuntu or Fedora in ``/usr``, whose HIP compiler is the distribution's clang
-  (``/usr/lib/llvm-N/bin/clang++``) with the device libraries in its resource directory
-  (``/usr/lib/llvm-N/lib/clang/N/amdgcn/bitcode``). Exporting ``ROCM_PATH=/usr`` sends that clang looking for them
-  elsewhere ("cannot find ROCm device library"): such a layout exports ``HIP_DEVICE_LIB_PATH`` and no ROCm path.
+A layout is told by what lies under the root, not by its name: ``rocm``, ``therock``, ``therock-python`` or
+``distribution`` (``/usr``: the HIP compiler is its clang, the device libraries in its resource directory).
+``ROCM_PATH=/usr`` sends that clang looking for them elsewhere, so that layout exports ``HIP_DEVICE_LIB_PATH`` and
+no ROCm path. The table of layouts: docs/build.md.
 """
 
 from __future__ import annotations
