@@ -1,18 +1,10 @@
 """``nox -s try -- REF``: build and gate a fork commit that is not the pin (a pull request's head, a side branch, a
-commit of another fork) before it merges, in a folder of its own, ``build/try/<sha12>/``, and never touch pins.yaml,
-.gitmodules, the gitlink, the project's checkout of the fork or the release ledger.
+commit of another fork) before it merges, in ``build/try/<sha12>/``, never touching pins.yaml, the submodule or the
+release ledger.
 
-The job is the project's with its pin moved to the tried commit, frozen (:func:`tried_job`, as bisect's steps):
-every gate runs as for a bump, through the same stages (the sync, the build stage, the registry's gates, the records),
-against the last release's figures. Its records go to the try's own ledger under the key ``try:<build key>``, a key no
-build has, so ``nox -s ship`` never counts one, wherever the ledger lies.
-
-The build and the gates run in a mount namespace of the try's own (``unshare``, as gate_selftest's faults do), the
-try's checkout and build directory bound over the project's: the gates find the fork's source and binaries where they
-look for the pin's (the oracle compiles its driver against ``third_party/llama.cpp-rocmfpx/ggml/include``), and
-nothing outside the namespace sees them. Incremental where it can be: when the pin's build is current and its
-checkout exactly the pin + the series, the first try of a commit starts from copies of both (modification times kept),
-so CMake and Ninja see the paths they were configured with and rebuild what the commit changed; else it is fresh.
+The job is the project's with its pin moved to the tried commit (:func:`tried_job`). Its records carry the key
+``try:<build key>``, which ship never counts. The build and gates run in a mount namespace of the try's own, its
+checkout and build bound over the project's, where the gates look for the pin's. For a user: docs/try.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """What the report shows, read from ledgers (pure): every record as a row, and each figure as a series across pins.
 
 A ledger holds one record per gate run, each naming its pin, profile and build key; the gates' figures are in its
-metrics (the perf checks' median and 95% interval, the oracle's worst SNR, the drafter legs' acceptance and
-tokens/step), their floors in its criteria and properties. Pins are ordered by their first record, so a chart reads
-left to right as the pin moved; a pin's point is its newest record of that gate and profile (a later failure
-overrides an earlier pass, as ship reads it). A try's records (build key ``try:...``) are shown as their own pins.
+metrics, their floors in its criteria and properties. Pins are ordered by their first record, so a chart reads left
+to right as the pin moved; a pin's point is its newest record of that gate and profile (a later failure overrides an
+earlier pass, as ship reads it). A try's records (build key ``try:...``) are shown as their own pins.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """A verdict where the maintainers look: a commit status per profile on the fork's commit and one pull-request comment
 (the gate table, links to the run and the report) that later runs update in place, through GitHub's REST API.
 
-The token comes from the environment (``GITHUB_TOKEN``, else ``ONEBIT_GITHUB_TOKEN``): a fine-grained token or a GitHub
-App's installation token on the fork's repository with **Commit statuses: write** (the statuses) and **Pull requests:
-write** (the comment; **Issues: write** does as well: a pull request's comments are its issue's). 5xx answers, 429 and
-the secondary rate limits are retried with backoff, waiting what ``Retry-After`` or ``x-ratelimit-reset`` asks; a 401,
-403 or 404 is one line saying which token, scope or name to fix. ``--dry-run`` prints each request it would make
-(method, URL, JSON) and sends nothing. The plan of the requests is pure (:func:`status_body`, :func:`comment_body`,
-:func:`merged`); :class:`GitHub` sends them.
+The plan of the requests is pure (:func:`status_body`, :func:`comment_body`, :func:`merged`); :class:`GitHub` sends
+them, with the token from ``GITHUB_TOKEN`` (else ``ONEBIT_GITHUB_TOKEN``), retrying a 5xx or a rate limit with
+backoff; a 401, 403 or 404 is one line saying what to fix. ``--dry-run`` prints each request and sends nothing. The
+token's scopes: docs/try.md.
 """
 
 from __future__ import annotations
