@@ -52,12 +52,9 @@ C1, C2 = 2, 3  # g's two dims given to the BOS key (taken from the copied hidden
 def dflash_weights(spec: DFlashSpec) -> list[tuple[str, np.ndarray]]:
     """An anchor-copy drafter, built rather than trained: every mask position of a block attends to the block's anchor
     token (the last accepted one) and copies its normalised embedding, so each draft is the target's output head read
-    at the anchor's embedding, the target's next token when its residual branches stay small (a bigram guess).
-
-    The query reads the MASK feature, the key the ANCHOR feature, both in the head's lowest-frequency rotary pair (so
-    RoPE barely turns them over a block); the fused context's keys are zero (``fc`` writes nothing to ANCHOR), so the
-    anchor outscores the context by ``QK_GAIN``. Value and output projections are the identity, the FFN is zero.
-    A ``canary`` spec gets :func:`dflash_canary_weights` instead."""
+    at the anchor's embedding (a bigram guess). The query reads the MASK feature, the key the ANCHOR feature, in the
+    head's slowest rotary pair (RoPE barely turns them over a block); ``fc`` writes nothing to ANCHOR, so the anchor
+    outscores the context by ``QK_GAIN``. A ``canary`` spec gets :func:`dflash_canary_weights` instead."""
     if spec.canary:
         return dflash_canary_weights(spec)
     d, hd, h = spec.dim, spec.head_dim, spec.heads
@@ -111,22 +108,9 @@ def _dflash_tensors(
 def dflash_canary_weights(spec: DFlashSpec) -> list[tuple[str, np.ndarray]]:
     """The anchor copy of :func:`dflash_weights` on heads [0, h/2), plus heads [h/2, h) that find the fused context's
     BOS row: they add nothing when row 0 really holds BOS's layer inputs, and ``m * c * w`` (``w`` a fixed random unit
-    vector) when it does not, which moves the drafts. So the drafts, and the acceptance, change when the layer inputs
-    the drafter reads are stale or misplaced (the fork at c14872f writes each micro-batch's at offset 0), and stay as
-    the anchor copy's when they are right.
-
-    - ``target_layers = (0, last)``: the target's layer-0 input is its token embedding e, so fc writes
-      g[C1] = e . u (u = BOS's unit embedding: |e_BOS| = 11.3 at BOS, N(0, 1) elsewhere) and g[C2] = c * e[ANCHOR]
-      = c (every token's embedding has ANCHOR = 1); the rest of g is the last layer's input, with nothing at ANCHOR
-      (the copy heads' key) or MASK.
-    - BOS heads: key (g[C1], g[C2]) in two slow rotary dims; query = a mask position's MASK feature times BOS's key
-      direction, so BOS's row scores gain * sqrt(hd) = 45 and other rows 12-39; the anchor token's key gets
-      -penalty on a third slow dim (x[ANCHOR]; g has 0 there); the mask tokens' keys are 0.
-    - BOS heads' value is rank 1: m * (g[C2] - (c / |e_BOS|) g[C1]) * w, zero at BOS's row, about m * c * w at any
-      other, through an identity output projection.
-
-    Measured on the CPU (docs/equivalence.md): upstream 11434 drafts the same with 16-token micro-batches and with
-    one; the fork at c14872f drafts differently on the two prompts whose prefill spans micro-batches."""
+    vector) when it does not. So the drafts, and the acceptance, move when the layer inputs the drafter reads are
+    stale or misplaced (the fork at c14872f writes each micro-batch's at offset 0), and stay as the anchor copy's
+    when they are right; docs/equivalence.md has both, measured."""
     d, hd, h = spec.dim, spec.head_dim, spec.heads
     half = h // 2
     if half * hd != d or spec.target_layers[0] != 0 or spec.layers != 1:
@@ -137,6 +121,8 @@ def dflash_canary_weights(spec: DFlashSpec) -> list[tuple[str, np.ndarray]]:
     c, m = CANARY_CONST, CANARY_SCALE
     n_in = len(spec.target_layers)
     fc = np.zeros((d, n_in * d), dtype=np.float32)
+    # layer 0's input is the token embedding e: g[C1] = e . u (|e_BOS| = 11.3 at BOS, N(0, 1) elsewhere) and
+    # g[C2] = c * e[ANCHOR] = c; the rest of g is the last layer's input, with nothing at ANCHOR or MASK
     fc[:, (n_in - 1) * d :] = np.eye(d, dtype=np.float32)
     fc[[ANCHOR, MASK, C1, C2]] = 0.0
     fc[C1, :d] = u
@@ -144,6 +130,8 @@ def dflash_canary_weights(spec: DFlashSpec) -> list[tuple[str, np.ndarray]]:
     d1, d2, d3 = hd // 2 - 2, hd - 2, hd // 2 - 3  # slow dims beside the copy heads' pair: < 0.01 rad over 2048 positions at base 1e7
     a = np.array([s_bos, c]) / np.hypot(s_bos, c)
     wq, wk = _anchor_copy_heads(half, hd, d, total=h)
+    # the BOS heads: BOS's row scores CANARY_GAIN * sqrt(hd) = 45, other rows 12-39; the anchor token's key gets
+    # -CANARY_PENALTY on a third slow dim (x[ANCHOR]; g has 0 there), and the mask tokens' keys are 0
     for head in range(half, h):
         wq[head * hd + d1, MASK] = a[0]
         wq[head * hd + d2, MASK] = a[1]
@@ -152,6 +140,7 @@ def dflash_canary_weights(spec: DFlashSpec) -> list[tuple[str, np.ndarray]]:
         wk[head * hd + d3, ANCHOR] = -CANARY_PENALTY
     w = np.random.default_rng(99).normal(size=d)
     w /= np.linalg.norm(w)
+    # a rank-1 value, m * (g[C2] - (c / |e_BOS|) g[C1]) * w: zero at BOS's row, about m * c * w at any other
     probe = np.zeros(d)
     probe[C2], probe[C1] = 1.0, -c / s_bos
     wv = np.concatenate([np.eye(d), m * np.outer(w, probe)]).astype(np.float32)

@@ -2,21 +2,8 @@
 drafter (:mod:`ci.gates.tiny.dflash`) and an MTP head; deterministic from a seed, beside the llama ones of
 :mod:`ci.gates.tiny.models`, with the vocabulary of :mod:`ci.gates.tiny.writer`.
 
-Names, shapes and keys follow the fork's ``gguf-py/gguf/constants.py`` (MODEL_ARCH.QWEN35, MODEL_ARCH.DFLASH) and its
-loaders ``src/models/qwen35.cpp`` and ``src/models/dflash.cpp`` (ciru-ai/ROCmFPX c14872f):
-
-- qwen35: every ``full_attention_interval``-th layer is full attention (a joint query+gate projection, q/k norms,
-  IMROPE with ``rope.dimension_sections``), the others gated delta net (``attn_qkv`` into a causal conv, ``attn_gate``,
-  ``ssm_a``, ``ssm_dt.bias``, ``ssm_alpha``, ``ssm_beta``, ``ssm_norm``, ``ssm_out``); each layer has a post-attention
-  norm and a SwiGLU FFN, as Qwen3.5 mixes them (three delta-net layers to one attention layer).
-- dflash: ``fc`` fuses the target's hidden states at ``dflash.target_layers`` (their layer inputs), ``enc.output_norm``
-  normalises the fused context, then decoder layers with q/k norms; no token embedding and no output head of its own
-  (it borrows the target's). ``dflash.block_size`` sets the block: the launcher drafts ``block_size - 1`` tokens.
-  The mask token is ``<unk>``.
-- MTP head: a qwen35 file with ``nextn_predict_layers`` = 1 and only its next-token block (``blk.{layers}``: a
-  full-attention block plus ``nextn.eh_proj``, ``nextn.enorm``, ``nextn.hnorm``), no trunk layers, and the target's
-  token embedding and output head; the fork loads it "MTP only" (``src/models/qwen35.cpp``, ``mtp_only``) and drafts
-  with it through ``--spec-type draft-mtp -md HEAD`` (the launcher's ``--mtp``).
+Names, shapes and keys follow the fork's ``gguf-py/gguf/constants.py`` and its loaders ``src/models/qwen35.cpp`` and
+``src/models/dflash.cpp`` (ciru-ai/ROCmFPX c14872f); docs/equivalence.md ("How the models are built") lays out each.
 """
 
 from __future__ import annotations
@@ -175,11 +162,10 @@ def _ffn(p: str, spec: Qwen35Spec, normal: Normal, branch: float) -> list[tuple[
 
 def mtp_weights(spec: MtpSpec, n_vocab: int) -> list[tuple[str, np.ndarray]]:
     """An MTP head built, not trained: ``eh_proj`` passes the normalised embedding of the next token x(p+1) through and
-    drops the target's hidden state, and the block's attention output and FFN down projection are zero, so the block
-    is the identity on that embedding and the head drafts the token the target's output head favours for it. The
-    target's branches run at half strength (``TARGET.branch_scale``), so that is often the target's own next token:
-    on the CPU 18-24% of its drafts are accepted (docs/equivalence.md). Token embedding and output head are the
-    target's, which the head's graph reads from its own file."""
+    drops the target's hidden state, and the block's attention output and FFN down projection are zero, so the head
+    drafts the token the target's output head favours for that embedding. The target's branches run at half strength
+    (``TARGET.branch_scale``), so that is often the target's own next token (docs/equivalence.md). Token embedding
+    and output head are the target's, copied into the head's file, where its graph reads them."""
     t, d = spec.target, spec.target.dim
     rng = np.random.default_rng(spec.seed)
 

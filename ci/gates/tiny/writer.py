@@ -1,10 +1,10 @@
 """The tiny models' one vocabulary and one GGUF writer: every tiny model, llama or qwen35 or DFlash, carries the same
 vocabulary and is written the same way, whole or not at all.
 
-Every token decodes to valid UTF-8 on its own: the ROCmFPX fork answers HTTP 500 for output that is not (a vocab with
-raw bytes 0x80-0xFF did; a printable-ASCII vocab served fine, ../shared facts). The tokenizer is SentencePiece-style
-("llama"): one normal token per printable ASCII character, "▁" for the space, byte tokens only for tab and newline,
-and a few words whose prefixes are tokens too, so that the tokenizer's bigram merges reach them from prompt text.
+Every token decodes to valid UTF-8 on its own: the ROCmFPX fork answers HTTP 500 for output that is not. The
+tokenizer is SentencePiece-style ("llama"): one normal token per printable ASCII character, "▁" for the space, byte
+tokens only for tab and newline, and a few words whose prefixes are tokens too, so that the tokenizer's bigram merges
+reach them from prompt text.
 """
 
 from __future__ import annotations
