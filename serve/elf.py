@@ -1,17 +1,10 @@
-"""Which shared libraries a program loads from its build, read from the ELF files themselves, as ``ld.so`` would find
-them, without running anything.
+"""Which shared libraries a program loads from its build, read from the ELF files as ``ld.so`` would find them.
 
-The dynamic section of each file (DT_NEEDED, DT_RPATH, DT_RUNPATH) is read here, not through ``ldd``: ldd runs the
-dynamic loader on the file (and, for some files, the file itself), and its answer depends on the caller's
-``LD_LIBRARY_PATH`` and current directory, the very inputs this must not trust; it also answers for the system
-libraries, which no build records. The search follows glibc's order for what a file names itself (DT_RPATH of the
-loading file and its loaders when it has no DT_RUNPATH, else its DT_RUNPATH; ``$ORIGIN`` the file's directory), and
-counts what is found inside the build's directory; what is not found there is the system's.
-
-A search path that reaches outside what was built is a problem of its own (:func:`search_path_problems`): an empty
-entry, ``.`` or a relative one is the current directory of whoever runs the program (a ``libgcc_s.so.1`` planted
-there ran inside the gates), ``$ORIGIN/..`` past the build is a directory nobody recorded, a token other than
-``$ORIGIN`` depends on the machine, and a directory anyone may write is anyone's library.
+Not through ``ldd``: it runs the loader, and answers by the caller's ``LD_LIBRARY_PATH`` and current directory, inputs
+this must not trust. The search follows glibc's order (the DT_RPATH of a file and its loaders, or its DT_RUNPATH when
+it has one; ``$ORIGIN`` its directory); what is not found in the build is the system's. :func:`search_path_problems`
+names an entry that reaches outside what was built (the current directory, past the build, a directory anyone may
+write).
 """
 
 from __future__ import annotations

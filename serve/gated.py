@@ -1,13 +1,10 @@
-"""What the release's gates judged: the shipped wheel carries ``serve/release.json`` (ship writes it), and in it the
-sha256 of the llama-server every gate ran on and of every library it loads from its build. ``1bit serve`` compares
-what it is about to run with it: the binary and the libraries ld.so would load for it from its build (serve.elf),
-as one unit (an edited ``libllama.so`` under a gated llama-server is not gated).
+"""What the release's gates judged: the shipped wheel carries ``serve/release.json`` (ship writes it), with the sha256
+of the llama-server every gate ran on and of each library it loads from its build. ``1bit serve`` compares what it is
+about to run with it, binary and libraries as one unit (serve.elf): an edited ``libllama.so`` is not gated.
 
-A different binary or library (an upstream build, a local rebuild, any ``--llama-server``) is one line: a warning, or,
-under ``--require-gated``, a refusal; and under ``--require-gated`` what runs is a private copy of exactly the bytes
-hashed here (serve.launch.private_copy), never the files by their paths again. Run from a checkout there is no
-release.json: nothing was gated, so ``--require-gated`` refuses and a plain launch says nothing.
-``$ONEBIT_SERVE_RELEASE`` names another release.json (the one beside a wheel in dist/, or a test's).
+A difference is one line: a warning, or a refusal under ``--require-gated``. Run from a checkout there is no
+release.json, so ``--require-gated`` refuses and a plain launch says nothing. ``$ONEBIT_SERVE_RELEASE`` names another
+release.json.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """Running llama-server: start it, forward SIGINT/SIGTERM/SIGHUP to it, reap it, return its exit status.
 
-The child gets its own process group, so a Ctrl-C in the terminal reaches serve alone and serve passes it on
-once: llama-server takes a second SIGINT as "stop now, without a clean shutdown". On Linux the child also gets
-SIGTERM should serve itself die (SIGKILL included), so no llama-server is left running on its own.
-
-Under ``--require-gated`` what runs is a private copy (:func:`private_copy`): llama-server and each library it loads
-from its build, copied into a fresh directory only this user can write, hashed as they are copied, and run from
-there, with that directory as its working directory and its only library path, and no variable of the user's that
-makes a loader take code from elsewhere (:func:`gated_env`). Hashing a path and then running the path ran another
-binary when a link moved in between (2 runs in 40); a copy cannot move. A copy is chosen over exec through
-``/proc/self/fd`` of the checked binary because the libraries are opened by ld.so by name, and ggml opens
-``libggml-*.so`` beside the program and in the working directory: only a directory that holds exactly the checked
-files, and is both of those, makes everything that is loaded what was hashed.
+The child has its own process group, so serve passes a Ctrl-C on once (a second SIGINT is llama-server's "stop
+now"); on Linux it gets SIGTERM should serve die. Under ``--require-gated`` what runs is a private copy of the judged
+files (:func:`private_copy`), that directory its working directory and only library path (:func:`gated_env`): a path
+hashed then run can change in between, a copy cannot, and as ld.so and ggml open libraries by name, only such a
+directory loads just what was hashed.
 """
 
 from __future__ import annotations
