@@ -1,18 +1,9 @@
 """What a gate is: the one shape every gate's package fills (``ci/gates/NAME/gate.py``), as nox declares a session.
 
-A gate has a name, typed flags (:class:`Flags`: what the commands and ship need to know about it, as fields, never
-read with ``getattr``), and four things it answers:
-
-- :meth:`Gate.required`: whether ship requires it for a build of these pins;
-- :meth:`Gate.run`: judge the build under test into a :class:`~ci.gates.results.GateResult`;
-- :meth:`Gate.criteria`: what its record must have judged against for a build of these pins and profile, now (ship
-  compares the record's criteria with these: a count raised, a shorter run, a launcher edited since, no longer counts);
-- :meth:`Gate.judged`: what one result was judged against, read from the result where the run decides it (the
-  tokens of an equivalence run, the architectures of an archs run) and from the pins otherwise.
-
-A gate that judges nothing against anything has no business in ship: :meth:`Gate.criteria` must name at least one
-criterion (tests/gates/test_registry.py refuses a gate that declares none). The registry (:mod:`ci.gates.registry`)
-lists the gates' objects; adding a gate is its package and one line there (docs/gates.md, "Where a gate lives").
+A gate has a name, typed flags (:class:`Flags`, never read with ``getattr``) and four answers: whether ship requires
+it, its run, the criteria its record must have judged against now, and what one result was judged against. Ship
+compares the last two, so a count raised, a shorter run or a launcher edited since no longer counts; a gate that
+declares no criterion is refused (tests/gates/test_registry.py). The registry (:mod:`ci.gates.registry`) lists them.
 """
 
 from __future__ import annotations

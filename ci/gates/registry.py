@@ -1,10 +1,8 @@
 """The gates: one registry, in the order ``nox -s gpu_tests`` runs them and ``nox -s ship`` requires them (as
-cibuildwheel's platform registry). Each gate is a package, ``ci/gates/NAME/``, whose ``gate.py`` holds its object: its
-name, its flags, whether ship requires it, how it runs on a build, and the criteria its record is bound to
-(:mod:`ci.gates.protocol`). gpu_tests, ship, the main job, bisect, the self-test and pins.yaml's ``release.require``
-all read :data:`GATES`. Adding a gate is its package and one line there.
-
-Each ``gate.py`` is light (its run imports the gate's modules when it runs): a job resolves with the registry alone.
+cibuildwheel's platform registry). gpu_tests, ship, the main job, bisect, the self-test and pins.yaml's
+``release.require`` all read :data:`GATES`; adding a gate is its package, ``ci/gates/NAME/``, whose ``gate.py`` holds
+its object (:mod:`ci.gates.protocol`), and one line here. Each ``gate.py`` is light (its run imports the gate's
+modules when it runs), so a job resolves with the registry alone.
 """
 
 from __future__ import annotations

