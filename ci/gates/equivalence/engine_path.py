@@ -1,30 +1,9 @@
-"""The equivalence gate on the engine's own path: a qwen35 (gated delta net) target with each drafter kind the engine
-can run, each leg judged by :mod:`ci.gates.equivalence.run` with evidence floors of its own kind.
-
-- ``near``: the target perturbed, ``--spec-type draft-simple``, rolled back through whole-state checkpoints.
-- ``dflash``: the DFlash drafter through ``1bit serve --dflash`` (draft length = ``dflash.block_size`` - 1); the
-  drafter reads the target's layer inputs at ``dflash.target_layers``. At c14872f the fork gives it no per-token
-  snapshots either (``common/common.cpp``, TAG_RS_STATE_ROLLBACK_SUPPORT: ``n_rs_seq = 0`` for every speculative type
-  but MTP on a recurrent or hybrid target), so it too rolls back through whole-state checkpoints.
-- ``mtp``: an MTP head through ``1bit serve --mtp`` (``--spec-type draft-mtp``, 2 drafts a step). The one kind the
-  fork gives ``n_rs_seq = draft_max``: the target's verification batch writes a state snapshot per token (the fused
-  delta-net op) and a rejected draft restores one (``llama_memory_recurrent::seq_rm``). Only this leg reaches that
-  rollback: with the snapshot written one slot off (the self-test's ``cpu-gdn-snapshot-slot``) it diverges on every
-  prompt while the other legs pass.
-
-Each leg's servers (baseline and drafter) run with ``-b 64 -ub 16``: every prompt is longer than one 16-token
-micro-batch, so the chunked delta-net prefill, its snapshot writes and the layer inputs' micro-batch offsets all run
-(docs/gates.md). The three legs share one baseline server (:func:`sharing`).
-
-- ``dflash-whole``: the DFlash leg again with each prompt in one micro-batch (``-b 2048 -ub 2048``). The DFlash
-  drafter reads the fused context (its canary heads, :func:`ci.gates.tiny.qwen35.dflash_canary_weights`), so the
-  layer inputs it is given decide its drafts: with them right, it drafts the same either way; stale or misplaced
-  (the fork at c14872f writes each micro-batch's at offset 0), it drafts differently with 16-token micro-batches.
-  The ``dflash-context`` cases compare the two legs' drafts per prompt.
-
-- ``llama``: the llama-architecture tiny target and its near drafter, as the gate ran before the engine's path: a
-  plain KV cache, whose rollback (``common_context_seq_rm``) neither qwen35 leg reaches. Without it the self-test's
-  ``spec-rollback-off-by-one`` passed every gate on the H200 (vulkan, c14872f, 2026-12-04).
+"""The equivalence gate on the engine's own path: a qwen35 target with each drafter kind the engine can run (``near``,
+``dflash``, ``mtp``), each leg judged by :mod:`ci.gates.equivalence.run` with floors of its own kind, and the
+``llama`` target's leg, whose KV cache rollback no qwen35 leg reaches. Only the MTP leg reaches per-token
+snapshot rollback. ``dflash-whole`` runs the DFlash leg again with each prompt in one micro-batch, and the
+``dflash-context`` cases compare the two legs' drafts, which differ when the drafter's layer inputs are misplaced
+(docs/equivalence.md, "The engine's path").
 """
 
 from __future__ import annotations
@@ -43,6 +22,8 @@ from ci.gates.serving.model_sets import MTP_SPEC_TYPE, TINY_MODELS
 from ci.gates.tiny import models as tinymodels
 from ci.pin.pins import Floors
 
+# every prompt spans several micro-batches: the chunked delta-net prefill, its snapshot writes and the layer inputs'
+# micro-batch offsets all run
 MICRO_BATCH = ("-b", "64", "-ub", "16")
 ONE_MICRO_BATCH = ("-b", "2048", "-ub", "2048")  # every prompt and its 256 tokens fit the servers' context of 2048
 NEAR, DFLASH, DFLASH_WHOLE, MTP, LLAMA = "near", "dflash", "dflash-whole", "mtp", "llama"

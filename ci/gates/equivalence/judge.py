@@ -1,13 +1,9 @@
 """The greedy-equivalence judge, pure: one ``/completion`` answer parsed, and two legs' answers compared.
 
-:func:`judge` compares the token ids. At the first difference the baseline's top-2 logprob margin decides: at
-or under the near-tie threshold both legs resume from the common prefix plus the baseline's token, so one
-near-tie never hides a later real divergence; above it the prompt fails with the evidence. Exact equality alone
-would fail a correct GPU build: on an H200 three of six prompts diverged at near-ties (docs/equivalence.md).
-
-A logprob or probability that is NaN or inf fails the prompt before anything is compared: a NaN margin is neither a
-near-tie nor a margin above one, and NaN logits can still pick equal tokens. llama-server writes its JSON with
-nlohmann::json, which writes NaN and inf as null, so a null figure is one of them.
+:func:`judge` compares the token ids; at the first difference the baseline's top-2 logprob margin decides: at or
+under the near-tie threshold both legs resume from the common prefix plus the baseline's token (exact equality alone
+would fail a correct GPU build), above it the prompt fails with the evidence. A NaN or inf figure (null in the
+server's JSON) fails the prompt before anything is compared: NaN logits can still pick equal tokens.
 """
 
 from __future__ import annotations
