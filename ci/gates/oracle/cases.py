@@ -1,25 +1,10 @@
 """The oracle gate's cases, as data: each a stable id, a seed, a shape of GGML_OP_GATED_DELTA_NET and how its inputs
 are drawn (:func:`draw`, a numpy Generator seeded with the case's seed: the same arrays on every machine).
 
-Five groups (:data:`CASES`):
-
-- the engine's layer: head size 128, 48 value heads over 16 q/k heads, one 512-token micro-batch, without (K = 1)
-  and with (K = 8) speculative-rollback snapshots, its gates drawn as the model's are (1bit-MONSTER/engine,
-  tools/kernelforge/gdn-prefill/driver.py);
-- every GATED_DELTA_NET case of the fork's test-backend-ops (tests/test-backend-ops.cpp 9082-9124 at c14872f:
-  head sizes 16-128, permuted q/k/v, KDA per-channel gates, v_repeat, two sequences, K > 1 exact and overflowing),
-  drawn from its ranges (3815-3880: log-gates in [-20, -1e-4), beta in [0, 1), v in [-0.3, 5), the rest in [-1, 1],
-  q and k L2-normalised);
-- decode: one token at the engine's shape, K = 1 and K = 8 (where only slot 0 is written);
-- a long sequence: 2048 tokens at head size 128;
-- hard inputs: log-gates in [-20, 0) at the engine's shape and over 2048 tokens (a gate-factored chunked kernel
-  turned NaN there: about 1.1 million non-finite values, the engine's KernelForge campaign of 2026-09-29), gates
-  at 1 (log-gate 0), beta at 0 and at 1, a carried state past f16's range, a zero state, and all of them zero.
-
-The whole set took 5.9 s on 2 cores with the fork's CPU build (c14872f): the driver 1.7 s of it, the float64
-reference most of the rest (``run_cases`` over :data:`CASES`, 2026-12-05; 18 s while other tests loaded the machine).
-
-Plan apart from run: nothing here runs the op; :mod:`ci.gates.oracle.run` does.
+Five groups (:data:`CASES`): the engine's layer, every GATED_DELTA_NET case of the fork's test-backend-ops drawn
+from its ranges, decode, a 2048-token sequence, and hard inputs that gentle ranges never reach (log-gates down to
+-20, gates at 1, beta at 0 and 1, a state past f16's range, zeros). Plan apart from run: nothing here runs the op;
+:mod:`ci.gates.oracle.run` does.
 """
 
 from __future__ import annotations
@@ -84,7 +69,7 @@ BACKEND_OPS_VALUES = Span(-0.3, 5.0)
 SYMMETRIC = Span(-1.0, 1.0)
 # the model's gates (the engine's driver: -U[0, 0.5)); the hard range reaches 0, which test-backend-ops stops short of
 MODEL_GATES = Span(-0.5, 0.0)
-HARD_GATES = Span(-20.0, 0.0)
+HARD_GATES = Span(-20.0, 0.0)  # a gate-factored chunked kernel turned NaN here (the engine's KernelForge lesson)
 ZERO = Span(0.0, 0.0)
 ONE = Span(1.0, 1.0)
 PAST_F16 = Span(-1e5, 1e5)  # a carried state above f16's largest value, 65504
@@ -213,6 +198,8 @@ def backend_ops_case(index: int, params: tuple[int, int, int, int, int, bool, bo
 LONG = Shape(head_size=128, qk_heads=2, v_heads=4, tokens=2048, snapshots=8)
 HARD = Shape(head_size=128, qk_heads=4, v_heads=8, tokens=130, snapshots=8)  # 130: past a 64-, 32- and 16-token chunk's end
 
+# the whole set: 5.9 s on 2 cores with the fork's CPU build (c14872f), the driver 1.7 s of it, the float64 reference
+# most of the rest
 CASES: tuple[Case, ...] = (
     Case("gdn-engine-k1", 1, ENGINE, MODEL, "engine"),
     Case("gdn-engine-k8", 2, Shape(128, 16, 48, 512, snapshots=8), MODEL, "engine"),

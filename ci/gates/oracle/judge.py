@@ -1,18 +1,10 @@
 """The oracle gate's verdict: each case's output and snapshot slots, as the device computed them, against the float64
 reference of the op's definition (pure: tested on planted values).
 
-Per case: a non-finite value anywhere in the output or in a written slot fails the case, named with its count,
-whatever the rest scores (the engine's KernelForge lesson: a kernel scored well on gentle gates and turned NaN on
-hard ones). Otherwise the signal-to-noise ratio of the output, and of each written slot, must reach its floor:
-
-    SNR = 10 log10(sum ref^2 / sum (out - ref)^2)  dB
-
-Zero noise is exact (+inf, whatever the signal: a case whose reference is all zero and whose output is all zero is
-right); noise over a zero signal is -inf (every bit of it is error). The slots' figure is the worst slot's.
-
-The scale, measured on gdn-engine-k8's final state: the reference rounded to float32 scores 152 dB, to f16 74 dB, to
-bf16 56 dB; the fork's CPU op (c14872f) scores 129-149 dB over every case. The engine's own gate is 100 dB
-(1bit-MONSTER/engine tools/kernelforge/gdn-prefill/program.md: "100 dB against float64, which is float32 accuracy").
+A non-finite value anywhere in the output or a written slot fails the case, counted, whatever the rest scores (a
+kernel can score well on gentle gates and turn NaN on hard ones). Otherwise the SNR of the output, and of the worst
+written slot, must reach its floor: ``10 log10(sum ref^2 / sum (out - ref)^2)`` dB; zero noise is +inf, noise over
+a zero signal -inf.
 """
 
 from __future__ import annotations
@@ -52,7 +44,10 @@ class Floors:
     slots_db: float
 
 
-ENGINE_FLOORS = Floors(100.0, 100.0)  # the engine's KernelForge gate, for the output and the slots alike
+# The engine's KernelForge gate, "100 dB against float64, which is float32 accuracy" (1bit-MONSTER/engine
+# tools/kernelforge/gdn-prefill/program.md). On gdn-engine-k8's final state the reference rounded to float32 scores
+# 152 dB, to f16 74, to bf16 56; the fork's CPU op (c14872f) scores 129-149 dB over every case.
+ENGINE_FLOORS = Floors(100.0, 100.0)  # for the output and the slots alike
 
 
 class Outcome(Enum):

@@ -1,11 +1,10 @@
 """The seed's KernelForge task, written from the pin (``nox -s kernelforge -- --out DIR``): the pinned delta-net kernel
 as the checkout holds it (pin + series), the oracle's own cases, float64 reference and driver, a standalone
-``driver.py`` printing KernelForge's contract lines, ``program.md`` (what differs on gfx1151, and how a kept change
-comes back) and ``run.sh``. Nothing is a hand copy: each file is read from the checkout or this package when the task
-is written, and task.json names the pin, the series and the sha256 of each.
+``driver.py``, ``program.md`` and ``run.sh`` (docs/gates.md). Nothing is a hand copy: each file is read from the
+checkout or this package when the task is written, and task.json names the pin, the series and each file's sha256.
 
 Plan apart from run: :func:`plan` reads the files and returns what to write; :func:`write` writes it whole or not at
-all (a fresh folder beside ``out``, renamed over it).
+all.
 """
 
 from __future__ import annotations

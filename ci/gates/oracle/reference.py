@@ -1,25 +1,10 @@
-"""GGML_OP_GATED_DELTA_NET in float64, written from the op's definition in the pinned fork (c14872f), not from a kernel.
+"""GGML_OP_GATED_DELTA_NET in float64, written from the op's definition in the pinned fork (c14872f), not from a kernel:
+``ggml/include/ggml.h`` 2578-2599, ``ggml/src/ggml.c`` 6500-6553 and the CPU op, ``ggml/src/ggml-cpu/ops.cpp``
+10726-10877 (the ops.cpp lines beside each step of :func:`gated_delta_net`).
 
-The definition (``ggml/include/ggml.h`` 2578-2599, ``ggml/src/ggml.c`` 6500-6553, the CPU op in
-``ggml/src/ggml-cpu/ops.cpp`` 10726-10877): per sequence ``b`` and value head ``h``, with the state ``S`` of head size
-``S_v`` (rows: the key channel ``i``, columns: the value channel ``j``), starting from the given state, for each
-token ``t`` in order:
-
-1. decay: ``S *= exp(g)`` (one log-gate per head and token), or with a KDA gate (``g`` of ``S_v`` per head and
-   token) ``S[i, :] *= exp(g[i])``, each key channel's row by its own gate (ops.cpp 10833-10844; KDA when g's ne0 is S_v, 10764);
-2. ``delta[j] = (v[j] - sum_i S[i, j] k[i]) * beta`` (ops.cpp 10847-10851); ``beta`` is used as it is (no sigmoid);
-3. ``S[i, j] += k[i] delta[j]`` (ops.cpp 10854-10856);
-4. ``out[j] = sum_i S[i, j] q[i] / sqrt(S_v)`` (ops.cpp 10796, 10859-10863), the state after this token's update.
-
-q and k are used as given (the model normalises them before the op); value head ``h`` reads q/k head ``h % H_k``
-(ops.cpp 10802-10803: tiled, not interleaved; ggml.h's TODO [TAG_GGML_GDN_BCAST] says the order may become
-configurable). The snapshot slots: slot ``s`` is the state after token ``T - 1 - s``, for ``s < min(T, K)``; slot 0 is
-the final state (ops.cpp 10867-10874; K = 1 updates slot 0 in place, 10810-10812). Slots ``min(T, K)`` to
-``K - 1`` are not written by the op: they are the caller's.
-
-Arrays here are in ggml's memory order (numpy's C order of ggml's ``ne`` reversed): q, k ``[B, T, H_k, S]``, v
-``[B, T, H_v, S]``, g ``[B, T, H_v, 1 or S]``, beta ``[B, T, H_v]``; a state is stored transposed
-(ops.cpp 10830: ``s_out[j * S_v + i] = S[i][j]``), so ``state[b, h, j, i]`` is ``S[i, j]`` of head ``h``.
+Arrays are in ggml's memory order (numpy's C order of ggml's ``ne`` reversed): q, k ``[B, T, H_k, S]``, v
+``[B, T, H_v, S]``, g ``[B, T, H_v, 1 or S]``, beta ``[B, T, H_v]``; a state is stored transposed (ops.cpp 10830),
+so ``state[b, h, j, i]`` is ``S[i, j]`` of head ``h``.
 """
 
 from __future__ import annotations
@@ -44,8 +29,11 @@ class Reference:
 
 
 def gated_delta_net(q: ArrayLike, k: ArrayLike, v: ArrayLike, g: ArrayLike, beta: ArrayLike, state: ArrayLike, snapshots: int) -> Reference:
-    """The op of the fork's definition in float64 (the module's docstring), vectorised over sequences and heads; the
-    tokens run in order, as the recurrence does."""
+    """The op in float64, vectorised over sequences and heads, the tokens in order, on the state ``S`` (rows: key
+    channel ``i``, columns: value channel ``j``): decay ``S *= exp(g)`` (a KDA gate: each row by its own);
+    ``delta[j] = (v[j] - sum_i S[i, j] k[i]) * beta`` (no sigmoid); ``S[i, j] += k[i] delta[j]``;
+    ``out[j] = sum_i S[i, j] q[i] / sqrt(S_v)``. q and k are used as given (the model normalises them). Slot ``s``
+    is the state after token ``T - 1 - s``, for ``s < min(T, K)``; the other slots are the caller's."""
     q, k, v, g, beta, state = (np.asarray(a, dtype=np.float64) for a in (q, k, v, g, beta, state))
     seqs, tokens, v_heads, size = v.shape
     q_heads = q.shape[2]
@@ -61,7 +49,9 @@ def gated_delta_net(q: ArrayLike, k: ArrayLike, v: ArrayLike, g: ArrayLike, beta
         raise ValueError(f"state {state.shape} must be [B, H_v, S, S]")
     if snapshots < 1:
         raise ValueError(f"K = {snapshots}: at least one snapshot slot")
-    heads = np.arange(v_heads) % q_heads  # tiled: value head h reads q/k head h % H_k
+    # value head h reads q/k head h % H_k: tiled, not interleaved (ops.cpp 10802-10803; ggml.h's TODO
+    # [TAG_GGML_GDN_BCAST] says the order may become configurable)
+    heads = np.arange(v_heads) % q_heads
     q, k = q[:, :, heads], k[:, :, heads]
     decay = np.exp(g)  # [B, T, H_v, 1 or S]: the trailing axis multiplies S's key channel i, the last axis of M
     scale = 1.0 / np.sqrt(size)
@@ -70,13 +60,13 @@ def gated_delta_net(q: ArrayLike, k: ArrayLike, v: ArrayLike, g: ArrayLike, beta
     kept = min(tokens, snapshots)
     slots = np.empty((kept, seqs, v_heads, size, size))
     for t in range(tokens):
-        m *= decay[:, t, :, None, :]
+        m *= decay[:, t, :, None, :]  # ops.cpp 10833-10844 (KDA when g's ne0 is S_v: 10764)
         kt = k[:, t]  # [B, H_v, S]
-        delta = (v[:, t] - np.einsum("bhji,bhi->bhj", m, kt)) * beta[:, t, :, None]
-        m += delta[..., :, None] * kt[..., None, :]
-        output[:, t] = np.einsum("bhji,bhi->bhj", m, q[:, t]) * scale
+        delta = (v[:, t] - np.einsum("bhji,bhi->bhj", m, kt)) * beta[:, t, :, None]  # ops.cpp 10847-10851
+        m += delta[..., :, None] * kt[..., None, :]  # ops.cpp 10854-10856
+        output[:, t] = np.einsum("bhji,bhi->bhj", m, q[:, t]) * scale  # ops.cpp 10796, 10859-10863
         slot = tokens - 1 - t
-        if slot < kept:
+        if slot < kept:  # ops.cpp 10867-10874 (K = 1 updates slot 0 in place, 10810-10812)
             slots[slot] = m
     return Reference(output, slots)
 

@@ -1,9 +1,9 @@
 """The oracle gate, planned and run: compile the driver (``driver.c``) against the build's ggml headers and link it
 with the build's own libraries, once per build; then, for each case, write its inputs, run the driver on the device
-through :func:`ci.command.run`, read the op's result back, split it into the output and the snapshot slots, and
-judge it against the float64 reference (:mod:`ci.gates.oracle.judge`).
+through :func:`ci.command.run`, read the op's result back and judge it against the float64 reference
+(:mod:`ci.gates.oracle.judge`).
 
-Plan apart from run: :func:`plan_driver` and :func:`encode` / :func:`split` are pure but for reading the files they
+Plan apart from run: :func:`plan_driver`, :func:`encode` and :func:`split` are pure but for reading the files they
 name; :func:`compile_driver`, :func:`run_case` and :func:`run_gate` run programs.
 """
 

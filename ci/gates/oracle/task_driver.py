@@ -1,14 +1,12 @@
-"""The KernelForge task's driver (``nox -s kernelforge`` writes it as ``driver.py``, beside its own copies of the
-oracle's ``cases.py``, ``reference.py``, ``wire.py`` and ``driver.c``): the oracle gate's cases and judgement, run
+"""The KernelForge task's driver (``nox -s kernelforge`` writes it): the oracle's cases and judgement, run
 standalone against a build of the fork, printing KernelForge's contract lines.
 
-    python driver.py                 # correctness: a line per case, then "SNR: <worst> dB" and "allclose: <bool>"
-    python driver.py --bench-mode    # "case_ms: <id> <median ms>" per timed case (--cases all: every case)
-    python driver.py --profile-run   # the engine's case once, for a profiler to wrap
+    python driver.py                 # correctness: a line per case, "SNR: <worst> dB", "allclose: <bool>"
+    python driver.py --bench-mode    # "case_ms: <id> <median ms>" per timed case
+    python driver.py --profile-run   # the engine's case once, for a profiler
 
-The build is task.json's (``lib_dir``, ``include_dir``, ``device``) unless ``--lib-dir``/``--include-dir``/``--device``
-say otherwise. Exit status: 0 when every case is finite and at or above the floors (allclose), 1 when not, 2 when
-the driver could not compile or run.
+Exit status: 0 when every case is finite and at or above the floor (allclose), 1 when not, 2 when the driver could
+not compile or run.
 """
 
 from __future__ import annotations

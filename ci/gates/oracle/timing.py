@@ -1,11 +1,9 @@
-"""The oracle's kernel times: the op's time per case on the device (``--bench-mode``: every compute after a warm-up,
-timed), and each timed case compared with the last release's as a ratio with an interval, as the perf gate judges its
-checks: the ratio of the medians, a bootstrap 95% interval over both runs' samples, and a ceiling of 1 + the
-profile's tolerance (pins.yaml expect.oracle). Wholly under the ceiling passes, wholly over fails (a slowdown), an
-interval that straddles it is inconclusive, never a pass: the gate measures as many samples again, once, first.
-
-The release's samples are its oracle record's metrics (``time.CASE.sK``), so nothing is measured twice and no absolute
-time is a verdict: a case is judged only against the same case on the release, on the same profile."""
+"""The oracle's kernel times: the op's time per case on the device (``--bench-mode``: every compute after a warm-up),
+and each timed case compared with the last release's as the perf gate judges its checks: the ratio of the medians,
+a bootstrap 95% interval over both runs' samples, against 1 + the profile's tolerance (pins.yaml expect.oracle).
+Wholly under passes, wholly over fails; a straddle is measured again once, then inconclusive, never a pass. The
+release's samples are its oracle record's metrics (``time.CASE.sK``), so no absolute time is a verdict.
+"""
 
 from __future__ import annotations
 

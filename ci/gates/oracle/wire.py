@@ -1,10 +1,10 @@
 """What the oracle's driver and its callers share, with numpy alone (the KernelForge task copies this file as it
 is): a case's file as driver.c reads it, the op's result split as it writes it, and the driver's compile line.
 
-A case file is the header (:data:`HEADER`, after :data:`MAGIC`), then float32 q, k, v, g, beta and state, each in the
-memory order of the tensor the driver loads it into; the result is the op's whole dst as float32: the attention
-output ``[B, T, H_v, S]``, then the K snapshot slots ``[K, B, H_v, S, S]``, of which the first ``min(T, K)`` are
-written (driver.c sets every float to NaN before the compute, so an unwritten one shows).
+A case file is :data:`MAGIC`, :data:`HEADER`, then float32 q, k, v, g, beta and state in the memory order of the
+tensors the driver loads; the result is the op's whole dst as float32: the output ``[B, T, H_v, S]``, then the K
+slots ``[K, B, H_v, S, S]``, the first ``min(T, K)`` written (driver.c fills dst with NaN first, so an unwritten
+one shows).
 """
 
 from __future__ import annotations
