@@ -1,25 +1,9 @@
 """The perf gate: the seeds' performance claims as ratios measured in one run, against that run's own baseline.
 
-pins.yaml ``expect.perf`` declares checks per model set: the release models' per profile, the tiny generated
-models' (smoke-level) under ``tiny``. A check reads ``METRIC(CONFIG[, PROMPT]) [/ METRIC(CONFIG[, PROMPT])] >=
-FLOOR``: metrics ``prompt`` and ``decode`` (t/s), ``tokens_per_step`` and ``acceptance``; configs ``base`` (no
-drafter) and ``draft`` (the drafter: the release's DFlash drafter through ``--dflash``, else ``-md``). Machines are
-shared and noisy, so the gate never judges an absolute time: the configs run interleaved, round by round, on fresh
-servers (the bench), every sample is kept, and each check is one value per round.
-
-The gate measures sequentially (:func:`judge_settled`): :data:`MIN_ROUNDS` rounds, then :data:`STEP` more at a time,
-and after each batch it looks at every check not yet settled: a check whose interval of the median lies above its floor
-passes, below fails, and both verdicts stand from then on; the gate stops when every check is settled or its budget of
-rounds or seconds runs out, and a check still straddling its floor then is *inconclusive*, a failure, never a pass. The
-interval is the distribution-free one of the median (order statistics, the sign test's): 95% at the first look, 99% at
-each later one, so that looking again and again does not inflate the rate of wrong verdicts (docs/bench.md, "How many
-rounds", with the simulation that chose it: tests/gates/perf/test_simulation.py). A round whose value is not a finite
-number (a NaN or infinite t/s, a ratio over 0) fails its check outright, named.
-
-When a build of the same profile and models shipped before, each check is also compared with that release's
-median (the ledger's perf record of the shipped build), once, at the look that settles the check (or the last): a
-drop beyond the declared tolerance fails, decisively, naming both figures and both pins, so a "6.7 -> 5.4 tokens per
-step" is caught at bump time.
+Machines are shared and noisy, so no absolute time is a verdict: the configs run interleaved, round by round, and
+each check (pins.yaml ``expect.perf``) is one value per round, judged by the order-statistic interval of its median
+(:func:`judge_settled`): once the interval clears the floor the verdict stands; still straddling when the budget
+runs out, the check is inconclusive, a failure. A drop beyond the tolerance since the last release fails too.
 """
 
 from __future__ import annotations
@@ -290,10 +274,9 @@ def judge_settled(
 ) -> Settled:
     """Measure in batches (``measure(n)``: n more rounds) and look after each, until every check is settled or the
     budget is spent. A check is settled at the first look whose interval clears its floor (or that finds a value that
-    is not finite), and that verdict stands: it is never re-judged on later rounds. The comparison with the last
-    release, a point median against its tolerance, is made once, at the look that settles the check (or the last):
-    made at every look it would get as many chances to fail an honest build. The samples only grow. What is still
-    straddling when the budget is spent, and did not regress, is inconclusive, with what would settle it."""
+    is not finite), and that verdict stands. The comparison with the last release is made once, at the look that
+    settles the check (or the last): made at every look it would get as many chances to fail an honest build. What
+    still straddles when the budget is spent, and did not regress, is inconclusive, with what would settle it."""
     t0 = clock()
     samples: list[Sample] = []
     settled: dict[int, Judged] = {}

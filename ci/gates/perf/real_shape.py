@@ -1,20 +1,9 @@
 """The perf gate on the real-shaped set (:mod:`ci.gates.shapes`): the seeds' speed claims at the scale they were made.
 
-A prompt's speed and a drafter's prompt pass cost the same whatever the weights hold, so models with the 27B's shapes
-and generated weights hold the claims the engine's PRs made on its trained files: the prompt keeps its speed with the
-DFlash drafter attached, dense files keep 512-token micro-batches and MoE files take 1024, flash attention stays
-``auto``, ``1bit serve --long-model`` brings the 16K first token forward, and decode without a drafter reads the
-weights near the device's memory bandwidth. What depends on trained weights (a drafter's acceptance, decode with a
-drafter) is refused for this set: :func:`refusal`.
-
-Each config is a *leg*: a ``1bit serve`` launch of one of the set's models. Legs run in *groups* whose servers are up
-together (three 27B-shaped targets fit an 80 GB GPU; a check's two legs always share a group), each server started
-once and asked in turn, round by round (A B C A B C): at these sizes a fresh server per round costs a model load of
-seconds each time, so a round here is a request cycle on live servers, each having answered a warm-up first. The
-requests are the seeds' protocol (the engine's tools/bench.py): chat completions with thinking off and the prompt
-cache off; a prompt's speed from a request of :data:`PROMPT_MAX_TOKENS` on the 1,838-token prompt, read from the
-server's own timings; the 16K first token as the wall time of a one-token request; decode from 256 greedy tokens on
-the code, prose and short prompts.
+A prompt's speed costs the same whatever the weights hold, so generated models of the 27B's shapes hold the
+engine's speed claims; what depends on trained weights is refused (:func:`refusal`). Each config is a *leg*, a
+``1bit serve`` launch; legs run in *groups* of live servers, each loaded once and asked in turn, round by round: a
+fresh server per round would cost seconds of loading each time. docs/bench.md, "Real shapes", lists the checks.
 """
 
 from __future__ import annotations

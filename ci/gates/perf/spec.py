@@ -2,15 +2,15 @@
 
     expect:
       perf:
-        tiny: [CHECK, ...]          # the tiny generated models (smoke floors: the mechanics)
-        cuda: [CHECK, ...]          # a profile's name: the release models pins.yaml's equivalence section names
-        real-shape:                 # the real-shaped set (ci/gates/shapes), per profile: the seeds' claims at scale
+        tiny: [CHECK, ...]   # the tiny generated models
+        cuda: [CHECK, ...]   # a profile: the release models
+        real-shape:          # the real-shaped set, per profile
           cuda: [CHECK, ...]
 
-A CHECK is ``{check: "METRIC(CONFIG[, PROMPT]) [/ ...] >= FLOOR", measured: "where the floor comes from",
-tolerance: 0.1}`` (:mod:`ci.pin.claims`). The tiny and release sets' configs are ``base`` and ``draft``; the
-real-shaped set's are its legs (:data:`ci.gates.perf.real_shape.CONFIGS`), and a check that a generated model cannot
-make honestly is refused here, with the reason, before anything runs."""
+A CHECK is ``{check: "METRIC(CONFIG[, PROMPT]) [/ ...] >= FLOOR", measured: "...", tolerance: 0.1}``
+(:mod:`ci.pin.claims`). The real-shaped set's configs are its legs; a check a generated model cannot make honestly
+is refused here, before anything runs.
+"""
 
 from __future__ import annotations
 
