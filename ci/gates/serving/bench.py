@@ -1,15 +1,10 @@
-"""``nox -s bench``: A/B measurements of ``1bit serve`` configurations, the baseline measured in the same run.
+"""``nox -s bench``: A/B measurements of ``1bit serve`` configurations, the baseline measured in the same run (the
+engine's tools/bench.py, done here).
 
-The engine's tools/bench.py, done here. Each config is a set of ``1bit serve`` arguments; the first is the
-baseline. Rounds interleave the configs (A B A B), each run on a fresh server started through the launcher and
-stopped and reaped afterwards, so a drifting box (heat, another job) spreads over every config alike. A run
-measures prompt t/s over one long prompt of an exact token count and decode t/s on three prompts, in the plan's
-protocol (:mod:`ci.gates.serving.protocol`): the seeds' chat completions, thinking off, or ``/completion`` on token
-ids with ``ignore_eos``; the server's own ``timings`` give the rates, and every figure names its protocol. The
-whole run holds the box lock, the perf gate's (:func:`box_lock_path`), so the two never measure at once.
-
-Plan apart from run: :func:`parse_config` and :func:`plan` are pure; :func:`run` starts the servers;
-:func:`summarise` and :func:`table` turn the samples into the figures.
+Rounds interleave the configs (A B A B), each on a fresh server, so a drifting box (heat, other jobs) spreads over
+every config alike. A run measures prompt and decode t/s in the plan's protocol (:mod:`ci.gates.serving.protocol`)
+and holds the box lock (:func:`box_lock_path`), so it never measures beside the perf gate. Plan apart from run:
+:func:`plan` is pure, :func:`run` starts the servers, :func:`summarise` and :func:`table` make the figures.
 """
 
 from __future__ import annotations

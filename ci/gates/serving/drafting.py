@@ -1,12 +1,6 @@
 """What a drafter leg's timings say, one formula for the equivalence gate, the perf gate and the bench (each reads it
 here, beside the servers they share): how many drafted tokens the target accepted, and how many tokens each target
 step yields.
-
-llama-server reports ``predicted_n``, ``draft_n`` and ``draft_n_accepted`` per request, not its steps. A step
-yields its accepted drafts plus one token of its own, so the steps are ``predicted - accepted``; and a step drafts
-at most ``draft_max`` tokens, so there are at least ``ceil(drafted / draft_max)`` of them. The second bound
-matters at full acceptance: there the last step's own token lies past ``n_predict``, and the first bound alone
-comes out at 0 steps (an earlier perf formula then gave 256 tokens/step for 256 tokens; the gate's gave 8).
 """
 
 from __future__ import annotations
@@ -17,7 +11,10 @@ DRAFT_MAX_FLAGS = ("--spec-draft-n-max", "--draft-max", "--draft-n-max", "--draf
 
 
 def steps(predicted: int, drafted: int, accepted: int, draft_max: int = 0) -> int:
-    """Target steps behind ``predicted`` generated tokens (0 when nothing was generated)."""
+    """Target steps behind ``predicted`` generated tokens (0 when nothing was generated). llama-server reports no
+    steps: a step yields its accepted drafts plus one token of its own, so there are ``predicted - accepted``; and it
+    drafts at most ``draft_max``, so there are at least ``ceil(drafted / draft_max)``. The second bound matters at
+    full acceptance, where the last step's own token lies past ``n_predict`` and the first alone gives 0."""
     if predicted <= 0:
         return 0
     least = -(-drafted // draft_max) if draft_max > 0 else 1

@@ -1,10 +1,10 @@
 """Which models a run of the gates serves, and how a drafter is launched beside its target: the one answer the
 equivalence and the perf gate read (and ship's standings name), so neither gate asks the other.
 
-The model sets: ``--model``/``--drafter`` (:data:`GIVEN_MODELS`), else the release models pins.yaml names, each checked
-against its sha256 (:data:`RELEASE_MODELS`), else the tiny generated ones (:data:`TINY_MODELS`). A drafter goes
-through the launcher's ``--dflash`` when its GGUF says ``dflash``, its ``--mtp`` for an MTP head, else as ``-md``
-with the speculative arguments after ``--`` (:func:`drafter_launch`)."""
+The model sets: ``--model``/``--drafter`` (:data:`GIVEN_MODELS`), else the release models pins.yaml names, each
+checked against its sha256 (:data:`RELEASE_MODELS`), else the tiny generated ones (:data:`TINY_MODELS`). A drafter
+goes through the launcher's ``--dflash`` or ``--mtp`` as its GGUF says, else as ``-md`` (:func:`drafter_launch`).
+"""
 
 from __future__ import annotations
 

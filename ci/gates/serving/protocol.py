@@ -2,9 +2,8 @@
 for ``nox -s bench`` and the perf gate's real-shaped set, and the ``/completion`` protocol the tiny and release sets
 keep (a random model has no chat template to speak of, and only ``ignore_eos`` makes every decode the same length).
 
-The request bodies are pure. :func:`chat_prompt` makes a user message whose chat prompt (the model's own template,
-thinking off) is N tokens by the server's own tokenizer, through its ``/apply-template``, ``/tokenize`` and
-``/detokenize``: for a trained model's tokenizer as for the real-shaped vocabulary.
+The request bodies are pure. :func:`chat_prompt` makes a user message whose chat prompt is N tokens by the server's
+own template (thinking off) and tokenizer, through its ``/apply-template``, ``/tokenize`` and ``/detokenize``.
 """
 
 from __future__ import annotations
