@@ -132,6 +132,7 @@ def _main(argv: Sequence[str] | None) -> int:
         scratch.sweep()  # the temporary folders of a ci that was killed (SIGKILL runs no clean-up)
         if args.command in RECORDING:  # before any judge is imported (binding.judging_now)
             digests.remember_start(digests.package_dir("ci"))
+            digests.remember_start(digests.package_dir("serve"))
         handler: Callable[[argparse.Namespace], int] = args.func
         with signals_as_interrupt():  # SIGTERM and SIGHUP end what Ctrl-C ends
             return handler(args)

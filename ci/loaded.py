@@ -28,6 +28,7 @@ FAST_STEP, SLOW_STEP = 0.001, 0.05
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 OTHER_LIBRARY = "{program} loaded {path} as the build's {name}, whose sha256 is {want}, not {got}: {hint}"
 REPLACED_LIBRARY = "{program} loaded {path} as the build's {name}, and the file was replaced while it ran"
+REPLACED_PROGRAM = "{program} ran from {path}, which is not the file of the build hashed before the gates: another was put there"
 NOT_IN_BUILD = "{program} loaded {path} from the build, which is no library the build's binaries load (a planted file?)"
 WHERE_FROM = "a library path outside the build (LD_LIBRARY_PATH?) gave it another file; unset it and run the gates again"
 
@@ -167,7 +168,7 @@ class Watch:
             alive = False
             for p in tree(pid):
                 exe, found = _exe(p), mapped(p)
-                if not found or not exe:
+                if not found or not exe or _exe(p) != exe:  # gone, or it exec'd another program between the reads
                     continue
                 alive = True
                 with self._lock:
@@ -182,12 +183,14 @@ class Watch:
         for thread in self._threads:
             thread.join(timeout=5)
 
-    def judge(self, build_dir: Path, libraries: Iterable[Library], binaries: Iterable[Library], folders: Iterable[str] = ()) -> Judged:
-        """In each process running a binary of the build (``binaries``, by path or by sha256: a private copy counts),
-        each mapped library of a build library's name must be the build's file (or a copy with its sha256, as
-        ``1bit serve --require-gated`` runs one); a mapped file inside the build that no binary loads is named too.
-        Other programs (a Python launcher, a compiler, a stand-in that execs another llama-server) are not judged.
-        ``folders``: where else a build program may load from without note (the system's)."""
+    def judge(
+        self, build_dir: Path, libraries: Iterable[Library], binaries: Iterable[Library], folders: Iterable[str] = (), sealed: Mapping[str, int] | None = None
+    ) -> Judged:
+        """In each process running a binary of the build (by path, or by sha256: a private copy counts), each mapped
+        library of a build library's name must be the build's file or a copy with its sha256; a mapped file of the
+        build that no binary loads is named too. Other programs are not judged. ``folders``: where else a program may
+        load from without note (the system's). ``sealed``: each build file's inode when hashed, by real path; a
+        program or library mapped from that path with another inode was put there since."""
         libs = list(libraries)
         programs = list(binaries)
         program_paths = {os.path.realpath(b.path) for b in programs}
@@ -208,6 +211,12 @@ class Watch:
                 continue  # no binary of the build: a Python launcher, git, a compiler
             program = os.path.basename(exe)
             for m in files:
+                inode = sealed.get(os.path.realpath(m.path)) if sealed is not None and not m.deleted else None
+                if inode is not None and m.inode != inode:
+                    replaced = REPLACED_PROGRAM.format(program=program, path=m.path) if ".so" not in os.path.basename(m.path) else None
+                    name = next((lib.name for lib in libs if os.path.realpath(lib.path) == os.path.realpath(m.path)), m.path)
+                    out.problems.append(replaced or REPLACED_LIBRARY.format(program=program, path=m.path, name=name))
+                    continue
                 if ".so" not in os.path.basename(m.path):
                     continue
                 own = real.get(os.path.realpath(m.path)) if not m.deleted else None

@@ -13,8 +13,9 @@ from pathlib import Path
 from ci import loaded
 from ci.commands import absolute, folder, given, job_of, say
 from ci.commands.job import Job, current
+from ci.compile.manifest import Sealed
 from ci.compile.stage import CurrentBuild
-from ci.errors import ConfigError
+from ci.errors import ConfigError, Refused
 from ci.gates import results
 from ci.gates.backend_ops import run as backend_ops
 from ci.gates.protocol import Gate
@@ -28,6 +29,8 @@ from ci.release.binding import ELSEWHERE_PROPERTY, LOADED_PROPERTY
 ON_BUILD = "gpu_tests: {profile} build {key} (pin {pin}, patches {patches}), device {device}"
 GATE_DONE = "gpu_tests: {gate}: {status}: {summary} (ledger line {line})"
 TITLE = "gpu_tests, profile {profile}"  # the job summary's heading
+NOT_AS_BUILT = "the {profile} build's {files}, hashed before the gates: not as build.json records; build it again (nox -s build -- --profile {profile})"
+CHANGED_DURING = "the build's {files} changed while {gate} ran (another inode or ctime than when hashed): run the gates again on an untouched build"
 OUT_ELSEWHERE = "--out {out}: inside build/results/{other}, another run's records; give a folder of your own, or leave --out out"
 
 
@@ -49,17 +52,31 @@ def under_test(job: Job, build: CurrentBuild) -> BuildUnderTest:
     )  # fmt: skip
 
 
-def watched_run(gate: Gate, target: BuildUnderTest, options: GateOptions, out: Path) -> GateResult:
+def sealed(build: CurrentBuild) -> Sealed:
+    """The build's binaries and libraries hashed now, before any gate runs (:meth:`~ci.compile.manifest.Manifest.sealed`):
+    the stat data build.json keeps saves a no-op build its reads, but a gate trusts no file that a user can write."""
+    seal, wrong = build.manifest.sealed(build.build_dir)
+    if wrong:
+        files = ", ".join(f"{name} {what}" for name, what in wrong)
+        raise Refused(NOT_AS_BUILT.format(profile=build.manifest.profile, files=files))
+    return seal
+
+
+def watched_run(gate: Gate, target: BuildUnderTest, options: GateOptions, out: Path, seal: Sealed | None = None) -> GateResult:
     """``gate.run`` with the libraries its programs mapped read from them as they ran (:mod:`ci.loaded`) and held to
     the build's: a library of a build library's name from elsewhere makes the result an ERROR naming it; what they
     loaded of the build is recorded (``loaded_libraries``), and what from outside the build and the system's folders
-    (``loaded_elsewhere``)."""
+    (``loaded_elsewhere``). With ``seal``, a program or library of the build mapped from another file than the one
+    hashed, or any of them changed by the end of the run, makes it an ERROR too."""
     with loaded.watching() as watch:
         result = gate.run(target, options, out)
     build = target.build
     libraries = [loaded.Library(name, build.build_dir / a.path, a.sha256) for name, a in build.manifest.libraries.items()]
     binaries = [loaded.Library(name, build.build_dir / a.path, a.sha256) for name, a in build.manifest.binaries.items()]
-    judged = watch.judge(build.build_dir, libraries, binaries, loaded.system_folders())
+    judged = watch.judge(build.build_dir, libraries, binaries, loaded.system_folders(), seal.inodes() if seal else None)
+    moved = seal.moved() if seal else []
+    if moved:
+        judged.problems.insert(0, CHANGED_DURING.format(files=", ".join(moved), gate=gate.name))
     props = [(LOADED_PROPERTY, ",".join(f"{n}={s}" for n, s in sorted(judged.loaded.items())))] if judged.loaded else []
     props += [(ELSEWHERE_PROPERTY, ",".join(judged.elsewhere))] if judged.elsewhere else []
     result = dataclasses.replace(result, properties=(*result.properties, *props))
@@ -97,12 +114,13 @@ def run_gates(job: Job, build: CurrentBuild, request: GpuTestsRequest, say: Call
         )  # fmt: skip
         say(compile_record.no_device_line(manifest.profile, manifest.device, line.line if line else None))
         return [compiled]
+    seal = sealed(build)
     target = under_test(job, build)
     judging = binding.judging_now()  # every judge imported, and their digest, before any program of the build runs
     done: list[GateResult] = []
     for gate in select(request.gates, job.pins):
         say(f"gpu_tests: {gate.name} ...")
-        result = watched_run(gate, target, request.options, out)
+        result = watched_run(gate, target, request.options, out, seal)
         line = records.record(
             result, out, {"build_key": key, "profile": manifest.profile}, ledger_path=ledger.ledger_path(results_dir),
             build=binding.context_of(job.pins, manifest, judging), root=job.root,

@@ -31,6 +31,7 @@ READABLE = (1, 2, 3, 4)
 # Messages, shared with the tests that match on them (tests/support/messages.py)
 IS_MISSING = "is missing"
 DIFFERS = "differs from its recorded sha256"
+MOVED_WHILE_HASHED = "changed while it was hashed"
 NO_SUCH_BINARY = "the {profile} build has no {name}; add it to pins.yaml build.targets and build again"
 UNSAFE_SEARCH_PATH = (
     "{file}: {problem}; a binary of the build finds its libraries in the build alone "
@@ -86,6 +87,36 @@ def _digest(parts: Mapping[str, str]) -> str:
 def stat_stamp(st: os.stat_result) -> tuple[int, int, int, int]:
     """What says a file is unchanged without reading it: size, mtime, inode and ctime (the one a user cannot set)."""
     return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+
+
+Stamp = tuple[int, int, int, int]  # (inode, size, mtime_ns, ctime_ns): a write, or a rename over it, moves one
+
+
+def stamp_of(path: Path) -> Stamp | None:
+    """``path``'s :data:`Stamp` now, None when it is gone."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+@dataclass(frozen=True)
+class Sealed:
+    """A build's binaries and libraries as hashed now, whatever build.json's stat data says (a user can write that
+    file), with the stamp each had while it was hashed: a file changed since, even one put back as it was, has
+    another inode or ctime, which no user can set back. ``paths``: each artifact's path, by its name."""
+
+    paths: Mapping[str, Path]
+    stamps: Mapping[str, Stamp]
+
+    def moved(self) -> list[str]:
+        """The artifacts whose stamp is not the one they had when hashed."""
+        return [name for name, path in self.paths.items() if stamp_of(path) != self.stamps[name]]
+
+    def inodes(self) -> dict[str, int]:
+        """Each artifact's inode when hashed, by its real path: what a program of the build must have mapped."""
+        return {os.path.realpath(path): self.stamps[name][0] for name, path in self.paths.items()}
 
 
 @dataclass(frozen=True)
@@ -297,6 +328,22 @@ class Manifest:
             if wrong:
                 out.append((name, wrong))
         return out
+
+    def sealed(self, manifest_dir: Path) -> tuple[Sealed, list[tuple[str, str]]]:
+        """Every binary and library hashed now with its stamp (:class:`Sealed`), and (artifact, what is wrong) for each
+        whose bytes are not as recorded or that changed while it was read."""
+        paths, stamps, wrong = {}, {}, []
+        for name, art in {**self.binaries, **self.libraries}.items():
+            path = manifest_dir / art.path
+            before = stamp_of(path)
+            problem = IS_MISSING if before is None or not path.is_file() else art.reprove(manifest_dir)
+            if problem is None and stamp_of(path) != before:
+                problem = MOVED_WHILE_HASHED
+            if problem:
+                wrong.append((name, problem))
+            elif before is not None:
+                paths[name], stamps[name] = path, before
+        return Sealed(paths, stamps), wrong
 
     def problems(self, manifest_dir: Path) -> list[tuple[str, str]]:
         """(artifact, what is wrong) for every binary and library that is not as recorded."""

@@ -9,6 +9,7 @@ build ship has just hashed again and the criteria that hold now; docs/release.md
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from ci.environment import recorded_environment
 from ci.errors import Refused
 from ci.gates import registry
 from ci.gates.results import GateResult
-from ci.gates.serving.launcher import launcher_sha256
+from ci.gates.serving.launcher import launcher_dir, launcher_sha256
 from ci.pin.pins import Pins
 from ci.release import ledger
 
@@ -32,7 +33,7 @@ OTHER_LIBRARIES = "it ran {name} {ran}, not the build's {build}"
 LOADED_PROPERTY = "loaded_libraries"  # a record's: name=sha256 of each library of the build its programs mapped (ci.loaded)
 ELSEWHERE_PROPERTY = "loaded_elsewhere"  # and the libraries they mapped from outside the build and the system's folders
 CRITERION_CHANGED = "{criterion} {judged}, now {current}"
-CI_CHANGED = "ci/ changed while the gates ran (ci_sha256 {judged} when they started, {now} now): not recorded in the ledger; run them again on an unchanged checkout"  # OTHER_CRITERIA's changes, joined by "; "
+CI_CHANGED = "ci/ or serve/ changed while the gates ran (ci_sha256 {judged} when they started, {now} now): not recorded in the ledger; run them again on an unchanged checkout"  # OTHER_CRITERIA's changes, joined by "; "
 
 
 def orchestration_dir() -> Path:
@@ -42,11 +43,18 @@ def orchestration_dir() -> Path:
     return Path(ci.__file__).resolve().parent
 
 
-def orchestration_sha256() -> str:
-    """One digest of the ci package's files (as the launcher's are read, :func:`launcher_sha256`): every record
-    is bound to the code that ran and judged it, so a judge weakened for a gate run and put back afterwards leaves
-    records that do not count (a hostile pass on ship, 2026-12-05)."""
-    return launcher_sha256(orchestration_dir())
+def orchestration_dirs() -> tuple[Path, Path]:
+    """The code a judging process runs: the ci package and the serve package it imports (serve.bounded, serve.elf,
+    ... load as ci starts), each the one this Python imports."""
+    return orchestration_dir(), launcher_dir()
+
+
+def orchestration_sha256(digests: tuple[str, ...] | None = None) -> str:
+    """One digest of ci/ and serve/ (each read as the launcher's is, :func:`launcher_sha256`; ``digests``: theirs,
+    when taken already): every record is bound to the code that ran and judged it, so a judge weakened for a gate
+    run and put back afterwards leaves records that do not count, through either package."""
+    parts = digests or tuple(launcher_sha256(d) for d in orchestration_dirs())
+    return hashlib.sha256("".join(f"{part}\n" for part in parts).encode()).hexdigest()
 
 
 def environment_criterion(profile: str, source: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -91,17 +99,16 @@ def judged_criteria(pins: Pins, result: GateResult, profile: str, ci_sha256: str
 
 
 def judging_now() -> str:
-    """The ci package's digest as the gates start, every module of ci.gates imported first and the digest unchanged
-    since the command started: a judge is then the code the digest read, whatever a program the gates start (the
-    fork's, under test) writes into ci/ afterwards. A hostile pass
-    (2026-12-05) planted a judge that turned a FAILED backend_ops into a pass and put its own file back on import: its
-    record carried the clean tree's ci_sha256, and ship wrote the wheel."""
+    """The digest of ci/ and serve/ as the gates start, every module of ci.gates imported first and the digest
+    unchanged since the command started: a judge is then the code the digest read, whatever a program the gates start
+    (the fork's, under test) writes into either package afterwards, or a planted module put back as it was imported."""
     import importlib
     import pkgutil
 
     import ci.gates
 
-    before = at_start(orchestration_dir()) or orchestration_sha256()  # as the command started, when the CLI took it
+    started = tuple(at_start(d) for d in orchestration_dirs())  # as the command started, when the CLI took them
+    before = orchestration_sha256(tuple(s for s in started if s)) if all(started) else orchestration_sha256()
     for module in pkgutil.walk_packages(ci.gates.__path__, "ci.gates."):
         if not module.name.endswith(".task_driver"):  # the KernelForge task's standalone script
             importlib.import_module(module.name)
@@ -113,7 +120,7 @@ def judging_now() -> str:
 
 def context_of(pins: Pins, manifest: Manifest, ci_sha256: str | None = None) -> ledger.BuildContext:
     """The ledger context of a gate run on ``manifest``'s build: its identity, its digest, and each gate's criteria.
-    ``ci_sha256``: the ci package's digest when the gates started (:func:`judging_now`); a record is written only when
+    ``ci_sha256``: the digest of ci/ and serve/ when the gates started (:func:`judging_now`); a record is written only when
     it is still that, so code that edits ci/ while the gates run and puts it back before the record never counts."""
 
     def judged(result: GateResult) -> Mapping[str, Any]:

@@ -36,7 +36,7 @@ def test_a_judge_that_puts_itself_back_on_import_is_refused_before_any_gate(orch
     judge.write_text(committed)  # what the planted import did
     with pytest.raises(Refused) as exc:
         binding.judging_now()
-    assert exc.value.message.startswith("ci/ changed while the gates ran")
+    assert exc.value.message.startswith(binding.CI_CHANGED.split(" (", 1)[0])
 
 
 def test_a_change_to_ci_while_a_gate_runs_is_not_recorded(orchestration: Path) -> None:
