@@ -115,6 +115,16 @@ def tree(pid: int) -> list[int]:
     return out
 
 
+def _argv0(pid: int) -> str:
+    """The path ``pid`` was started by (its argv[0], absolute from its working folder, links not followed), or ""."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            first = fh.read().split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+        return os.path.normpath(os.path.join(os.readlink(f"/proc/{pid}/cwd"), first)) if first else ""
+    except OSError:
+        return ""
+
+
 def _exe(pid: int) -> str:
     """The executable ``pid`` runs now, or "" when it is gone (or a kernel thread)."""
     try:
@@ -153,6 +163,7 @@ class Watch:
 
     def __init__(self) -> None:
         self.seen: dict[tuple[int, str], set[Mapping_]] = {}
+        self.started_as: dict[tuple[int, str], str] = {}  # the path each was exec'd by (argv[0], made absolute)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -167,12 +178,13 @@ class Watch:
         while not self._stop.is_set():
             alive = False
             for p in tree(pid):
-                exe, found = _exe(p), mapped(p)
+                exe, found, argv0 = _exe(p), mapped(p), _argv0(p)
                 if not found or not exe or _exe(p) != exe:  # gone, or it exec'd another program between the reads
                     continue
                 alive = True
                 with self._lock:
                     self.seen.setdefault((p, exe), set()).update(found)
+                    self.started_as.setdefault((p, exe), argv0)
             if not alive and not os.path.exists(f"/proc/{pid}"):
                 return
             if time.monotonic() - started >= FAST_SECONDS:
@@ -204,9 +216,13 @@ class Watch:
         out = Judged()
         hashes: dict[tuple[str, int], str] = {}
         with self._lock:
-            seen = [(exe, sorted(files, key=lambda m: m.path)) for (_, exe), files in sorted(self.seen.items())]
+            seen = [(exe, self.started_as.get(k, ""), sorted(files, key=lambda m: m.path)) for k in sorted(self.seen) for exe, files in [(k[1], self.seen[k])]]
         exe_sha: dict[str, str] = {}
-        for exe, files in seen:
+        for exe, argv0, files in seen:
+            inode = sealed.get(argv0) if sealed is not None else None  # started as a program of the build, by its path
+            if inode is not None and all(m.inode != inode for m in files if m.path == exe):
+                out.problems.append(REPLACED_PROGRAM.format(program=os.path.basename(argv0), path=exe))
+                continue
             if os.path.realpath(exe) not in program_paths and exe_sha.setdefault(exe, _sha256(exe)) not in program_shas:
                 continue  # no binary of the build: a Python launcher, git, a compiler
             program = os.path.basename(exe)

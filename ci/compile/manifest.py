@@ -92,13 +92,29 @@ def stat_stamp(st: os.stat_result) -> tuple[int, int, int, int]:
 Stamp = tuple[int, int, int, int]  # (inode, size, mtime_ns, ctime_ns): a write, or a rename over it, moves one
 
 
-def stamp_of(path: Path) -> Stamp | None:
-    """``path``'s :data:`Stamp` now, None when it is gone."""
+def stamp_of(path: Path, follow: bool = True) -> Stamp | None:
+    """``path``'s :data:`Stamp` now (of the link itself with ``follow`` false), None when it is gone."""
     try:
-        st = os.stat(path)
+        st = os.stat(path, follow_symlinks=follow)
     except OSError:
         return None
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _written_back(path: Path) -> None:
+    """``path``'s dirty pages written back (fsync), which write-protects them in every mapping: a later store through a
+    mapping made writable earlier then faults, and the fault moves the file's ctime (on a disk filesystem; tmpfs
+    keeps no time for stores through a mapping)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -109,14 +125,19 @@ class Sealed:
 
     paths: Mapping[str, Path]
     stamps: Mapping[str, Stamp]
+    folders: Mapping[Path, Stamp] = field(default_factory=dict)  # the folders inside the build that hold them
 
     def moved(self) -> list[str]:
-        """The artifacts whose stamp is not the one they had when hashed."""
-        return [name for name, path in self.paths.items() if stamp_of(path) != self.stamps[name]]
+        """The artifacts whose stamp is not the one they had when hashed, and the folders holding them that were
+        renamed, replaced or written since (a folder swapped for a link and put back moves its ctime)."""
+        files = [name for name, path in self.paths.items() if stamp_of(path) != self.stamps[name]]
+        return files + [f"{folder.name}/" for folder, stamp in self.folders.items() if stamp_of(folder, follow=False) != stamp]
 
     def inodes(self) -> dict[str, int]:
-        """Each artifact's inode when hashed, by its real path: what a program of the build must have mapped."""
-        return {os.path.realpath(path): self.stamps[name][0] for name, path in self.paths.items()}
+        """Each artifact's inode when hashed, by its path and its real path: what a program of the build, or one
+        started by a path of the build, must have mapped."""
+        out = {os.path.normpath(os.path.abspath(path)): self.stamps[name][0] for name, path in self.paths.items()}
+        return out | {os.path.realpath(path): self.stamps[name][0] for name, path in self.paths.items()}
 
 
 @dataclass(frozen=True)
@@ -332,9 +353,12 @@ class Manifest:
     def sealed(self, manifest_dir: Path) -> tuple[Sealed, list[tuple[str, str]]]:
         """Every binary and library hashed now with its stamp (:class:`Sealed`), and (artifact, what is wrong) for each
         whose bytes are not as recorded or that changed while it was read."""
-        paths, stamps, wrong = {}, {}, []
+        paths: dict[str, Path] = {}
+        stamps: dict[str, Stamp] = {}
+        wrong: list[tuple[str, str]] = []
         for name, art in {**self.binaries, **self.libraries}.items():
             path = manifest_dir / art.path
+            _written_back(path)
             before = stamp_of(path)
             problem = IS_MISSING if before is None or not path.is_file() else art.reprove(manifest_dir)
             if problem is None and stamp_of(path) != before:
@@ -343,7 +367,8 @@ class Manifest:
                 wrong.append((name, problem))
             elif before is not None:
                 paths[name], stamps[name] = path, before
-        return Sealed(paths, stamps), wrong
+        folders = {f: stamp_of(f, follow=False) for p in paths.values() for f in p.parents if manifest_dir in f.parents}
+        return Sealed(paths, stamps, {f: s for f, s in folders.items() if s is not None}), wrong
 
     def problems(self, manifest_dir: Path) -> list[tuple[str, str]]:
         """(artifact, what is wrong) for every binary and library that is not as recorded."""

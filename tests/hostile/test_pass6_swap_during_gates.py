@@ -109,3 +109,18 @@ def test_a_program_or_library_of_the_build_mapped_from_another_inode_than_the_on
     shutil.copy2(tbo, tmp_path / "copy")
     os.replace(tmp_path / "copy", tbo)
     assert watched(sealed).problems == [loaded.REPLACED_PROGRAM.format(program="test-backend-ops", path=tbo)]
+    # the build's folder swapped for a link to a copy while the program starts by the build's path, then put back:
+    # the kernel names the copy, which is no file of the seal, though the path reads as the build's again
+    sealed = inodes()
+    copy = tmp_path / "copy-of-build"
+    shutil.copytree(build, copy, symlinks=True)
+    os.rename(build, tmp_path / "aside")
+    build.symlink_to(copy)
+    try:
+        with loaded.watching() as watch:
+            assert command.run(argv, quiet=True).returncode == 0
+    finally:
+        build.unlink()
+        os.rename(tmp_path / "aside", build)
+    judged = watch.judge(build, libraries, binaries, loaded.system_folders(), sealed)
+    assert judged.problems == [loaded.REPLACED_PROGRAM.format(program="test-backend-ops", path=copy / "test-backend-ops")]
