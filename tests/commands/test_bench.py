@@ -13,7 +13,6 @@ from ci.cli import COMMANDS
 from ci.commands import bench as bench_command
 from ci.errors import ConfigError
 from ci.files import cache_dir
-from ci.gates.perf import run as perf_run
 from ci.gates.serving import bench, protocol
 from tests.support.messages import pattern, said
 
@@ -32,10 +31,9 @@ def test_the_bench_asks_by_the_seeds_protocol_unless_told_completion() -> None:
 def test_the_bench_holds_the_perf_gates_box_lock_unless_told_otherwise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A bench and the perf gate on one box never measure at once: both hold $ONEBIT_BOX_LOCK, else the cache's box.lock."""
     monkeypatch.delenv(bench.BOX_LOCK_VAR, raising=False)
-    assert bench_command.lock_of(bench_args()) == cache_dir() / "box.lock" == perf_run.box_lock_path()
+    assert bench_command.lock_of(bench_args()) == cache_dir() / "box.lock"
     monkeypatch.setenv(bench.BOX_LOCK_VAR, str(tmp_path / "shared.lock"))
-    assert bench_command.lock_of(bench_args()) == tmp_path / "shared.lock" == perf_run.box_lock_path()
-    assert bench.BOX_LOCK_VAR == perf_run.BOX_LOCK_VAR
+    assert bench_command.lock_of(bench_args()) == tmp_path / "shared.lock"
     assert bench_command.lock_of(bench_args("--lock", "own.lock")) == Path("own.lock")
     assert bench_command.lock_of(bench_args("--no-lock")) is None
 

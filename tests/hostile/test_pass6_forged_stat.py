@@ -22,9 +22,10 @@ import pytest
 from ci.commands import gpu_tests
 from ci.compile import manifest as manifest_mod
 from ci.errors import Refused
+from tests.hostile.failing_build import failing, prepared
 from tests.hostile.test_foreign_library import working_libggml
-from tests.release.test_ship import GATES, built, record, ship
-from tests.support.build import BuildFork, add_fixture_patch, build_cpu, replay_flags
+from tests.release.test_ship import GATES, record, ship
+from tests.support.build import BuildFork
 from tests.support.messages import partly, said
 from tests.support.project import Project
 
@@ -33,12 +34,8 @@ from tests.support.project import Project
 def test_a_working_library_run_under_forged_stat_data_does_not_ship_the_builds_own(
     build_project: Project, build_fork: BuildFork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("ONEBIT_CMAKE_ARGS", replay_flags())
-    build_project.pins.write_text(build_project.pins.read_text().replace("GATED_DELTA_NET: 54", "GATED_DELTA_NET: 36"))
-    assert build_cpu(build_project).code == 0  # the checkout the patch is made against
-    add_fixture_patch(build_project, build_fork, "wrong.patch", "ggml/ggml.c", "return 42;", "return 41;")
-    m = built(build_project)
-    assert build_project.ci("gpu-tests", "--profile", "cpu", "--gate", "backend_ops").code == 7  # the build's own fails
+    prepared(build_project, monkeypatch)
+    m = failing(build_project, build_fork)
 
     build_dir = build_project.root / "build" / "cpu"
     name, lib = next((n, a) for n, a in m["libraries"].items() if "ggml" in n)

@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 
 from ci.gates.serving import launcher as launcher_files
+from tests.hostile.failing_build import prepared
 from tests.hostile.test_pass5_route_conftest import ROOT, python_ci, secrets
 from tests.release.test_ship import GATES, built, record
-from tests.support.build import BuildFork, add_fixture_patch, build_cpu, replay_flags
+from tests.support.build import BuildFork, add_fixture_patch
 from tests.support.project import Project
 
 PLANTED = """
@@ -77,9 +78,7 @@ def clean_copy(tmp_path: Path) -> Path:
 def test_a_judge_weakened_through_serve_for_the_backend_ops_run_does_not_ship(
     build_project: Project, build_fork: BuildFork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("ONEBIT_CMAKE_ARGS", replay_flags())
-    build_project.pins.write_text(build_project.pins.read_text().replace("GATED_DELTA_NET: 54", "GATED_DELTA_NET: 36"))
-    assert build_cpu(build_project).code == 0  # the checkout the patch is made against
+    prepared(build_project, monkeypatch)
     add_fixture_patch(build_project, build_fork, "wrong.patch", "ggml/ggml.c", "return 42;", "return 41;")
     m = built(build_project)
     work = clean_copy(tmp_path)

@@ -22,10 +22,11 @@ import pytest
 from ci import command, loaded
 from ci.commands import gpu_tests
 from ci.errors import Refused
+from tests.hostile.failing_build import failing, prepared
 from tests.hostile.test_foreign_library import working_libggml
-from tests.release.test_ship import GATES, built, record, ship
+from tests.release.test_ship import GATES, record, ship
 from tests.support.binaries import llama_bin_dir
-from tests.support.build import BuildFork, add_fixture_patch, build_cpu, replay_flags
+from tests.support.build import BuildFork
 from tests.support.messages import said
 from tests.support.project import Project
 
@@ -37,12 +38,8 @@ def test_a_library_swapped_after_gpu_tests_checked_the_build_does_not_ship_the_b
 ) -> None:
     """``current``: swapped after the build's key was checked, before its files are hashed (refused before any gate);
     ``sealed``: after they are hashed, so the gate's program maps another inode than the one hashed (an ERROR)."""
-    monkeypatch.setenv("ONEBIT_CMAKE_ARGS", replay_flags())
-    build_project.pins.write_text(build_project.pins.read_text().replace("GATED_DELTA_NET: 54", "GATED_DELTA_NET: 36"))
-    assert build_cpu(build_project).code == 0  # the checkout the patch is made against
-    add_fixture_patch(build_project, build_fork, "wrong.patch", "ggml/ggml.c", "return 42;", "return 41;")
-    m = built(build_project)
-    assert build_project.ci("gpu-tests", "--profile", "cpu", "--gate", "backend_ops").code == 7  # the build's own fails
+    prepared(build_project, monkeypatch)
+    m = failing(build_project, build_fork)
 
     build_dir = build_project.root / "build" / "cpu"
     lib = next(a for n, a in m["libraries"].items() if "ggml" in n)

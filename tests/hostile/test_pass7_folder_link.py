@@ -25,8 +25,9 @@ from ci import loaded
 from ci.commands import gpu_tests
 from ci.compile.manifest import Sealed
 from ci.compile.stage import CurrentBuild
+from tests.hostile.failing_build import prepared
 from tests.release.test_ship import GATES, built, record, ship
-from tests.support.build import BuildFork, add_fixture_patch, build_cpu, replay_flags
+from tests.support.build import BuildFork, add_fixture_patch, build_cpu
 from tests.support.messages import said
 from tests.support.project import Project
 
@@ -35,9 +36,7 @@ from tests.support.project import Project
 def test_the_builds_folder_linked_to_a_working_one_during_the_gate_does_not_ship_the_builds_own(
     build_project: Project, build_fork: BuildFork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("ONEBIT_CMAKE_ARGS", replay_flags())
-    build_project.pins.write_text(build_project.pins.read_text().replace("GATED_DELTA_NET: 54", "GATED_DELTA_NET: 36"))
-    assert build_cpu(build_project).code == 0  # the checkout the patches are made against
+    prepared(build_project, monkeypatch)
     add_fixture_patch(build_project, build_fork, "benign.patch", "ggml/ggml.c", "return 42;", "return 42; /* patched */")
     assert build_cpu(build_project).code == 0  # a working build, patched as the gate wants (build_commit -dirty)
     build_dir = build_project.root / "build" / "cpu"

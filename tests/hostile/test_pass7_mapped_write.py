@@ -24,8 +24,9 @@ import pytest
 from ci.commands import gpu_tests
 from ci.compile.manifest import Sealed, stamp_of
 from ci.compile.stage import CurrentBuild
-from tests.release.test_ship import GATES, built, record, ship
-from tests.support.build import BuildFork, add_fixture_patch, build_cpu, manifest, replay_flags
+from tests.hostile.failing_build import failing, prepared
+from tests.release.test_ship import GATES, record, ship
+from tests.support.build import BuildFork, manifest
 from tests.support.messages import said
 from tests.support.project import Project
 
@@ -34,15 +35,11 @@ from tests.support.project import Project
 def test_a_library_written_through_a_mapping_made_writable_before_the_seal_does_not_ship_the_builds_own(
     build_project: Project, build_fork: BuildFork, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("ONEBIT_CMAKE_ARGS", replay_flags())
-    build_project.pins.write_text(build_project.pins.read_text().replace("GATED_DELTA_NET: 54", "GATED_DELTA_NET: 36"))
-    assert build_cpu(build_project).code == 0  # the checkout the patch is made against: its libggml answers 42
+    prepared(build_project, monkeypatch)
     build_dir = build_project.root / "build" / "cpu"
     name = next(n for n in manifest(build_project)["libraries"] if "ggml" in n)
     working = Path(os.path.realpath(build_dir / manifest(build_project)["libraries"][name]["path"])).read_bytes()
-    add_fixture_patch(build_project, build_fork, "wrong.patch", "ggml/ggml.c", "return 42;", "return 41;")
-    m = built(build_project)
-    assert build_project.ci("gpu-tests", "--profile", "cpu", "--gate", "backend_ops").code == 7  # the build's own fails
+    m = failing(build_project, build_fork)
 
     real = Path(os.path.realpath(build_dir / m["libraries"][name]["path"]))
     own = real.read_bytes()

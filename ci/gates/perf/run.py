@@ -6,7 +6,6 @@ box lock, as the seeds' bench did: two measurements on one machine never overlap
 from __future__ import annotations
 
 import dataclasses
-import os
 import shlex
 import time
 from collections.abc import Callable, Sequence
@@ -14,7 +13,7 @@ from pathlib import Path
 
 from ci import defaults
 from ci.errors import ConfigError
-from ci.files import cache_dir, write_json
+from ci.files import write_json
 from ci.gates.perf import NAME, real_shape, spec
 from ci.gates.perf import judge as perf
 from ci.gates.results import GateResult, Status, case_counts
@@ -31,7 +30,6 @@ NO_CHECKS = "pins.yaml: expect.perf: no checks for {models} ({key}) nor expect.p
 REAL_SHAPE_CASE = "real-shape: {name}"  # a real-shaped set's check among the gate's cases and figures
 REAL_SHAPE_SUMMARY = "; real-shape ({set}, {device}): {held}/{checks} checks hold ({rounds} rounds)"
 
-BOX_LOCK_VAR = "ONEBIT_BOX_LOCK"  # the shared box's lock file (default: onebit-ci's cache folder's box.lock)
 COMPLETION_PROTOCOL = "/completion of token ids, greedy, ignore_eos, prompt cache off"  # the tiny and release sets'
 SHAPE_SET = {"cpu": "reduced"}  # the real-shaped set a profile runs: the full 27B shapes, the reduced on the CPU
 # the reduced set on a 2-core CPU: the seeds' requests, shorter (a 4-layer 27B-wide target prefills about 40 t/s there)
@@ -42,11 +40,6 @@ CPU_PROTOCOL = real_shape.Protocol(prompt_tokens=512, long_tokens=2048, decode_t
 # ratios stayed within 0.22-0.32 (decode) and 0.45-0.61 (prompt) where two threads gave 0.25-4.08 and 0.26-1.06
 # (docs/bench.md, "How many rounds")
 CPU_THREADS = ("-t", "1")
-
-
-def box_lock_path() -> Path:
-    given = os.environ.get(BOX_LOCK_VAR)
-    return Path(given) if given else cache_dir() / "box.lock"
 
 
 def released_for(target: BuildUnderTest, models: str, prefix: str = "") -> perf.Released | None:
@@ -65,7 +58,7 @@ def run(target: BuildUnderTest, options: GateOptions, out: Path, say: Callable[[
     checks, real = expect.checks(key), expect.real_shape(profile)
     if not checks and not real:
         raise ConfigError(NO_CHECKS.format(key=key, models=models, real=spec.real_shape_key(profile).replace("/", ".")))
-    with bench.box_lock(box_lock_path(), say):
+    with bench.box_lock(bench.box_lock_path(), say):
         result = _run_models(target, options, out, (model, drafter, models), checks) if checks else None
         if not real:
             assert result is not None

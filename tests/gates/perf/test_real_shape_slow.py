@@ -17,6 +17,7 @@ import pytest
 from ci.gates.perf import judge as perf
 from ci.gates.perf import real_shape, spec
 from ci.gates.perf import run as perf_run
+from ci.gates.serving import bench
 from ci.gates.serving.bench import Sample
 from ci.pin import pins
 from tests.support.build import build_cpu, manifest, stand_in_flags
@@ -48,7 +49,7 @@ def shaped_project(make_build_project: Callable[..., Project], monkeypatch: pyte
     project = make_build_project(pins_extra=CHECKS)
     monkeypatch.setenv("ONEBIT_CMAKE_ARGS", stand_in_flags())
     monkeypatch.setenv("ONEBIT_SHAPES_CACHE", str(shapes_cache))
-    monkeypatch.setenv(perf_run.BOX_LOCK_VAR, str(shapes_cache / "box.lock"))
+    monkeypatch.setenv(bench.BOX_LOCK_VAR, str(shapes_cache / "box.lock"))
     monkeypatch.setattr(perf_run, "CPU_PROTOCOL", PROTOCOL)
     r = build_cpu(project, "--remote", str(project.fork.path))
     assert r.code == 0, r.err
