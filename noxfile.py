@@ -169,7 +169,7 @@ def export_patches(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """A/B-measure serve configs: nox -s bench -- -m M --config base= --config dflash="--dflash D" [--rounds N] [--lock P] [--json OUT]."""
+    """A/B-measure serve configs by the seeds' protocol: nox -s bench -- -m M --config base= --config dflash="--dflash D" [--protocol completion] [--rounds N] [--json OUT]."""
     _ci(session, "bench", "plot")  # the chart beside the JSON
 
 
