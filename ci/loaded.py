@@ -196,13 +196,14 @@ class Watch:
             thread.join(timeout=5)
 
     def judge(
-        self, build_dir: Path, libraries: Iterable[Library], binaries: Iterable[Library], folders: Iterable[str] = (), sealed: Mapping[str, int] | None = None
+        self, build_dir: Path, libraries: Iterable[Library], binaries: Iterable[Library], folders: Iterable[str] = (), sealed: Mapping[str, tuple[str, int]] | None = None
     ) -> Judged:
         """In each process running a binary of the build (by path, or by sha256: a private copy counts), each mapped
         library of a build library's name must be the build's file or a copy with its sha256; a mapped file of the
         build that no binary loads is named too. Other programs are not judged. ``folders``: where else a program may
-        load from without note (the system's). ``sealed``: each build file's inode when hashed, by real path; a
-        program or library mapped from that path with another inode was put there since."""
+        load from without note (the system's). ``sealed``: each build file's real path and inode when hashed, by path
+        and real path; a program started by such a path running another file, or a mapping there of another inode,
+        was put there since."""
         libs = list(libraries)
         programs = list(binaries)
         program_paths = {os.path.realpath(b.path) for b in programs}
@@ -219,16 +220,16 @@ class Watch:
             seen = [(exe, self.started_as.get(k, ""), sorted(files, key=lambda m: m.path)) for k in sorted(self.seen) for exe, files in [(k[1], self.seen[k])]]
         exe_sha: dict[str, str] = {}
         for exe, argv0, files in seen:
-            inode = sealed.get(argv0) if sealed is not None else None  # started as a program of the build, by its path
-            if inode is not None and all(m.inode != inode for m in files if m.path == exe):
+            started = sealed.get(argv0) if sealed is not None else None  # started as a program of the build, by its path
+            if started is not None and (exe != started[0] or all(m.inode != started[1] for m in files if m.path == exe)):
                 out.problems.append(REPLACED_PROGRAM.format(program=os.path.basename(argv0), path=exe))
                 continue
             if os.path.realpath(exe) not in program_paths and exe_sha.setdefault(exe, _sha256(exe)) not in program_shas:
                 continue  # no binary of the build: a Python launcher, git, a compiler
             program = os.path.basename(exe)
             for m in files:
-                inode = sealed.get(os.path.realpath(m.path)) if sealed is not None and not m.deleted else None
-                if inode is not None and m.inode != inode:
+                at = sealed.get(m.path) if sealed is not None and not m.deleted else None
+                if at is not None and m.inode != at[1]:
                     replaced = REPLACED_PROGRAM.format(program=program, path=m.path) if ".so" not in os.path.basename(m.path) else None
                     name = next((lib.name for lib in libs if os.path.realpath(lib.path) == os.path.realpath(m.path)), m.path)
                     out.problems.append(replaced or REPLACED_LIBRARY.format(program=program, path=m.path, name=name))

@@ -126,6 +126,7 @@ class Sealed:
     paths: Mapping[str, Path]
     stamps: Mapping[str, Stamp]
     folders: Mapping[Path, Stamp] = field(default_factory=dict)  # the folders inside the build that hold them
+    real: Mapping[str, str] = field(default_factory=dict)  # each one's real path when hashed
 
     def moved(self) -> list[str]:
         """The artifacts whose stamp is not the one they had when hashed, and the folders holding them that were
@@ -133,11 +134,11 @@ class Sealed:
         files = [name for name, path in self.paths.items() if stamp_of(path) != self.stamps[name]]
         return files + [f"{folder.name}/" for folder, stamp in self.folders.items() if stamp_of(folder, follow=False) != stamp]
 
-    def inodes(self) -> dict[str, int]:
-        """Each artifact's inode when hashed, by its path and its real path: what a program of the build, or one
-        started by a path of the build, must have mapped."""
-        out = {os.path.normpath(os.path.abspath(path)): self.stamps[name][0] for name, path in self.paths.items()}
-        return out | {os.path.realpath(path): self.stamps[name][0] for name, path in self.paths.items()}
+    def inodes(self) -> dict[str, tuple[str, int]]:
+        """Each artifact's real path and inode when hashed, by its path and by that real path: the file a program
+        started by a build path, or a mapping at a build path, must be (both taken at the seal, not when judged)."""
+        out = {os.path.normpath(os.path.abspath(path)): (self.real[name], self.stamps[name][0]) for name, path in self.paths.items()}
+        return out | {self.real[name]: (self.real[name], self.stamps[name][0]) for name in self.paths}
 
 
 @dataclass(frozen=True)
@@ -368,7 +369,8 @@ class Manifest:
             elif before is not None:
                 paths[name], stamps[name] = path, before
         folders = {f: stamp_of(f, follow=False) for p in paths.values() for f in p.parents if manifest_dir in f.parents}
-        return Sealed(paths, stamps, {f: s for f, s in folders.items() if s is not None}), wrong
+        real = {name: os.path.realpath(path) for name, path in paths.items()}
+        return Sealed(paths, stamps, {f: s for f, s in folders.items() if s is not None}, real), wrong
 
     def problems(self, manifest_dir: Path) -> list[tuple[str, str]]:
         """(artifact, what is wrong) for every binary and library that is not as recorded."""

@@ -88,13 +88,13 @@ def test_a_program_or_library_of_the_build_mapped_from_another_inode_than_the_on
     binaries = [loaded.Library(tbo.name, tbo, hashlib.sha256(tbo.read_bytes()).hexdigest())]
     argv = [str(tbo), "-o", "SUM", "-b", "CPU"]
 
-    def watched(sealed: dict[str, int]) -> loaded.Judged:
+    def watched(sealed: dict[str, tuple[str, int]]) -> loaded.Judged:
         with loaded.watching() as watch:
             assert command.run(argv, quiet=True).returncode == 0
         return watch.judge(build, libraries, binaries, loaded.system_folders(), sealed)
 
-    def inodes() -> dict[str, int]:
-        return {os.path.realpath(p): os.stat(p).st_ino for p in build.iterdir()}
+    def inodes() -> dict[str, tuple[str, int]]:  # as Sealed.inodes gives them: by path and by real path
+        return {k: (os.path.realpath(p), os.stat(p).st_ino) for p in build.iterdir() for k in (os.path.normpath(p), os.path.realpath(p))}
 
     assert watched(inodes()).problems == []
     base = Path(os.path.realpath(build / "libggml-base.so.0"))
