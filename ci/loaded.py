@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import hashlib
 import os
 import sys
 import threading
@@ -18,6 +17,8 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ci.files import sha256_file
 
 # ld.so's own folders, searched after LD_LIBRARY_PATH and a binary's RUNPATH
 DEFAULT_FOLDERS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64")
@@ -217,15 +218,18 @@ class Watch:
         out = Judged()
         hashes: dict[tuple[str, int], str] = {}
         with self._lock:
-            seen = [(exe, self.started_as.get(k, ""), sorted(files, key=lambda m: m.path)) for k in sorted(self.seen) for exe, files in [(k[1], self.seen[k])]]
+            seen = [(exe, self.started_as.get((pid, exe), ""), sorted(files, key=lambda m: m.path)) for (pid, exe), files in sorted(self.seen.items())]
         exe_sha: dict[str, str] = {}
         for exe, argv0, files in seen:
             started = sealed.get(argv0) if sealed is not None else None  # started as a program of the build, by its path
             if started is not None and (exe != started[0] or all(m.inode != started[1] for m in files if m.path == exe)):
                 out.problems.append(REPLACED_PROGRAM.format(program=os.path.basename(argv0), path=exe))
                 continue
-            if os.path.realpath(exe) not in program_paths and exe_sha.setdefault(exe, _sha256(exe)) not in program_shas:
-                continue  # no binary of the build: a Python launcher, git, a compiler
+            if os.path.realpath(exe) not in program_paths:
+                if exe not in exe_sha:  # hashed once per program, not once per process that ran it
+                    exe_sha[exe] = _sha256(exe)
+                if exe_sha[exe] not in program_shas:
+                    continue  # no binary of the build: a Python launcher, git, a compiler
             program = os.path.basename(exe)
             for m in files:
                 at = sealed.get(m.path) if sealed is not None and not m.deleted else None
@@ -269,14 +273,10 @@ def _same_file(m: Mapping_, path: Path) -> bool:
 
 
 def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
     try:
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
+        return sha256_file(Path(path))
     except OSError:
         return "unreadable"
-    return digest.hexdigest()
 
 
 _ACTIVE: list[Watch] = []

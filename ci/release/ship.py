@@ -90,12 +90,12 @@ def check(build: CurrentBuild, pins: Pins, results_dir: Path, root: Path) -> Shi
         raise Refused(f"ship: the {profile} build's {name} {what} in {shown(build.build_dir / MANIFEST, root)}{more}: run nox -s build -- --profile {profile}, then the gates")
     ledger = ledger_mod.read(ledger_mod.ledger_path(results_dir), ledger_mod.signing_key())
     wanted = required(pins)
-    found = for_build(ledger, build.manifest, pins, wanted)
     # a gate this build failed stands though pins.yaml (edited since, committed or not) no longer requires it
-    tried = [g for g in runnable() if g not in wanted and any(r.gate == g and r.build_key == build.key for r in ledger.records)]
-    failed = [s for s in for_build(ledger, build.manifest, pins, tried) if s.state is Standing.FAILED]
-    found = (*found, *(dataclasses.replace(s, detail=s.detail + NOT_REQUIRED_NOW.format(gate=s.gate)) for s in failed))
-    return ShipCheck(build.key, build.manifest, found, ledger.notes)
+    recorded = {r.gate for r in ledger.records if r.build_key == build.key}
+    tried = [g for g in runnable() if g in recorded and g not in wanted]
+    found = for_build(ledger, build.manifest, pins, (*wanted, *tried))
+    failed = [dataclasses.replace(s, detail=s.detail + NOT_REQUIRED_NOW.format(gate=s.gate)) for s in found if s.gate in tried and s.state is Standing.FAILED]
+    return ShipCheck(build.key, build.manifest, (*(s for s in found if s.gate not in tried), *failed), ledger.notes)
 
 
 def table(result: ShipCheck) -> str:

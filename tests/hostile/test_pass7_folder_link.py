@@ -23,9 +23,7 @@ import pytest
 
 from ci import loaded
 from ci.commands import gpu_tests
-from ci.compile.manifest import Sealed
-from ci.compile.stage import CurrentBuild
-from tests.hostile.failing_build import prepared
+from tests.hostile.failing_build import linked_after_seal, prepared
 from tests.release.test_ship import GATES, built, record, ship
 from tests.support.build import BuildFork, add_fixture_patch, build_cpu
 from tests.support.messages import said
@@ -54,31 +52,8 @@ def test_the_builds_folder_linked_to_a_working_one_during_the_gate_does_not_ship
     assert build_project.ci("gpu-tests", "--profile", "cpu", "--gate", "backend_ops").code == 7  # the build's own fails
 
     folder = build_dir / "bin"
-    aside = build_dir / ".bin-aside"
-    checked, judge = gpu_tests.sealed, loaded.Watch.judge
-
-    def then_linked(build: CurrentBuild) -> Sealed:
-        seal = checked(build)
-        os.rename(folder, aside)  # another process of this user, once gpu_tests has hashed the build
-        folder.symlink_to(working)
-        return seal
-
-    def restored_first(self: loaded.Watch, *args: object, **kwargs: object) -> loaded.Judged:
-        if folder.is_symlink():  # the program is done: the build's folder back, no file of it touched
-            folder.unlink()
-            os.rename(aside, folder)
-        return judge(self, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(gpu_tests, "sealed", then_linked)
-    monkeypatch.setattr(loaded.Watch, "judge", restored_first)
-    try:
+    with linked_after_seal(monkeypatch, folder, working, "judge"):  # put back as the gate's watch is judged
         r = build_project.ci("gpu-tests", "--profile", "cpu", "--gate", "backend_ops")
-    finally:
-        monkeypatch.setattr(gpu_tests, "sealed", checked)
-        monkeypatch.setattr(loaded.Watch, "judge", judge)
-        if folder.is_symlink():
-            folder.unlink()
-            os.rename(aside, folder)
 
     record(build_project, m, GATES.route, GATES.equivalence)
     # started by the build's path it ran another file, or its folder was renamed and put back: the gate is an ERROR

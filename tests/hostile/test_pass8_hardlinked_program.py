@@ -26,10 +26,7 @@ from pathlib import Path
 import pytest
 
 from ci import loaded
-from ci.commands import gpu_tests
-from ci.compile.manifest import Sealed
-from ci.compile.stage import CurrentBuild
-from tests.hostile.failing_build import failing, prepared
+from tests.hostile.failing_build import failing, linked_after_seal, prepared
 from tests.release.test_ship import GATES, record, ship
 from tests.support.build import BuildFork
 from tests.support.messages import said
@@ -62,31 +59,8 @@ def test_the_builds_own_folder_linked_to_a_hard_link_of_its_program_does_not_shi
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib_dir / "impl.so"), str(source)], check=True)
     (lib_dir / name).symlink_to("impl.so")  # what the program's RUNPATH $ORIGIN finds; mapped as impl.so
 
-    aside = build_dir.with_name(".cpu-aside")
-    checked, close = gpu_tests.sealed, loaded.Watch.close
-
-    def then_linked(build: CurrentBuild) -> Sealed:
-        seal = checked(build)
-        os.rename(build_dir, aside)  # once gpu_tests has hashed the build
-        build_dir.symlink_to(working)
-        return seal
-
-    def put_back(self: loaded.Watch) -> None:
-        if build_dir.is_symlink():  # the program is done: the build's folder back, no file or folder in it touched
-            build_dir.unlink()
-            os.rename(aside, build_dir)
-        close(self)
-
-    monkeypatch.setattr(gpu_tests, "sealed", then_linked)
-    monkeypatch.setattr(loaded.Watch, "close", put_back)
-    try:
+    with linked_after_seal(monkeypatch, build_dir, working, "close"):  # put back once the program is done
         r = build_project.ci("gpu-tests", "--profile", "cpu", "--gate", "backend_ops")
-    finally:
-        monkeypatch.setattr(gpu_tests, "sealed", checked)
-        monkeypatch.setattr(loaded.Watch, "close", close)
-        if build_dir.is_symlink():
-            build_dir.unlink()
-            os.rename(aside, build_dir)
 
     last = json.loads((build_project.root / "build" / "results" / "ledger.jsonl").read_text().splitlines()[-1])
     elsewhere = str((last.get("properties") or {}).get("loaded_elsewhere", ""))
