@@ -221,7 +221,9 @@ def models_held(plan: EquivalencePlan, result: GateResult, now: dict[Path, str])
     for leg, path, judged in (("target", plan.baseline.model, plan.identity.model_sha256), ("drafter", plan.drafter_model, plan.identity.drafter_sha256)):
         if path is None:
             continue
-        digest = now.setdefault(Path(path), sha256_now(Path(path)))
+        if Path(path) not in now:  # each file once across the plans of a run
+            now[Path(path)] = sha256_now(Path(path))
+        digest = now[Path(path)]
         if digest != judged:
             changed.append(MODEL_CHANGED.format(leg=leg, path=path, judged=judged[:12], now=digest[:12]))
     if not changed:

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ci.errors import ConfigError, ServerFailed
+from ci.errors import ConfigError
 from ci.gates.serving.bench import Sample, sample_from
 from ci.gates.serving.bench_plan import BenchConfig, Run
 from ci.gates.serving.llama import LlamaServer, ServerLaunch, free_ports, launcher_argv
-from ci.gates.serving.protocol import DECODE_PROMPTS as DECODE_PROMPTS  # ci/gates/perf/run.py reads them here
 from ci.gates.serving.protocol import (
+    DECODE_PROMPTS,
     DECODE_TOKENS,
     PATHS,
     PROMPT_MAX_TOKENS,
@@ -212,7 +212,6 @@ class LiveGroup:
                                  serve_options=config.serve_options, extra=(*config.extra, *protocol.threads))  # fmt: skip
             launch = ServerLaunch(leg_name, argv, "127.0.0.1", port)
             self.servers[leg_name] = LlamaServer(launch, logs / f"{leg_name}.log", health_timeout=protocol.health_timeout)
-        self._done = 0
 
     def __enter__(self) -> LiveGroup:
         try:
@@ -244,7 +243,6 @@ class LiveGroup:
                 leg = LEGS[leg_name]
                 for metric in self.group.asks[leg_name]:
                     samples.append(self._ask(leg, metric, k))
-        self._done += n
         return samples
 
     def _ask(self, leg: Leg, metric: str, round_: int) -> Sample:
@@ -257,9 +255,9 @@ class LiveGroup:
         answer = server.post(CHAT, body, self.protocol.request_timeout)
         seconds = time.monotonic() - t0
         run = Run(round_, BenchConfig(leg.name))
-        sample = sample_from(answer, run, "prompt" if not decode else metric, 1, seconds, server.launch.name)
+        sample = sample_from(answer, run, metric, 1, seconds, server.launch.name)
         per_tps = self.models.bandwidth_per_tps.get(leg.role, 0.0) if decode else 0.0
-        return dataclasses.replace(sample, metric=metric, bandwidth_per_tps=per_tps)
+        return dataclasses.replace(sample, bandwidth_per_tps=per_tps)
 
 
 def settle_groups(
@@ -289,8 +287,3 @@ def peak_or_refuse(device: str, peak: float | None, checks: Sequence[Check]) -> 
             raise ConfigError(NO_PEAK.format(device=device))
         return 0.0
     return peak
-
-
-def failed_server(exc: ServerFailed) -> str:
-    """A server's failure as one line for the gate's result, its log's tail left to the logs."""
-    return exc.message.splitlines()[0]

@@ -8,8 +8,9 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from ci import defaults
 from ci.errors import ConfigError
@@ -21,6 +22,7 @@ from ci.gates.serving import bench, devices
 from ci.gates.serving import bench_plan as plans
 from ci.gates.serving.bench import BenchResult, Sample
 from ci.gates.serving.model_sets import RELEASE_MODELS, TINY_MODELS, drafter_launch, served_models
+from ci.gates.serving.protocol import COMPLETION, DECODE_PROMPTS, PROTOCOLS
 from ci.gates.target import BuildUnderTest, GateOptions
 from ci.pin.claims import Check
 
@@ -30,7 +32,6 @@ NO_CHECKS = "pins.yaml: expect.perf: no checks for {models} ({key}) nor expect.p
 REAL_SHAPE_CASE = "real-shape: {name}"  # a real-shaped set's check among the gate's cases and figures
 REAL_SHAPE_SUMMARY = "; real-shape ({set}, {device}): {held}/{checks} checks hold ({rounds} rounds)"
 
-COMPLETION_PROTOCOL = "/completion of token ids, greedy, ignore_eos, prompt cache off"  # the tiny and release sets'
 SHAPE_SET = {"cpu": "reduced"}  # the real-shaped set a profile runs: the full 27B shapes, the reduced on the CPU
 # the reduced set on a 2-core CPU: the seeds' requests, shorter (a 4-layer 27B-wide target prefills about 40 t/s there)
 CPU_PROTOCOL = real_shape.Protocol(prompt_tokens=512, long_tokens=2048, decode_tokens=32, threads=("-t", "2"))
@@ -40,12 +41,7 @@ CPU_PROTOCOL = real_shape.Protocol(prompt_tokens=512, long_tokens=2048, decode_t
 # ratios stayed within 0.22-0.32 (decode) and 0.45-0.61 (prompt) where two threads gave 0.25-4.08 and 0.26-1.06
 # (docs/bench.md, "How many rounds")
 CPU_THREADS = ("-t", "1")
-
-
-def released_for(target: BuildUnderTest, models: str, prefix: str = "") -> perf.Released | None:
-    """The last release's figures of ``models`` (its perf record, through ``released(NAME)`` as the oracle reads its
-    own), the checks named without ``prefix``; None when no release measured them."""
-    return perf.released_figures(target.released(NAME), models, prefix)
+LastRelease = tuple[str, Mapping[str, Any]] | None  # released(NAME)'s: the last release's pin and perf record
 
 
 def run(target: BuildUnderTest, options: GateOptions, out: Path, say: Callable[[str], None] = lambda line: None) -> GateResult:
@@ -59,20 +55,23 @@ def run(target: BuildUnderTest, options: GateOptions, out: Path, say: Callable[[
     if not checks and not real:
         raise ConfigError(NO_CHECKS.format(key=key, models=models, real=spec.real_shape_key(profile).replace("/", ".")))
     with bench.box_lock(bench.box_lock_path(), say):
-        result = _run_models(target, options, out, (model, drafter, models), checks) if checks else None
+        last = target.released(NAME)  # the last release's perf record, read once for both sets
+        result = _run_models(target, options, out, (model, drafter, models), checks, last) if checks else None
         if not real:
             assert result is not None
             return result
-        shaped = named_real_shape(run_real_shape(target, options, real, out, say))
+        shaped = named_real_shape(run_real_shape(target, options, real, out, say, last))
         return joined_results(result, shaped) if result is not None else shaped
 
 
-def _run_models(target: BuildUnderTest, options: GateOptions, out: Path, served: tuple[Path, Path, str], checks: Sequence[Check]) -> GateResult:
+def _run_models(
+    target: BuildUnderTest, options: GateOptions, out: Path, served: tuple[Path, Path, str], checks: Sequence[Check], last: LastRelease
+) -> GateResult:
     t0 = time.monotonic()
     manifest = target.build.manifest
     model, drafter, models = served
     server = manifest.binary(target.build.build_dir, "llama-server")
-    released = released_for(target, models)
+    released = perf.released_figures(last, models)
     tiny = models == TINY_MODELS
     batches: list[BenchResult] = []
 
@@ -88,10 +87,12 @@ def _run_models(target: BuildUnderTest, options: GateOptions, out: Path, served:
     drawn = perf.chart(settled.judged, out / "perf.svg", title)
     result = perf.result(settled.judged, released, manifest.pin_commit, models, time.monotonic() - t0, settled.rounds, settled.stopped)
     chart = str(out / "perf.svg") if drawn else bench.NO_CHART
-    return dataclasses.replace(result, properties=(*result.properties, ("chart", chart), ("protocol", COMPLETION_PROTOCOL)))
+    return dataclasses.replace(result, properties=(*result.properties, ("chart", chart), ("protocol", PROTOCOLS[COMPLETION])))
 
 
-def run_real_shape(target: BuildUnderTest, options: GateOptions, checks: Sequence[Check], out: Path, say: Callable[[str], None]) -> GateResult:
+def run_real_shape(
+    target: BuildUnderTest, options: GateOptions, checks: Sequence[Check], out: Path, say: Callable[[str], None], last: LastRelease
+) -> GateResult:
     """The real-shaped set's checks for this profile: its files written here (cached by their spec), its legs in
     groups of live servers, each group's checks settled by the sequential test."""
     from ci.gates.shapes import models as shapes
@@ -112,11 +113,11 @@ def run_real_shape(target: BuildUnderTest, options: GateOptions, checks: Sequenc
     prompts = {"prompt": chat_prompt_text(protocol.prompt_tokens, vocab)}
     if any(t is not None and t.prompt == real_shape.LONG_PROMPT for c in checks for t in (c.top, c.bottom)):
         prompts[real_shape.prompt_metric(real_shape.LONG_PROMPT)] = chat_prompt_text(protocol.long_tokens, vocab)
-    prompts.update({f"decode {name}": text for name, text in real_shape.DECODE_PROMPTS.items()})
+    prompts.update({f"decode {name}": text for name, text in DECODE_PROMPTS.items()})
     per_tps = {role: decode_bytes(path).per_token / peak for role, path in files.files.items() if peak}
     models = real_shape.Models(files.files, prompts, per_tps)
     prefix = REAL_SHAPE_CASE.format(name="")
-    released = released_for(target, "", prefix)
+    released = perf.released_figures(last, "", prefix)
     budget = perf.Budget(max_rounds=options.rounds, seconds=real_shape.SECONDS)
 
     def judge(group_checks: Sequence[Check], measure: Callable[[int], Sequence[Sample]]) -> perf.Settled:
@@ -137,7 +138,7 @@ def run_real_shape(target: BuildUnderTest, options: GateOptions, checks: Sequenc
 
 def named_real_shape(real: GateResult) -> GateResult:
     """The real-shaped set's result with its cases and figures named by :data:`REAL_SHAPE_CASE`, as they are kept
-    beside another set's in one record (and as :func:`released_for` reads them back)."""
+    beside another set's in one record (and as :func:`~ci.gates.perf.judge.released_figures` reads them back)."""
     prefix = REAL_SHAPE_CASE.format(name="")
     cases = tuple(dataclasses.replace(c, name=prefix + c.name) for c in real.cases)
     return dataclasses.replace(real, cases=cases, metrics=tuple((prefix + k, v) for k, v in real.metrics))

@@ -112,7 +112,7 @@ def sample_from(answer: Mapping[str, Any], run: Run, metric: str, rep: int, seco
     t = answer.get("timings")
     if not isinstance(t, Mapping):
         raise ServerFailed(NO_TIMINGS.format(server=server))
-    prompt = metric == PROMPT
+    prompt = metric.startswith(PROMPT)  # "prompt", and a named prompt's ("prompt long")
     tokens, ms = (t.get("prompt_n"), t.get("prompt_ms")) if prompt else (t.get("predicted_n"), t.get("predicted_ms"))
     if not isinstance(tokens, int) or not isinstance(ms, int | float) or ms <= 0:
         raise ServerFailed(TIMINGS_LACK.format(server=server, phase="prompt" if prompt else "predicted", timings=dict(t)))
