@@ -64,7 +64,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 # the commands that write gate records: ci/'s digest is taken as they start (binding.judging_now compares it)
-RECORDING = frozenset(("gpu-tests", "main-job", "try", "try-inner"))
+RECORDING = frozenset(("gpu-tests", "main-job", "try-inner"))  # a try records in its inner process only
 
 
 def dispatch(name: str) -> Callable[[argparse.Namespace], int]:

@@ -303,8 +303,3 @@ def watching() -> Iterator[Watch]:
         with _ACTIVE_LOCK:
             _ACTIVE.remove(watch)
         watch.close()
-
-
-def build_libraries(build_dir: Path, libraries: Mapping[str, tuple[str, str]]) -> list[Library]:
-    """The build's libraries as :class:`Library` values, from build.json's name -> (relative path, sha256)."""
-    return [Library(name, build_dir / rel, sha) for name, (rel, sha) in libraries.items()]

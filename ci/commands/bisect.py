@@ -34,12 +34,13 @@ from ci.pin.pins import EquivalenceConfig
 from ci.pin.verify import verify
 from ci.processes import signals_ignored, sigterm_as_interrupt
 from ci.release import ledger, records, standings
+from ci.release.figures import BISECT_PREFIX
 from ci.source.classify import classify
 from ci.source.store import ForkStore, Relation
 from ci.source.sync import Source, ensure_commit, execute, prepare
 from ci.words import count, listed
 
-KEY_PREFIX = "bisect:"  # the ledger's build key of a step: never a build's key, so ship never counts it
+KEY_PREFIX = BISECT_PREFIX  # the ledger's build key of a step: never a build's key, so ship never counts it
 BUMP_REPORT = Path("build") / "bump-report.md"
 _TO_RE = re.compile(r"^- To: `([0-9a-f]{40})`", re.MULTILINE)
 _FROM_RE = re.compile(r"^- From: `([0-9a-f]{40})`", re.MULTILINE)

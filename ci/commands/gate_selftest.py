@@ -47,9 +47,10 @@ def session(
     m = build.manifest
     results_dir = ledger.default_results_dir(job.root)
     book = ledger.ledger_path(results_dir)
-    failing = unplanted_failures(book, m, job.pins, job.root)
-    # what each gate compares with, read here where the key is: a fault's child gets no key, and reads no signed ledger
-    released = {gate: standings.last_record(results_dir, profile, m.key, gate) for gate in registry.runnable()}
+    read = ledger.read(book, ledger.signing_key())  # once, for every gate: read here where the key is
+    failing = unplanted_failures(book, m, job.pins, job.root, read)
+    # what each gate compares with: a fault's child gets no key, and reads no signed ledger
+    released = {gate: standings.released_record(read, profile, m.key, gate) for gate in registry.runnable()}
     result, shown = selftest.selftest(
         build.key, job.source(), job.root, build.build_dir, profile, faults, only, say, jobs, keep, timeout, failing, released
     )
@@ -67,13 +68,15 @@ def session(
     return 0
 
 
-def unplanted_failures(ledger_file: Path, manifest: Manifest, pins: Pins, root: Path | None = None) -> dict[str, str]:
+def unplanted_failures(ledger_file: Path, manifest: Manifest, pins: Pins, root: Path | None = None, book: ledger.Ledger | None = None) -> dict[str, str]:
     """The gates that stand FAILED for this build, read as ship reads the ledger (:func:`standings.for_build`): gate ->
     which record. A fault judged by such a gate would be caught by the pin itself, and a benign edit alarm for the
-    same reason; a failure ship does not count (a run on models of one's own) blocks nothing."""
+    same reason; a failure ship does not count (a run on models of one's own) blocks nothing. ``book``: the ledger
+    when read already."""
     if not ledger_file.is_file():
         return {}
-    book = ledger.read(ledger_file, ledger.signing_key())  # a signed ledger (ONEBIT_LEDGER_KEY) is read as ship reads it
+    if book is None:  # a signed ledger (ONEBIT_LEDGER_KEY) is read as ship reads it
+        book = ledger.read(ledger_file, ledger.signing_key())
     found = {}
     for s in standings.for_build(book, manifest, pins, registry.runnable()):
         if s.state is standings.Standing.FAILED and s.record is not None:

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ci import loaded
 from ci.commands import absolute, folder, given, job_of, say
 from ci.commands.job import Job, current
-from ci.compile.manifest import Sealed
+from ci.compile.manifest import Artifact, Sealed
 from ci.compile.stage import CurrentBuild
 from ci.errors import ConfigError, Refused
 from ci.gates import results
@@ -71,8 +71,7 @@ def watched_run(gate: Gate, target: BuildUnderTest, options: GateOptions, out: P
     with loaded.watching() as watch:
         result = gate.run(target, options, out)
     build = target.build
-    libraries = [loaded.Library(name, build.build_dir / a.path, a.sha256) for name, a in build.manifest.libraries.items()]
-    binaries = [loaded.Library(name, build.build_dir / a.path, a.sha256) for name, a in build.manifest.binaries.items()]
+    libraries, binaries = (build_files(build, build.manifest.libraries), build_files(build, build.manifest.binaries))
     judged = watch.judge(build.build_dir, libraries, binaries, loaded.system_folders(), seal.inodes() if seal else None)
     moved = seal.moved() if seal else []
     if moved:
@@ -83,6 +82,11 @@ def watched_run(gate: Gate, target: BuildUnderTest, options: GateOptions, out: P
     if not judged.problems:
         return result
     return dataclasses.replace(result, status=Status.ERROR, summary=f"ERROR: {judged.problems[0]}", problems=(*judged.problems, *result.problems))
+
+
+def build_files(build: CurrentBuild, files: Mapping[str, Artifact]) -> list[loaded.Library]:
+    """Build.json's binaries or libraries as the watch judges them: name, path, sha256."""
+    return [loaded.Library(name, build.build_dir / a.path, a.sha256) for name, a in files.items()]
 
 
 def own_out(out: Path | None, results_dir: Path, own: str) -> Path:

@@ -34,6 +34,7 @@ from ci.files import shown, write_atomic
 from ci.gates import results
 from ci.gates.registry import select
 from ci.gates.results import GateResult
+from ci.gates.selftest.run import private_mounts
 from ci.gates.serving.launcher import process_bytecode, with_bytecode
 from ci.git import Git, is_checked_out
 from ci.release import binding, compile_record, ledger, post, records
@@ -224,8 +225,7 @@ def can_unshare() -> bool:
     """Whether ``unshare`` makes a mount namespace here (a container may forbid user namespaces)."""
     if shutil.which("unshare") is None:
         return False
-    argv = ["unshare", "--mount", "--propagation", "private", *([] if os.geteuid() == 0 else ["--map-root-user"]), "true"]
-    return subprocess.run(argv, capture_output=True, check=False).returncode == 0
+    return subprocess.run([*private_mounts(), "true"], capture_output=True, check=False).returncode == 0
 
 
 def prepare(job: Job, place: TryPlace, fetched: ForkStore, profile: str) -> tuple[bool, str]:
@@ -337,7 +337,7 @@ def _namespaced(job: Job, tried: Tried, place: TryPlace, request: TryRequest) ->
     """The build and the gates in a mount namespace of the try's own (``try-inner``), its checkout and build bound over
     the project's (an empty folder made for a mount point is removed after); its output streams here, and try.json is
     its answer."""
-    unshare = ["unshare", "--mount", "--propagation", "private", *([] if os.geteuid() == 0 else ["--map-root-user"])]
+    unshare = private_mounts()
     inner = [sys.executable, "-m", "ci", "--root", str(job.root), "try-inner", "--work", str(place.work), "--commit", tried.sha, "--label", tried.label]
     inner += ["--profile", request.profile, *(["--url", request.url] if request.url else []), *(["--pr", str(tried.pr)] if tried.pr else [])]
     for gate in request.gates:

@@ -84,21 +84,21 @@ def _digest(parts: Mapping[str, str]) -> str:
 # -- artifacts --------------------------------------------------------------------------------------------------
 
 
-def stat_stamp(st: os.stat_result) -> tuple[int, int, int, int]:
+Stamp = tuple[int, int, int, int]  # (size, mtime_ns, inode, ctime_ns): a write, or a rename over it, moves one
+INODE = 2  # a Stamp's inode
+
+
+def stat_stamp(st: os.stat_result) -> Stamp:
     """What says a file is unchanged without reading it: size, mtime, inode and ctime (the one a user cannot set)."""
     return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
-
-
-Stamp = tuple[int, int, int, int]  # (inode, size, mtime_ns, ctime_ns): a write, or a rename over it, moves one
 
 
 def stamp_of(path: Path, follow: bool = True) -> Stamp | None:
     """``path``'s :data:`Stamp` now (of the link itself with ``follow`` false), None when it is gone."""
     try:
-        st = os.stat(path, follow_symlinks=follow)
+        return stat_stamp(os.stat(path, follow_symlinks=follow))
     except OSError:
         return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _written_back(path: Path) -> None:
@@ -118,27 +118,34 @@ def _written_back(path: Path) -> None:
 
 
 @dataclass(frozen=True)
+class SealedFile:
+    """A file of the build as it was hashed: its path, its stamp then, and its real path then."""
+
+    path: Path
+    stamp: Stamp
+    real: str
+
+
+@dataclass(frozen=True)
 class Sealed:
     """A build's binaries and libraries as hashed now, whatever build.json's stat data says (a user can write that
-    file), with the stamp each had while it was hashed: a file changed since, even one put back as it was, has
-    another inode or ctime, which no user can set back. ``paths``: each artifact's path, by its name."""
+    file), by artifact name, with the stamp each had while it was hashed: a file changed since, even one put back as
+    it was, has another inode or ctime, which no user can set back."""
 
-    paths: Mapping[str, Path]
-    stamps: Mapping[str, Stamp]
+    files: Mapping[str, SealedFile]
     folders: Mapping[Path, Stamp] = field(default_factory=dict)  # the folders inside the build that hold them
-    real: Mapping[str, str] = field(default_factory=dict)  # each one's real path when hashed
 
     def moved(self) -> list[str]:
         """The artifacts whose stamp is not the one they had when hashed, and the folders holding them that were
         renamed, replaced or written since (a folder swapped for a link and put back moves its ctime)."""
-        files = [name for name, path in self.paths.items() if stamp_of(path) != self.stamps[name]]
+        files = [name for name, f in self.files.items() if stamp_of(f.path) != f.stamp]
         return files + [f"{folder.name}/" for folder, stamp in self.folders.items() if stamp_of(folder, follow=False) != stamp]
 
     def inodes(self) -> dict[str, tuple[str, int]]:
         """Each artifact's real path and inode when hashed, by its path and by that real path: the file a program
         started by a build path, or a mapping at a build path, must be (both taken at the seal, not when judged)."""
-        out = {os.path.normpath(os.path.abspath(path)): (self.real[name], self.stamps[name][0]) for name, path in self.paths.items()}
-        return out | {self.real[name]: (self.real[name], self.stamps[name][0]) for name in self.paths}
+        out = {os.path.normpath(os.path.abspath(f.path)): (f.real, f.stamp[INODE]) for f in self.files.values()}
+        return out | {f.real: (f.real, f.stamp[INODE]) for f in self.files.values()}
 
 
 @dataclass(frozen=True)
@@ -354,8 +361,7 @@ class Manifest:
     def sealed(self, manifest_dir: Path) -> tuple[Sealed, list[tuple[str, str]]]:
         """Every binary and library hashed now with its stamp (:class:`Sealed`), and (artifact, what is wrong) for each
         whose bytes are not as recorded or that changed while it was read."""
-        paths: dict[str, Path] = {}
-        stamps: dict[str, Stamp] = {}
+        files: dict[str, SealedFile] = {}
         wrong: list[tuple[str, str]] = []
         for name, art in {**self.binaries, **self.libraries}.items():
             path = manifest_dir / art.path
@@ -367,10 +373,9 @@ class Manifest:
             if problem:
                 wrong.append((name, problem))
             elif before is not None:
-                paths[name], stamps[name] = path, before
-        folders = {f: stamp_of(f, follow=False) for p in paths.values() for f in p.parents if manifest_dir in f.parents}
-        real = {name: os.path.realpath(path) for name, path in paths.items()}
-        return Sealed(paths, stamps, {f: s for f, s in folders.items() if s is not None}, real), wrong
+                files[name] = SealedFile(path, before, os.path.realpath(path))
+        folders = {f: stamp_of(f, follow=False) for s in files.values() for f in s.path.parents if manifest_dir in f.parents}
+        return Sealed(files, {f: s for f, s in folders.items() if s is not None}), wrong
 
     def problems(self, manifest_dir: Path) -> list[tuple[str, str]]:
         """(artifact, what is wrong) for every binary and library that is not as recorded."""

@@ -14,7 +14,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -352,8 +352,3 @@ def post_verdict(verdict: Verdict, request: PostRequest, say: Callable[[str], No
             say(COMMENT_CREATED.format(url=(made or {}).get("html_url", "")))
     finally:
         github.close()
-
-
-def lines_of(verdicts: Sequence[Verdict]) -> list[str]:
-    """Each verdict in one line (the job summary's)."""
-    return [f"{v.profile}: {v.sha[:7]} {v.state}: {v.description()}" for v in verdicts]

@@ -15,7 +15,7 @@ from ci import loaded
 from ci.commands import gpu_tests
 from ci.compile.manifest import Sealed
 from ci.compile.stage import CurrentBuild
-from tests.release.test_ship import built
+from tests.release.test_ship import GATES, built, record, ship
 from tests.support.build import BuildFork, add_fixture_patch, build_cpu, replay_flags
 from tests.support.project import Project
 
@@ -66,3 +66,12 @@ def linked_after_seal(monkeypatch: pytest.MonkeyPatch, folder: Path, target: Pat
             yield
         finally:
             put_back()
+
+
+def not_shipped(project: Project, m: dict[str, Any], *context: object) -> None:
+    """The route and equivalence records that pass added for the build of ``m``; ship must then refuse it and write
+    nothing into dist/ (``context``: what to show when it does not)."""
+    record(project, m, GATES.route, GATES.equivalence)
+    shipped = ship(project)
+    assert shipped.code != 0, (*context, shipped.out + shipped.err)
+    assert not (project.root / "dist").exists() or not any((project.root / "dist").iterdir())

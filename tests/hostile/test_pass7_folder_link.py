@@ -23,8 +23,7 @@ import pytest
 
 from ci import loaded
 from ci.commands import gpu_tests
-from tests.hostile.failing_build import linked_after_seal, prepared
-from tests.release.test_ship import GATES, built, record, ship
+from tests.hostile.failing_build import failing, linked_after_seal, not_shipped, prepared
 from tests.support.build import BuildFork, add_fixture_patch, build_cpu
 from tests.support.messages import said
 from tests.support.project import Project
@@ -46,18 +45,13 @@ def test_the_builds_folder_linked_to_a_working_one_during_the_gate_does_not_ship
     series = build_project.root / "patches" / "series"
     series.write_text(series.read_text().replace("benign.patch\n", ""))  # the benign patch out of the series,
     (build_project.root / "patches" / "benign.patch").unlink()  # and the wrong one in: the build's own fails
-    add_fixture_patch(build_project, build_fork, "wrong.patch", "ggml/ggml.c", "return 42;", "return 41;")
-    m = built(build_project)
+    m = failing(build_project, build_fork)  # the wrong patch in: the build's own fails
     assert {a["path"] for a in (*m["binaries"].values(), *m["libraries"].values())} >= {"bin/test-backend-ops", "bin/libggml.so"}
-    assert build_project.ci("gpu-tests", "--profile", "cpu", "--gate", "backend_ops").code == 7  # the build's own fails
 
     folder = build_dir / "bin"
     with linked_after_seal(monkeypatch, folder, working, "judge"):  # put back as the gate's watch is judged
         r = build_project.ci("gpu-tests", "--profile", "cpu", "--gate", "backend_ops")
 
-    record(build_project, m, GATES.route, GATES.equivalence)
     # started by the build's path it ran another file, or its folder was renamed and put back: the gate is an ERROR
     assert said(loaded.REPLACED_PROGRAM, r.out, program="test-backend-ops") or said(gpu_tests.CHANGED_DURING, r.out, files="bin/"), r.out + r.err
-    shipped = ship(build_project)
-    assert shipped.code != 0, (r.code, r.out + r.err, shipped.out + shipped.err)
-    assert not (build_project.root / "dist").exists() or not any((build_project.root / "dist").iterdir())
+    not_shipped(build_project, m, r.code, r.out + r.err)

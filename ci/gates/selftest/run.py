@@ -145,13 +145,17 @@ def plant(checkout: Path, build_dir: Path, fault: Fault, root: Path) -> Trial:
     return trial
 
 
+def private_mounts() -> list[str]:
+    """``unshare`` for a mount namespace of the program's own (a fault's, a try's): root may mount; others map
+    themselves to root."""
+    return ["unshare", "--mount", "--propagation", "private", *([] if os.geteuid() == 0 else ["--map-root-user"])]
+
+
 def namespace_argv(project_root: Path, profile: str, trial: Trial, faults: Path | None) -> list[str]:
-    """``unshare --mount`` around this program's ``selftest-fault``: root may mount; others map themselves to root."""
+    """:func:`private_mounts` around this program's ``selftest-fault``."""
     if shutil.which("unshare") is None:
         raise ToolchainError("gate_selftest: unshare (util-linux) not found on PATH; it gives each fault a mount namespace of its own")
-    unshare = ["unshare", "--mount", "--propagation", "private"]
-    if os.geteuid() != 0:
-        unshare.append("--map-root-user")
+    unshare = private_mounts()
     inner = [sys.executable, "-m", "ci", "--root", str(project_root), "selftest-fault", "--profile", profile, "--fault", trial.fault.id, "--work", str(trial.work)]
     if faults is not None:
         inner += ["--faults", str(faults)]
