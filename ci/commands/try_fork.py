@@ -25,7 +25,7 @@ from typing import Any
 
 from ci.command import run
 from ci.commands import job_of, say
-from ci.commands.gpu_tests import under_test
+from ci.commands.gpu_tests import sealed, under_test, watched_run
 from ci.commands.job import Job
 from ci.compile.cmake import BuildPlan, BuildRequest
 from ci.compile.stage import CurrentBuild, run_build
@@ -322,11 +322,12 @@ def _gates(tjob: Job, build: CurrentBuild, build_plan: BuildPlan, place: TryPlac
     if not request.gates and compile_record.lacks_device(build, build_plan.profile.backend):
         keep(compile_record.result(build), binding.context_of(tjob.pins, manifest))
     else:
+        seal = sealed(build)  # as gpu_tests: the build's files hashed, and held through each gate
         target = under_test(tjob, build)  # the last release's figures, read from the release ledger: never written
         judging = binding.judging_now()
         for gate in select(request.gates, tjob.pins):
             say(f"try: {gate.name} ...")
-            keep(gate.run(target, request.options, out), binding.context_of(tjob.pins, manifest, judging))
+            keep(watched_run(gate, target, request.options, out, seal), binding.context_of(tjob.pins, manifest, judging))
     results.write_junit(out / "try.junit.xml", done, {"build_key": KEY_PREFIX + key, "profile": manifest.profile, "pin": manifest.pin_commit})
     say(records.summary_table(done))
     records.step_summary(records.summary_markdown(done, f"try {manifest.pin_commit[:7]}, profile {manifest.profile}"))
