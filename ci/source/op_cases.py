@@ -96,16 +96,36 @@ def counts_at(repo: pygit2.Repository, commit: str, ops: Sequence[str]) -> dict[
         return {op: OpCount(op, None, NO_PROGRAM.format(path=TEST_PROGRAM)) for op in ops}
     program = repo[blob.id]
     assert isinstance(program, pygit2.Blob)
-    text = program.data.decode("utf-8", errors="replace")
-    return {op: count_cases(text, op) for op in ops}
+    read = _Program.of(program.data.decode("utf-8", errors="replace"))  # once, for every op
+    return {op: _counted(read, op) for op in ops}
 
 
 def count_cases(text: str, op: str) -> OpCount:
     """``op``'s cases in ``make_test_cases_eval()`` of the program ``text``."""
+    return _counted(_Program.of(text), op)
+
+
+def _counted(program: _Program, op: str) -> OpCount:
     try:
-        return OpCount(op, _count(text, op))
+        return OpCount(op, _count(program, op))
     except NotFollowed as exc:
         return OpCount(op, None, exc.why)
+
+
+@dataclass(frozen=True)
+class _Program:
+    """What every op's count reads of a program's text, worked out once: its code (comments and strings blanked, the
+    preprocessor followed), the spans under a conditional, and each struct's outputs (read with strings kept)."""
+
+    text: str
+    code: str
+    conditional: list[tuple[int, int, str]]
+    outputs: dict[str, tuple[set[str], str | None]]
+
+    @classmethod
+    def of(cls, text: str) -> _Program:
+        code, conditional = _preprocess(_strip(text))
+        return cls(text, code, conditional, _outputs(_preprocess(_strip(text, strings=True))[0]))
 
 
 # -- the source, made plain: comments, strings and the preprocessor --------------------------------------------------
@@ -236,9 +256,8 @@ def _outputs(code: str) -> dict[str, tuple[set[str], str | None]]:
     return found
 
 
-def _one_op(code: str, struct: str, op: str) -> None:
+def _one_op(outputs: dict[str, tuple[set[str], str | None]], struct: str, op: str) -> None:
     """The struct's cases are all of ``op``, and no other struct's are: else the count is unknown."""
-    outputs = _outputs(code)
     mine, named = outputs.get(struct, (set(), ""))
     if named not in ("", op):
         raise NotFollowed(OUTPUT_NAMED.format(struct=struct, named=named if named is not None else "a name it computes"))
@@ -252,10 +271,10 @@ def _one_op(code: str, struct: str, op: str) -> None:
         raise NotFollowed(OUTPUT_SHARED.format(other=others[0], function=function))
 
 
-def _count(text: str, op: str) -> int:
-    struct = _struct_of(text, op)
-    code, conditional = _preprocess(_strip(text))
-    _one_op(_preprocess(_strip(text, strings=True))[0], struct, op)
+def _count(program: _Program, op: str) -> int:
+    struct = _struct_of(program.text, op)
+    code, conditional = program.code, program.conditional
+    _one_op(program.outputs, struct, op)
     span = _body(code, EVAL_FUNCTION)
     if span is None:
         raise NotFollowed(NO_FUNCTION.format(path=TEST_PROGRAM, function=EVAL_FUNCTION))
