@@ -18,12 +18,12 @@ from typing import Any
 
 from ci.files import shown
 from ci.gates import registry
+from ci.gates.perf.gate import check_floors
 from ci.release import ledger as ledger_mod
 
 TRY_DIR = Path("build") / "try"  # where nox -s try keeps each commit's folder (ci.commands.try_fork)
 TRY_PREFIX = "try:"  # a try record's build key: never a build's, so ship never counts it
 BISECT_PREFIX = "bisect:"
-CHECK_RE = re.compile(r"^(?P<name>.+?)\s*>=\s*(?P<floor>[0-9.]+)\s*$")
 LEG_RE = re.compile(r"^(?:(?P<leg>[a-z0-9_]+)\.)?(?P<metric>acceptance|tokens_per_step)$")
 
 
@@ -175,16 +175,8 @@ def newest(rows: Iterable[Row], gate: str) -> dict[tuple[str, str], Row]:
 
 
 def perf_floors(row: Row) -> dict[str, float]:
-    """Each perf check's floor, from the criteria the record was judged against (``checks``: [text, floor, ...])."""
-    floors: dict[str, float] = {}
-    checks = row.criteria.get("checks")
-    for items in (checks.values() if isinstance(checks, dict) else []):
-        for item in items if isinstance(items, list) else []:
-            text = item[0] if isinstance(item, list) and item else item
-            m = CHECK_RE.match(str(text))
-            if m:
-                floors[m.group("name")] = float(m.group("floor"))
-    return floors
+    """Each perf check's floor, from the criteria the record was judged against; checks with none written left out."""
+    return {name: floor for name, floor in check_floors(row.criteria).items() if math.isfinite(floor)}
 
 
 def _where(r: Row) -> str:

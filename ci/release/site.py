@@ -8,7 +8,7 @@ import html
 import itertools
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ci.files import write_atomic
@@ -123,8 +123,8 @@ def _table(rows: Sequence[Row]) -> str:
     return "<table>" + head + "".join(body) + "</table>"
 
 
-def page(report: Report, title: str) -> str:
-    """The whole report as one HTML document."""
+def page(report: Report, title: str, drawn: Mapping[str, str] | None = None) -> str:
+    """The whole report as one HTML document; ``drawn``: each chart's SVG by its id, when drawn already."""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -139,7 +139,7 @@ def page(report: Report, title: str) -> str:
     if not report.charts:
         parts.append('<p class="muted">No record carries a figure yet.</p>')
     for chart in report.charts:
-        parts.append(f'<figure>{svg(chart)}<figcaption>{_e(chart.note)}; <a href="{_e(chart.id)}.svg">{_e(chart.id)}.svg</a></figcaption></figure>')
+        parts.append(f'<figure>{drawn[chart.id] if drawn else svg(chart)}<figcaption>{_e(chart.note)}; <a href="{_e(chart.id)}.svg">{_e(chart.id)}.svg</a></figcaption></figure>')
     parts.append("<h2>Records, per pin and profile</h2>")
     for pin, profile, rows in report.tables:
         parts.append(f'<h3 id="{_e(pin)}-{_e(profile)}">{_e(pin)}, {_e(profile or "no profile")}</h3>')
@@ -152,8 +152,9 @@ def write(report: Report, out: Path, title: str) -> Path:
     """``out/index.html`` and one SVG file per chart; the page is written last, so a reader never sees a page whose
     charts are missing."""
     out.mkdir(parents=True, exist_ok=True)
-    for chart in report.charts:
-        write_atomic(out / f"{chart.id}.svg", '<?xml version="1.0" encoding="UTF-8"?>\n' + svg(chart) + "\n")
+    drawn = {chart.id: svg(chart) for chart in report.charts}  # each drawn once, for its file and the page
+    for chart_id, drawing in drawn.items():
+        write_atomic(out / f"{chart_id}.svg", '<?xml version="1.0" encoding="UTF-8"?>\n' + drawing + "\n")
     index = out / INDEX
-    write_atomic(index, page(report, title))
+    write_atomic(index, page(report, title, drawn))
     return index

@@ -67,13 +67,7 @@ class PerfGate(GateBase):
 
     def figures(self, metrics: Mapping[str, float], properties: Mapping[str, Any], criteria: Mapping[str, Any]) -> list[str]:
         """Each check's median, its interval and the floor it was judged against."""
-        floors: dict[str, float] = {}  # each check as written ("NAME >= FLOOR"), by its name
-        checks = criteria.get("checks")
-        for items in checks.values() if isinstance(checks, dict) else []:
-            for item in items if isinstance(items, list) else []:
-                name, sep, floor = str(item[0] if isinstance(item, list) and item else item).rpartition(">=")
-                with contextlib.suppress(ValueError):
-                    floors[name.strip()] = float(floor) if sep else math.nan
+        floors = check_floors(criteria)
         out = []
         for key in sorted(k for k in metrics if k.endswith(".median")):
             name = key[: -len(".median")]
@@ -85,3 +79,16 @@ class PerfGate(GateBase):
 
 
 GATE = PerfGate()
+
+
+def check_floors(criteria: Mapping[str, Any]) -> dict[str, float]:
+    """Each perf check's floor by its name, from the criteria a record was judged against (``checks``: each check as
+    written, ``NAME >= FLOOR``); NaN where none is written."""
+    floors: dict[str, float] = {}
+    checks = criteria.get("checks")
+    for items in checks.values() if isinstance(checks, dict) else []:
+        for item in items if isinstance(items, list) else []:
+            name, sep, floor = str(item[0] if isinstance(item, list) and item else item).rpartition(">=")
+            with contextlib.suppress(ValueError):
+                floors[name.strip()] = float(floor) if sep else math.nan
+    return floors
