@@ -352,10 +352,12 @@ class LlamaServer:
                 answered.set()
 
         threading.Thread(target=ask, daemon=True, name=f"onebit-post-{self.launch.name}").start()
-        watch = requests.Session()
+        watch: requests.Session | None = None
         try:
-            last, since, spent = None, time.monotonic(), self._cpu_seconds()
+            last, since, spent = None, time.monotonic(), 0.0
             while not answered.wait(WATCH_EVERY):
+                if watch is None:  # it outlasted one look: watched from here (most answer sooner, and cost nothing)
+                    watch, spent = requests.Session(), self._cpu_seconds()
                 state = _slots(watch, self.url)
                 if state == UNSUPPORTED:
                     answered.wait()
@@ -371,7 +373,8 @@ class LlamaServer:
                     how = NO_SLOTS_ANSWER if state is None else SLOTS_STILL
                     raise ServerFailed(HUNG.format(leg=self.launch.name, path=path, how=how, seconds=HUNG_AFTER), self.log_tail())
         finally:
-            watch.close()
+            if watch is not None:
+                watch.close()
         outcome = done[0]
         if isinstance(outcome, BaseException):
             raise outcome
